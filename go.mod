@@ -1,0 +1,3 @@
+module github.com/gccl/gccl
+
+go 1.26
