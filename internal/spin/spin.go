@@ -1,0 +1,36 @@
+// Package spin is the waiting policy of gccl's hot path: spin briefly with a
+// CPU pause hint, then yield the processor, then let the caller sleep. A
+// collective's next message usually arrives within a microsecond, so spinning
+// avoids the tens of microseconds a sleeping thread costs to wake; bounding
+// the spin keeps more ranks than cores working.
+package spin
+
+import "runtime"
+
+const (
+	// PauseRounds is how many pause bursts a waiter spins before yielding.
+	PauseRounds = 64
+	// YieldRounds is how many times it then yields before sleeping.
+	YieldRounds   = 64
+	pausePerRound = 20
+)
+
+// Backoff is the state of one wait; the zero value starts spinning.
+type Backoff struct{ n int }
+
+// Reset starts the next wait from the beginning.
+func (b *Backoff) Reset() { b.n = 0 }
+
+// Spin waits a little and reports false once the caller should sleep instead.
+func (b *Backoff) Spin() bool {
+	b.n++
+	switch {
+	case b.n <= PauseRounds:
+		Pause(pausePerRound)
+		return true
+	case b.n <= PauseRounds+YieldRounds:
+		runtime.Gosched()
+		return true
+	}
+	return false
+}

@@ -1,0 +1,161 @@
+package inproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gccl/gccl/transport"
+)
+
+func mustWorld(t *testing.T, n int) *World {
+	t.Helper()
+	w, err := NewWorld(n, 64, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestRingFIFOAndBackpressure(t *testing.T) {
+	w := mustWorld(t, 2)
+	s, err := w.Endpoint(0).Sender(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.Endpoint(1).Receiver(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, _ := r.TryNext(); ok {
+		t.Fatal("message on an empty ring")
+	}
+	for i := 0; i < 2; i++ {
+		b, ok, err := s.TryReserve(3)
+		if !ok || err != nil {
+			t.Fatalf("reserve %d: ok=%v err=%v", i, ok, err)
+		}
+		copy(b, []byte{byte(i), 1, 2})
+		s.Commit(transport.MakeTag(7, uint64(i)))
+	}
+	if _, ok, _ := s.TryReserve(3); ok {
+		t.Fatal("reserved a third slot of a two-slot ring")
+	}
+	for i := 0; i < 2; i++ {
+		m, tag, ok, err := r.TryNext()
+		if !ok || err != nil {
+			t.Fatalf("next %d: ok=%v err=%v", i, ok, err)
+		}
+		if !bytes.Equal(m, []byte{byte(i), 1, 2}) || tag.Kind() != 7 || tag.Seq() != uint64(i) {
+			t.Fatalf("message %d = %v tag %x", i, m, tag)
+		}
+		r.Release()
+	}
+	if _, ok, _ := s.TryReserve(64); !ok {
+		t.Fatal("slot not freed by Release")
+	}
+	if _, _, err := s.TryReserve(65); err == nil {
+		t.Fatal("message larger than a slot accepted")
+	}
+}
+
+func TestWaitWakesOnCommitAndClose(t *testing.T) {
+	w := mustWorld(t, 2)
+	ep1 := w.Endpoint(1)
+	r, _ := ep1.Receiver(0)
+	seen := ep1.Seq()
+	go func() {
+		s, _ := w.Endpoint(0).Sender(1)
+		b, _, _ := s.TryReserve(1)
+		b[0] = 42
+		s.Commit(0)
+	}()
+	for {
+		if m, _, ok, _ := r.TryNext(); ok {
+			if m[0] != 42 {
+				t.Fatalf("got %d", m[0])
+			}
+			r.Release()
+			break
+		}
+		if err := ep1.Wait(context.Background(), seen, time.Now().Add(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		seen = ep1.Seq()
+	}
+
+	// Closing rank 0 wakes rank 1 and surfaces a PeerError naming rank 0.
+	seen = ep1.Seq()
+	go w.Endpoint(0).Abort(errors.New("boom"))
+	for {
+		_, _, ok, err := r.TryNext()
+		if ok {
+			t.Fatal("unexpected message")
+		}
+		if err != nil {
+			var pe *transport.PeerError
+			if !errors.As(err, &pe) || pe.Peer != 0 || !errors.Is(err, transport.ErrPeerClosed) {
+				t.Fatalf("err = %v", err)
+			}
+			break
+		}
+		if err := ep1.Wait(context.Background(), seen, time.Now().Add(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		seen = ep1.Seq()
+	}
+	if _, err := w.Endpoint(0).Sender(1); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("closed endpoint made a sender: %v", err)
+	}
+	s1, err := ep1.Sender(0)
+	if err == nil {
+		_, _, err = s1.TryReserve(1)
+	}
+	if !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("send to a closed peer: %v", err)
+	}
+}
+
+func TestWaitHonoursDeadlineAndContext(t *testing.T) {
+	w := mustWorld(t, 2)
+	ep := w.Endpoint(0)
+	if err := ep.Wait(context.Background(), ep.Seq(), time.Now().Add(time.Millisecond)); !errors.Is(err, transport.ErrTimeout) {
+		t.Fatalf("deadline: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ep.Wait(ctx, ep.Seq(), time.Time{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled: %v", err)
+	}
+}
+
+func TestBadPeer(t *testing.T) {
+	w := mustWorld(t, 2)
+	for _, p := range []int{-1, 0, 2} {
+		if _, err := w.Endpoint(0).Sender(p); err == nil {
+			t.Errorf("sender to peer %d accepted", p)
+		}
+	}
+	if _, err := NewWorld(0, 0, 0); err == nil {
+		t.Error("world of 0 ranks accepted")
+	}
+}
+
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	w := mustWorld(t, 2)
+	s, _ := w.Endpoint(0).Sender(1)
+	r, _ := w.Endpoint(1).Receiver(0)
+	a := testing.AllocsPerRun(1000, func() {
+		b, _, _ := s.TryReserve(8)
+		b[0] = 1
+		s.Commit(1)
+		r.TryNext()
+		r.Release()
+		w.Endpoint(0).Sender(1)
+	})
+	if a != 0 {
+		t.Fatalf("%v allocations per message", a)
+	}
+}
