@@ -1,0 +1,43 @@
+package algo
+
+// DirectGather returns rank's gather plan on n ranks (Algorithm Direct,
+// NBlocks = n): every non-root rank sends its block straight to the root,
+// which copies its own block and then receives the others in increasing rank
+// order. Each sender has its own connection to the root, so the fixed order
+// cannot deadlock.
+//
+// (The name carries the algorithm because Gather is the Collective.)
+func DirectGather(n, rank, root int) *Plan {
+	var steps []Step
+	if rank == root {
+		steps = append(steps, CopyStep(InBlock(root), OutBlock(root)))
+		for p := 0; p < n; p++ {
+			if p != root {
+				steps = append(steps, RecvStep(p, OutBlock(p)))
+			}
+		}
+	} else {
+		steps = append(steps, SendStep(root, InBlock(rank)))
+	}
+	return &Plan{Coll: Gather, Algo: Direct, NRanks: n, Rank: rank, Root: root, NBlocks: n, Phases: [][]Step{steps}}
+}
+
+// DirectScatter returns rank's scatter plan on n ranks (Algorithm Direct,
+// NBlocks = n): the root copies its own block and then sends block p to each
+// rank p != root in increasing order; every other rank receives its block.
+//
+// (The name carries the algorithm because Scatter is the Collective.)
+func DirectScatter(n, rank, root int) *Plan {
+	var steps []Step
+	if rank == root {
+		steps = append(steps, CopyStep(InBlock(root), OutBlock(root)))
+		for p := 0; p < n; p++ {
+			if p != root {
+				steps = append(steps, SendStep(p, InBlock(p)))
+			}
+		}
+	} else {
+		steps = append(steps, RecvStep(root, OutBlock(rank)))
+	}
+	return &Plan{Coll: Scatter, Algo: Direct, NRanks: n, Rank: rank, Root: root, NBlocks: n, Phases: [][]Step{steps}}
+}
