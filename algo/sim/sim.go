@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/gccl/gccl/algo"
@@ -195,12 +194,37 @@ type sim struct {
 	nblocks int
 	opts    Options
 	ranks   []*rankState
-	queues  map[[2]int][]message // by (sender, receiver)
+	queues  []fifo // by sender*n + receiver
 }
+
+// fifo is one directed connection's messages in flight, oldest first.
+type fifo struct {
+	msgs []message
+	head int
+}
+
+func (q *fifo) len() int { return len(q.msgs) - q.head }
+
+func (q *fifo) push(m message) {
+	if q.head > 0 && q.head*2 >= len(q.msgs) {
+		// Drop what was popped, so the slice does not grow forever.
+		q.msgs = q.msgs[:copy(q.msgs, q.msgs[q.head:])]
+		q.head = 0
+	}
+	q.msgs = append(q.msgs, m)
+}
+
+func (q *fifo) pop() message {
+	m := q.msgs[q.head]
+	q.head++
+	return m
+}
+
+func (s *sim) queue(from, to int) *fifo { return &s.queues[from*s.n+to] }
 
 func newSim(plans []*algo.Plan, opts Options) *sim {
 	p0 := plans[0]
-	s := &sim{n: len(plans), coll: p0.Coll, root: p0.Root, nblocks: p0.NBlocks, opts: opts, queues: map[[2]int][]message{}}
+	s := &sim{n: len(plans), coll: p0.Coll, root: p0.Root, nblocks: p0.NBlocks, opts: opts, queues: make([]fifo, len(plans)*len(plans))}
 	for r, p := range plans {
 		rs := &rankState{rank: r, plan: p, tmp: make([]*value, p.NBlocks)}
 		rs.out = make([][]*value, p.NBlocks)
@@ -259,7 +283,7 @@ func (s *sim) run() error {
 		progressed = false
 		if rng == nil {
 			for _, rs := range s.ranks {
-				if !rs.done && s.blockedOn(rs) == "" {
+				if !rs.done && s.canRun(rs) {
 					if err := s.exec(rs); err != nil {
 						return fmt.Errorf("sim: %s: %w", rs.where(), err)
 					}
@@ -270,7 +294,7 @@ func (s *sim) run() error {
 		}
 		ready = ready[:0]
 		for _, rs := range s.ranks {
-			if !rs.done && s.blockedOn(rs) == "" {
+			if !rs.done && s.canRun(rs) {
 				ready = append(ready, rs)
 			}
 		}
@@ -294,22 +318,27 @@ func (s *sim) run() error {
 	return nil
 }
 
-// blockedOn returns what keeps rs from running its next step, or "" if it can
-// run.
-func (s *sim) blockedOn(rs *rankState) string {
+// canRun reports whether rs can run its next step, or part of a SendRecv.
+func (s *sim) canRun(rs *rankState) bool {
 	st := rs.current()
 	needRecv := st.Prim.Recvs() && !rs.recvDone
 	needSend := st.Prim.Sends() && !rs.sendDone
-	canRecv := needRecv && len(s.queues[[2]int{st.RecvPeer, rs.rank}]) > 0
-	canSend := needSend && len(s.queues[[2]int{rs.rank, st.SendPeer}]) < s.opts.QueueCap
-	if st.Prim == algo.SendRecv && (canRecv || canSend) {
-		return ""
+	canRecv := needRecv && s.queue(st.RecvPeer, rs.rank).len() > 0
+	canSend := needSend && s.queue(rs.rank, st.SendPeer).len() < s.opts.QueueCap
+	if st.Prim == algo.SendRecv {
+		return canRecv || canSend
 	}
+	return needRecv == canRecv && needSend == canSend
+}
+
+// blockedOn describes what keeps rs from running its next step.
+func (s *sim) blockedOn(rs *rankState) string {
+	st := rs.current()
 	var missing []string
-	if needRecv && !canRecv {
+	if st.Prim.Recvs() && !rs.recvDone && s.queue(st.RecvPeer, rs.rank).len() == 0 {
 		missing = append(missing, fmt.Sprintf("a message from rank %d", st.RecvPeer))
 	}
-	if needSend && !canSend {
+	if st.Prim.Sends() && !rs.sendDone && s.queue(rs.rank, st.SendPeer).len() >= s.opts.QueueCap {
 		missing = append(missing, fmt.Sprintf("room on the full connection to rank %d", st.SendPeer))
 	}
 	return strings.Join(missing, " and ")
@@ -389,7 +418,7 @@ func (s *sim) execSendRecv(rs *rankState, st algo.Step) error {
 	if st.Final {
 		return errors.New("final on a sendRecv, which does not reduce")
 	}
-	if !rs.sendDone && len(s.queues[[2]int{rs.rank, st.SendPeer}]) < s.opts.QueueCap {
+	if !rs.sendDone && s.queue(rs.rank, st.SendPeer).len() < s.opts.QueueCap {
 		v, err := s.read(rs, st.Src)
 		if err != nil {
 			return err
@@ -397,7 +426,7 @@ func (s *sim) execSendRecv(rs *rankState, st algo.Step) error {
 		s.send(rs, st.SendPeer, st.Src.Block, v)
 		rs.sendDone = true
 	}
-	if !rs.recvDone && len(s.queues[[2]int{st.RecvPeer, rs.rank}]) > 0 {
+	if !rs.recvDone && s.queue(st.RecvPeer, rs.rank).len() > 0 {
 		v, err := s.recv(rs, st.RecvPeer, st.Dst.Block)
 		if err != nil {
 			return err
@@ -435,16 +464,12 @@ func (s *sim) sameLength(a, b int) bool {
 }
 
 func (s *sim) send(rs *rankState, to, block int, v *value) {
-	k := [2]int{rs.rank, to}
-	s.queues[k] = append(s.queues[k], message{val: v, block: block, chunk: rs.chunk})
+	s.queue(rs.rank, to).push(message{val: v, block: block, chunk: rs.chunk})
 }
 
 // recv takes the next message from rank from, for a step on block.
 func (s *sim) recv(rs *rankState, from, block int) (*value, error) {
-	k := [2]int{from, rs.rank}
-	q := s.queues[k]
-	m := q[0]
-	s.queues[k] = q[1:]
+	m := s.queue(from, rs.rank).pop()
 	if m.chunk != rs.chunk || !s.sameLength(m.block, block) {
 		return nil, fmt.Errorf("receives block %d chunk %d from rank %d, a message of another length (sent for block %d chunk %d)",
 			block, rs.chunk, from, m.block, m.chunk)
@@ -509,25 +534,14 @@ func (s *sim) write(rs *rankState, ref algo.Ref, v *value) error {
 }
 
 func (s *sim) checkQueuesEmpty() error {
-	var left [][2]int
-	for k, q := range s.queues {
-		if len(q) > 0 {
-			left = append(left, k)
-		}
-	}
-	if len(left) == 0 {
-		return nil
-	}
-	slices.SortFunc(left, func(a, b [2]int) int {
-		if a[0] != b[0] {
-			return a[0] - b[0]
-		}
-		return a[1] - b[1]
-	})
 	var lines []string
-	for _, k := range left {
-		q := s.queues[k]
-		lines = append(lines, fmt.Sprintf("rank %d -> rank %d: %d message(s), first %v", k[0], k[1], len(q), q[0].val))
+	for i := range s.queues {
+		if q := &s.queues[i]; q.len() > 0 {
+			lines = append(lines, fmt.Sprintf("rank %d -> rank %d: %d message(s), first %v", i/s.n, i%s.n, q.len(), q.msgs[q.head].val))
+		}
+	}
+	if lines == nil {
+		return nil
 	}
 	return fmt.Errorf("sim: messages never received:\n\t%s", strings.Join(lines, "\n\t"))
 }
