@@ -11,7 +11,13 @@
 // room for its outgoing one at the same time, except SendRecv, whose two
 // halves progress independently. Messages carry no tags, so a schedule whose
 // sends and receives do not match in order shows up as a receive of the wrong
-// data.
+// data or of a message of another length.
+//
+// Where the block table of package algo is silent the simulator is strict:
+// only the root has In in Broadcast and Scatter, and Out in Reduce and
+// Gather; and the blocks of AllReduce, Reduce and Broadcast split one vector
+// into parts of possibly different lengths, so there a message must be
+// received into the block it was sent from.
 package sim
 
 import (
