@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package reduce
+
+// simdSets returns no SIMD kernel sets: only the generic kernels exist here.
+func simdSets() []*kernelSet { return nil }

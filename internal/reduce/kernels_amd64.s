@@ -1,0 +1,515 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Element-wise kernels, all with the Go signature
+//
+//	func k(dst, a, b *byte, n int)
+//
+// where n is a byte count. The AVX-512 kernels take any n (a multiple of the
+// element size) and finish with one masked vector. The AVX2 kernels take an n
+// that is a multiple of their step (32 bytes, 16 for float16); the Go wrapper
+// runs the generic kernel on the rest.
+//
+// Register use: DI dst, SI a, DX b, CX n, BX byte offset, AX scratch.
+// An operation macro OP(b, a, r) leaves a op b in r, where r may be neither
+// a nor b. Reading both inputs of a vector before storing its result keeps
+// dst == a and dst == b (exact aliasing) correct.
+
+#define LOAD_ARGS \
+	MOVQ dst+0(FP), DI; \
+	MOVQ a+8(FP), SI; \
+	MOVQ b+16(FP), DX; \
+	MOVQ n+24(FP), CX; \
+	XORQ BX, BX
+
+// TAIL_MASK sets K1 to the low CX bits (CX < 64): the bytes left for the
+// final, masked vector.
+#define TAIL_MASK \
+	MOVQ $1, AX; \
+	SHLQ CX, AX; \
+	DECQ AX; \
+	KMOVQ AX, K1
+
+// ---- Operations -------------------------------------------------------
+
+#define OP_ADDPS(b, a, r) VADDPS b, a, r
+#define OP_MULPS(b, a, r) VMULPS b, a, r
+#define OP_ADDPD(b, a, r) VADDPD b, a, r
+#define OP_MULPD(b, a, r) VMULPD b, a, r
+#define OP_PADDB(b, a, r) VPADDB b, a, r
+#define OP_PADDD(b, a, r) VPADDD b, a, r
+#define OP_PADDQ(b, a, r) VPADDQ b, a, r
+#define OP_PMULLD(b, a, r) VPMULLD b, a, r
+#define OP_PMULLQ(b, a, r) VPMULLQ b, a, r
+#define OP_PMINSB(b, a, r) VPMINSB b, a, r
+#define OP_PMAXSB(b, a, r) VPMAXSB b, a, r
+#define OP_PMINUB(b, a, r) VPMINUB b, a, r
+#define OP_PMAXUB(b, a, r) VPMAXUB b, a, r
+#define OP_PMINSD(b, a, r) VPMINSD b, a, r
+#define OP_PMAXSD(b, a, r) VPMAXSD b, a, r
+#define OP_PMINUD(b, a, r) VPMINUD b, a, r
+#define OP_PMAXUD(b, a, r) VPMAXUD b, a, r
+#define OP_PMINSQ(b, a, r) VPMINSQ b, a, r
+#define OP_PMAXSQ(b, a, r) VPMAXSQ b, a, r
+#define OP_PMINUQ(b, a, r) VPMINUQ b, a, r
+#define OP_PMAXUQ(b, a, r) VPMAXUQ b, a, r
+
+// Float min/max: MAXPS returns b unless a > b. Where a == b (which includes
+// +0 == -0) the result is a&b for max and a|b for min, so max(+0,-0) = +0 and
+// min(+0,-0) = -0 whatever the operand order. The generic kernels do the same.
+#define OP_MAXPS512(b, a, r) VCMPPS $0, b, a, K2; VMAXPS b, a, r; VPANDD b, a, K2, r
+#define OP_MINPS512(b, a, r) VCMPPS $0, b, a, K2; VMINPS b, a, r; VPORD b, a, K2, r
+#define OP_MAXPD512(b, a, r) VCMPPD $0, b, a, K2; VMAXPD b, a, r; VPANDQ b, a, K2, r
+#define OP_MINPD512(b, a, r) VCMPPD $0, b, a, K2; VMINPD b, a, r; VPORQ b, a, K2, r
+
+// The AVX2 forms blend through Y14 (equal mask) and Y15 (a&b or a|b).
+#define OP_MAXPS256(b, a, r) VCMPPS $0, b, a, Y14; VANDPS b, a, Y15; VMAXPS b, a, r; VBLENDVPS Y14, Y15, r, r
+#define OP_MINPS256(b, a, r) VCMPPS $0, b, a, Y14; VORPS b, a, Y15; VMINPS b, a, r; VBLENDVPS Y14, Y15, r, r
+#define OP_MAXPD256(b, a, r) VCMPPD $0, b, a, Y14; VANDPD b, a, Y15; VMAXPD b, a, r; VBLENDVPD Y14, Y15, r, r
+#define OP_MINPD256(b, a, r) VCMPPD $0, b, a, Y14; VORPD b, a, Y15; VMINPD b, a, r; VBLENDVPD Y14, Y15, r, r
+
+// ---- Same-width kernels (integers, float32, float64) ------------------
+
+// PLAIN512: 4 x 64 bytes per iteration, then 64 at a time, then a masked
+// vector for the last n%64 bytes (byte-granular mask, so one body serves
+// every element size).
+#define PLAIN512(OP) \
+	LOAD_ARGS; \
+	CMPQ CX, $256; \
+	JB one; \
+four: \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 64(SI)(BX*1), Z1; \
+	VMOVDQU64 128(SI)(BX*1), Z2; \
+	VMOVDQU64 192(SI)(BX*1), Z3; \
+	VMOVDQU64 (DX)(BX*1), Z4; \
+	VMOVDQU64 64(DX)(BX*1), Z5; \
+	VMOVDQU64 128(DX)(BX*1), Z6; \
+	VMOVDQU64 192(DX)(BX*1), Z7; \
+	OP(Z4, Z0, Z8); \
+	OP(Z5, Z1, Z9); \
+	OP(Z6, Z2, Z10); \
+	OP(Z7, Z3, Z11); \
+	VMOVDQU64 Z8, (DI)(BX*1); \
+	VMOVDQU64 Z9, 64(DI)(BX*1); \
+	VMOVDQU64 Z10, 128(DI)(BX*1); \
+	VMOVDQU64 Z11, 192(DI)(BX*1); \
+	ADDQ $256, BX; \
+	LEAQ 256(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JA tail; \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 (DX)(BX*1), Z4; \
+	OP(Z4, Z0, Z8); \
+	VMOVDQU64 Z8, (DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP one; \
+tail: \
+	SUBQ BX, CX; \
+	JZ done; \
+	TAIL_MASK; \
+	VMOVDQU8.Z (SI)(BX*1), K1, Z0; \
+	VMOVDQU8.Z (DX)(BX*1), K1, Z4; \
+	OP(Z4, Z0, Z8); \
+	VMOVDQU8 Z8, K1, (DI)(BX*1); \
+done: \
+	VZEROUPPER; \
+	RET
+
+// PLAIN256: 4 x 32 bytes per iteration, then 32 at a time; n % 32 == 0.
+// Uses Y0-Y11 and leaves Y14/Y15 to the operation.
+#define PLAIN256(OP) \
+	LOAD_ARGS; \
+	CMPQ CX, $128; \
+	JB one; \
+four: \
+	VMOVDQU (SI)(BX*1), Y0; \
+	VMOVDQU 32(SI)(BX*1), Y1; \
+	VMOVDQU 64(SI)(BX*1), Y2; \
+	VMOVDQU 96(SI)(BX*1), Y3; \
+	VMOVDQU (DX)(BX*1), Y4; \
+	VMOVDQU 32(DX)(BX*1), Y5; \
+	VMOVDQU 64(DX)(BX*1), Y6; \
+	VMOVDQU 96(DX)(BX*1), Y7; \
+	OP(Y4, Y0, Y8); \
+	OP(Y5, Y1, Y9); \
+	OP(Y6, Y2, Y10); \
+	OP(Y7, Y3, Y11); \
+	VMOVDQU Y8, (DI)(BX*1); \
+	VMOVDQU Y9, 32(DI)(BX*1); \
+	VMOVDQU Y10, 64(DI)(BX*1); \
+	VMOVDQU Y11, 96(DI)(BX*1); \
+	ADDQ $128, BX; \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	CMPQ BX, CX; \
+	JAE done; \
+	VMOVDQU (SI)(BX*1), Y0; \
+	VMOVDQU (DX)(BX*1), Y4; \
+	OP(Y4, Y0, Y8); \
+	VMOVDQU Y8, (DI)(BX*1); \
+	ADDQ $32, BX; \
+	JMP one; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// ---- float16 (F16C): widen with VCVTPH2PS, narrow with VCVTPS2PH $0 (round
+// to nearest even, independent of MXCSR) -------------------------------
+
+// HALF512: 16 elements (32 bytes) per vector, 4 per iteration, masked tail.
+#define HALF512(OP) \
+	LOAD_ARGS; \
+	CMPQ CX, $128; \
+	JB one; \
+four: \
+	VCVTPH2PS (SI)(BX*1), Z0; \
+	VCVTPH2PS 32(SI)(BX*1), Z1; \
+	VCVTPH2PS 64(SI)(BX*1), Z2; \
+	VCVTPH2PS 96(SI)(BX*1), Z3; \
+	VCVTPH2PS (DX)(BX*1), Z4; \
+	VCVTPH2PS 32(DX)(BX*1), Z5; \
+	VCVTPH2PS 64(DX)(BX*1), Z6; \
+	VCVTPH2PS 96(DX)(BX*1), Z7; \
+	OP(Z4, Z0, Z8); \
+	OP(Z5, Z1, Z9); \
+	OP(Z6, Z2, Z10); \
+	OP(Z7, Z3, Z11); \
+	VCVTPS2PH $0, Z8, (DI)(BX*1); \
+	VCVTPS2PH $0, Z9, 32(DI)(BX*1); \
+	VCVTPS2PH $0, Z10, 64(DI)(BX*1); \
+	VCVTPS2PH $0, Z11, 96(DI)(BX*1); \
+	ADDQ $128, BX; \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	LEAQ 32(BX), AX; \
+	CMPQ AX, CX; \
+	JA tail; \
+	VCVTPH2PS (SI)(BX*1), Z0; \
+	VCVTPH2PS (DX)(BX*1), Z4; \
+	OP(Z4, Z0, Z8); \
+	VCVTPS2PH $0, Z8, (DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP one; \
+tail: \
+	SUBQ BX, CX; \
+	JZ done; \
+	TAIL_MASK; \
+	VMOVDQU8.Z (SI)(BX*1), K1, Y0; \
+	VMOVDQU8.Z (DX)(BX*1), K1, Y4; \
+	VCVTPH2PS Y0, Z0; \
+	VCVTPH2PS Y4, Z4; \
+	OP(Z4, Z0, Z8); \
+	VCVTPS2PH $0, Z8, Y8; \
+	VMOVDQU8 Y8, K1, (DI)(BX*1); \
+done: \
+	VZEROUPPER; \
+	RET
+
+// HALF256: 8 elements (16 bytes) per vector, 4 per iteration; n % 16 == 0.
+#define HALF256(OP) \
+	LOAD_ARGS; \
+	CMPQ CX, $64; \
+	JB one; \
+four: \
+	VCVTPH2PS (SI)(BX*1), Y0; \
+	VCVTPH2PS 16(SI)(BX*1), Y1; \
+	VCVTPH2PS 32(SI)(BX*1), Y2; \
+	VCVTPH2PS 48(SI)(BX*1), Y3; \
+	VCVTPH2PS (DX)(BX*1), Y4; \
+	VCVTPH2PS 16(DX)(BX*1), Y5; \
+	VCVTPH2PS 32(DX)(BX*1), Y6; \
+	VCVTPH2PS 48(DX)(BX*1), Y7; \
+	OP(Y4, Y0, Y8); \
+	OP(Y5, Y1, Y9); \
+	OP(Y6, Y2, Y10); \
+	OP(Y7, Y3, Y11); \
+	VCVTPS2PH $0, Y8, (DI)(BX*1); \
+	VCVTPS2PH $0, Y9, 16(DI)(BX*1); \
+	VCVTPS2PH $0, Y10, 32(DI)(BX*1); \
+	VCVTPS2PH $0, Y11, 48(DI)(BX*1); \
+	ADDQ $64, BX; \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	CMPQ BX, CX; \
+	JAE done; \
+	VCVTPH2PS (SI)(BX*1), Y0; \
+	VCVTPH2PS (DX)(BX*1), Y4; \
+	OP(Y4, Y0, Y8); \
+	VCVTPS2PH $0, Y8, (DI)(BX*1); \
+	ADDQ $16, BX; \
+	JMP one; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// ---- bfloat16 ---------------------------------------------------------
+//
+// A 32-bit lane holds two bfloat16 values, e0 in the low half and e1 in the
+// high half. e0 widens to float32 by a left shift and e1 by masking off the
+// low half, so no lane-crossing shuffles are needed. Results are rounded to
+// nearest even with integer adds (r += 0x7fff + bit 16 of r) rather than
+// VCVTNEPS2BF16, which would flush subnormals to zero; this keeps the kernels
+// bit-identical to the generic code. NaN results of the float ops never have
+// low bits set (inputs are widened bfloat16, and the default NaN has none),
+// so the rounding add cannot carry a NaN into an infinity.
+//
+// Constants: HI = 0xffff0000, ONE = 1, BIAS = 0x7fff in every 32-bit lane.
+
+// BF16_ROUND adds the round-to-nearest-even increment at bit 16 to r.
+#define BF16_ROUND512(r, t) VPSRLD $16, r, t; VPANDD Z29, t, t; VPADDD Z30, t, t; VPADDD t, r, r
+
+// BF16_STEP512 reduces the 32 elements in registers a and b into r.
+// 0xF8 is the VPTERNLOG truth table of A | (B & C).
+#define BF16_STEP512(OP, a, b, r) \
+	VPSLLD $16, a, Z12; \
+	VPANDD Z28, a, Z13; \
+	VPSLLD $16, b, Z14; \
+	VPANDD Z28, b, Z15; \
+	OP(Z14, Z12, Z16); \
+	OP(Z15, Z13, Z17); \
+	BF16_ROUND512(Z16, Z18); \
+	BF16_ROUND512(Z17, Z19); \
+	VPSRLD $16, Z16, r; \
+	VPTERNLOGD $0xF8, Z28, Z17, r
+
+#define BF16_CONST512 \
+	MOVL $0xffff0000, AX; \
+	VPBROADCASTD AX, Z28; \
+	MOVL $1, AX; \
+	VPBROADCASTD AX, Z29; \
+	MOVL $0x7fff, AX; \
+	VPBROADCASTD AX, Z30
+
+// BF16x512: 64 bytes per vector, 2 per iteration, masked tail.
+#define BF16x512(OP) \
+	LOAD_ARGS; \
+	BF16_CONST512; \
+	CMPQ CX, $128; \
+	JB one; \
+two: \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 (DX)(BX*1), Z1; \
+	VMOVDQU64 64(SI)(BX*1), Z2; \
+	VMOVDQU64 64(DX)(BX*1), Z3; \
+	BF16_STEP512(OP, Z0, Z1, Z8); \
+	BF16_STEP512(OP, Z2, Z3, Z9); \
+	VMOVDQU64 Z8, (DI)(BX*1); \
+	VMOVDQU64 Z9, 64(DI)(BX*1); \
+	ADDQ $128, BX; \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JBE two; \
+one: \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JA tail; \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 (DX)(BX*1), Z1; \
+	BF16_STEP512(OP, Z0, Z1, Z8); \
+	VMOVDQU64 Z8, (DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP one; \
+tail: \
+	SUBQ BX, CX; \
+	JZ done; \
+	TAIL_MASK; \
+	VMOVDQU8.Z (SI)(BX*1), K1, Z0; \
+	VMOVDQU8.Z (DX)(BX*1), K1, Z1; \
+	BF16_STEP512(OP, Z0, Z1, Z8); \
+	VMOVDQU8 Z8, K1, (DI)(BX*1); \
+done: \
+	VZEROUPPER; \
+	RET
+
+// The AVX2 form: Y11 = HI, Y12 = ONE, Y13 = BIAS; Y14/Y15 stay free for the
+// operation.
+#define BF16_ROUND256(r, t) VPSRLD $16, r, t; VPAND Y12, t, t; VPADDD Y13, t, t; VPADDD t, r, r
+
+#define BF16_STEP256(OP, a, b, r) \
+	VPSLLD $16, a, Y2; \
+	VPAND Y11, a, Y3; \
+	VPSLLD $16, b, Y4; \
+	VPAND Y11, b, Y5; \
+	OP(Y4, Y2, Y6); \
+	OP(Y5, Y3, Y7); \
+	BF16_ROUND256(Y6, Y8); \
+	BF16_ROUND256(Y7, Y9); \
+	VPSRLD $16, Y6, Y6; \
+	VPAND Y11, Y7, Y7; \
+	VPOR Y7, Y6, r
+
+#define BF16_CONST256 \
+	MOVL $0xffff0000, AX; \
+	MOVD AX, X11; \
+	VPBROADCASTD X11, Y11; \
+	MOVL $1, AX; \
+	MOVD AX, X12; \
+	VPBROADCASTD X12, Y12; \
+	MOVL $0x7fff, AX; \
+	MOVD AX, X13; \
+	VPBROADCASTD X13, Y13
+
+// BF16x256: 32 bytes per vector; n % 32 == 0.
+#define BF16x256(OP) \
+	LOAD_ARGS; \
+	BF16_CONST256; \
+loop: \
+	CMPQ BX, CX; \
+	JAE done; \
+	VMOVDQU (SI)(BX*1), Y0; \
+	VMOVDQU (DX)(BX*1), Y1; \
+	BF16_STEP256(OP, Y0, Y1, Y10); \
+	VMOVDQU Y10, (DI)(BX*1); \
+	ADDQ $32, BX; \
+	JMP loop; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// ---- Kernels ----------------------------------------------------------
+
+// AVX-512 (F, BW, VL, DQ).
+TEXT ·sumF32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_ADDPS)
+TEXT ·prodF32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MULPS)
+TEXT ·minF32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MINPS512)
+TEXT ·maxF32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MAXPS512)
+TEXT ·sumF64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_ADDPD)
+TEXT ·prodF64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MULPD)
+TEXT ·minF64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MINPD512)
+TEXT ·maxF64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_MAXPD512)
+TEXT ·sum8AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PADDB)
+TEXT ·minI8AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINSB)
+TEXT ·maxI8AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXSB)
+TEXT ·minU8AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINUB)
+TEXT ·maxU8AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXUB)
+TEXT ·sum32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PADDD)
+TEXT ·prod32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMULLD)
+TEXT ·minI32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINSD)
+TEXT ·maxI32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXSD)
+TEXT ·minU32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINUD)
+TEXT ·maxU32AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXUD)
+TEXT ·sum64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PADDQ)
+TEXT ·prod64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMULLQ)
+TEXT ·minI64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINSQ)
+TEXT ·maxI64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXSQ)
+TEXT ·minU64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMINUQ)
+TEXT ·maxU64AVX512(SB), NOSPLIT, $0-32
+	PLAIN512(OP_PMAXUQ)
+TEXT ·sumF16AVX512(SB), NOSPLIT, $0-32
+	HALF512(OP_ADDPS)
+TEXT ·prodF16AVX512(SB), NOSPLIT, $0-32
+	HALF512(OP_MULPS)
+TEXT ·minF16AVX512(SB), NOSPLIT, $0-32
+	HALF512(OP_MINPS512)
+TEXT ·maxF16AVX512(SB), NOSPLIT, $0-32
+	HALF512(OP_MAXPS512)
+TEXT ·sumBF16AVX512(SB), NOSPLIT, $0-32
+	BF16x512(OP_ADDPS)
+TEXT ·prodBF16AVX512(SB), NOSPLIT, $0-32
+	BF16x512(OP_MULPS)
+TEXT ·minBF16AVX512(SB), NOSPLIT, $0-32
+	BF16x512(OP_MINPS512)
+TEXT ·maxBF16AVX512(SB), NOSPLIT, $0-32
+	BF16x512(OP_MAXPS512)
+
+// AVX2 (+F16C for float16).
+TEXT ·sumF32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_ADDPS)
+TEXT ·prodF32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MULPS)
+TEXT ·minF32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MINPS256)
+TEXT ·maxF32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MAXPS256)
+TEXT ·sumF64AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_ADDPD)
+TEXT ·prodF64AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MULPD)
+TEXT ·minF64AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MINPD256)
+TEXT ·maxF64AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_MAXPD256)
+TEXT ·sum8AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PADDB)
+TEXT ·minI8AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMINSB)
+TEXT ·maxI8AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMAXSB)
+TEXT ·minU8AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMINUB)
+TEXT ·maxU8AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMAXUB)
+TEXT ·sum32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PADDD)
+TEXT ·prod32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMULLD)
+TEXT ·minI32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMINSD)
+TEXT ·maxI32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMAXSD)
+TEXT ·minU32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMINUD)
+TEXT ·maxU32AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PMAXUD)
+TEXT ·sum64AVX2(SB), NOSPLIT, $0-32
+	PLAIN256(OP_PADDQ)
+TEXT ·sumF16AVX2(SB), NOSPLIT, $0-32
+	HALF256(OP_ADDPS)
+TEXT ·prodF16AVX2(SB), NOSPLIT, $0-32
+	HALF256(OP_MULPS)
+TEXT ·minF16AVX2(SB), NOSPLIT, $0-32
+	HALF256(OP_MINPS256)
+TEXT ·maxF16AVX2(SB), NOSPLIT, $0-32
+	HALF256(OP_MAXPS256)
+TEXT ·sumBF16AVX2(SB), NOSPLIT, $0-32
+	BF16x256(OP_ADDPS)
+TEXT ·prodBF16AVX2(SB), NOSPLIT, $0-32
+	BF16x256(OP_MULPS)
+TEXT ·minBF16AVX2(SB), NOSPLIT, $0-32
+	BF16x256(OP_MINPS256)
+TEXT ·maxBF16AVX2(SB), NOSPLIT, $0-32
+	BF16x256(OP_MAXPS256)
+
+// func cpuidECX(leaf, subleaf uint32) uint32
+TEXT ·cpuidECX(SB), NOSPLIT, $0-12
+	MOVL leaf+0(FP), AX
+	MOVL subleaf+4(FP), CX
+	CPUID
+	MOVL CX, ret+8(FP)
+	RET

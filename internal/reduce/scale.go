@@ -1,0 +1,159 @@
+package reduce
+
+// Pre- and post-operations for PreMulSum and Avg. They run once per
+// collective on the final (or first) buffer, not once per step, so they are
+// plain Go on every architecture.
+//
+// Float types compute in float32 (float16, bfloat16, fp8 and float32) or
+// float64 and round back once. Integer types convert s to int64 first
+// (truncating toward zero; s must be finite and in int64 range) and wrap in
+// the type's width. Explicit float32(...) conversions keep the compiler from
+// fusing a multiply and an add into an FMA, which would round differently on
+// different architectures.
+
+// Scale returns the function computing dst[i] = src[i]*s for dt, or nil if
+// dt is invalid. dst may alias src exactly. It never allocates.
+func Scale(dt DType) func(dst, src []byte, s float64) {
+	if !dt.Valid() {
+		return nil
+	}
+	return scaleFuncs[dt]
+}
+
+// Axpy returns the function computing dst[i] = a[i] + b[i]*s for dt (the
+// product is rounded to the compute type before the add), or nil if dt is
+// invalid. dst may alias a or b exactly. It never allocates.
+func Axpy(dt DType) func(dst, a, b []byte, s float64) {
+	if !dt.Valid() {
+		return nil
+	}
+	return axpyFuncs[dt]
+}
+
+// Div returns the function computing dst[i] = src[i] / n for dt, or nil if
+// dt is invalid. Integer types truncate toward zero like Go's /; n must be
+// at least 1 (n == 0 panics for integer types, like Go's /). Float types
+// divide in the compute type. dst may alias src exactly. It never allocates.
+func Div(dt DType) func(dst, src []byte, n int) {
+	if !dt.Valid() {
+		return nil
+	}
+	return divFuncs[dt]
+}
+
+var (
+	scaleFuncs [numDTypes + 1]func(dst, src []byte, s float64)
+	axpyFuncs  [numDTypes + 1]func(dst, a, b []byte, s float64)
+	divFuncs   [numDTypes + 1]func(dst, src []byte, n int)
+)
+
+func init() {
+	intScaling[int8](Int8, divSigned[int8])
+	intScaling[uint8](Uint8, divUnsigned[uint8])
+	intScaling[int32](Int32, divSigned[int32])
+	intScaling[uint32](Uint32, divUnsigned[uint32])
+	intScaling[int64](Int64, divSigned[int64])
+	intScaling[uint64](Uint64, divUnsigned[uint64])
+	setScaling(Float32, scaleFloat[float32], axpyFloat[float32], divFloat[float32])
+	setScaling(Float64, scaleFloat[float64], axpyFloat[float64], divFloat[float64])
+	narrowScaling(Float16, F16ToF32, F32ToF16)
+	narrowScaling(BFloat16, BF16ToF32, F32ToBF16)
+	narrowScaling(Float8E4M3, E4M3ToF32, F32ToE4M3)
+	narrowScaling(Float8E5M2, E5M2ToF32, F32ToE5M2)
+}
+
+// setScaling installs typed loops; the single-input ones take src twice so
+// that all three share typedParam's alignment handling.
+func setScaling[T any](dt DType, scale, axpy func(dst, a, b []T, s float64), div func(dst, src, _ []T, n int)) {
+	sc, ax, dv := typedParam(scale), typedParam(axpy), typedParam(div)
+	scaleFuncs[dt] = func(dst, src []byte, s float64) { sc(dst, src, src, s) }
+	axpyFuncs[dt] = ax
+	divFuncs[dt] = func(dst, src []byte, n int) { dv(dst, src, src, n) }
+}
+
+func intScaling[T integer](dt DType, div func(dst, src, _ []T, n int)) {
+	setScaling(dt, scaleInt[T], axpyInt[T], div)
+}
+
+func scaleInt[T integer](dst, src, _ []T, s float64) {
+	m := T(int64(s))
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = src[i] * m
+	}
+}
+
+func axpyInt[T integer](dst, a, b []T, s float64) {
+	m := T(int64(s))
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]*m
+	}
+}
+
+func divSigned[T int8 | int32 | int64](dst, src, _ []T, n int) {
+	src = src[:len(dst)]
+	d := int64(n)
+	for i := range dst {
+		dst[i] = T(int64(src[i]) / d)
+	}
+}
+
+func divUnsigned[T uint8 | uint32 | uint64](dst, src, _ []T, n int) {
+	src = src[:len(dst)]
+	d := uint64(n)
+	for i := range dst {
+		dst[i] = T(uint64(src[i]) / d)
+	}
+}
+
+func scaleFloat[T float](dst, src, _ []T, s float64) {
+	m := T(s)
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = src[i] * m
+	}
+}
+
+func axpyFloat[T float](dst, a, b []T, s float64) {
+	m := T(s)
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + T(b[i]*m)
+	}
+}
+
+func divFloat[T float](dst, src, _ []T, n int) {
+	m := T(n)
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = src[i] / m
+	}
+}
+
+// narrowScaling installs the loops of a format computed in float32. The
+// conversions are passed as function values: these loops are not hot.
+func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow func(float32) E) {
+	scale := func(dst, src, _ []E, s float64) {
+		m := float32(s)
+		src = src[:len(dst)]
+		for i := range dst {
+			dst[i] = narrow(widen(src[i]) * m)
+		}
+	}
+	axpy := func(dst, a, b []E, s float64) {
+		m := float32(s)
+		a, b = a[:len(dst)], b[:len(dst)]
+		for i := range dst {
+			dst[i] = narrow(widen(a[i]) + float32(widen(b[i])*m))
+		}
+	}
+	div := func(dst, src, _ []E, n int) {
+		m := float32(n)
+		src = src[:len(dst)]
+		for i := range dst {
+			dst[i] = narrow(widen(src[i]) / m)
+		}
+	}
+	setScaling(dt, scale, axpy, div)
+}
