@@ -13,37 +13,42 @@
 // either all of them (block b at b*blockLen) or exactly one of them, its own
 // (at offset 0):
 //
-//	collective      NBlocks          In holds        Out holds
-//	AllReduce       n (ring) 2 (tree)  all             all
-//	ReduceScatter   n                all             block rank
-//	AllGather       n                block rank      all
-//	Broadcast       1                all             all
-//	Reduce          1 (chain) 2 (tree) all           all
-//	AllToAll        n                all             all
-//	Gather          n                block rank      all (root only)
-//	Scatter         n                all (root only) block rank
+//	collective      NBlocks            In holds          Out holds
+//	AllReduce       n (ring) 2 (tree)  all               all
+//	ReduceScatter   n                  all               block rank
+//	AllGather       n                  block rank        all
+//	Broadcast       1 (chain) 2 (tree) all (root only)   all
+//	Reduce          1 (chain) 2 (tree) all               all (root only)
+//	AllToAll        n                  all               all
+//	Gather          n                  block rank        all (root only)
+//	Scatter         n                  all (root only)   block rank
+//
+// For AllReduce, Broadcast and Reduce the blocks partition the vector of
+// count elements as evenly as possible (block b starts at count*b/NBlocks);
+// for the others each block is count elements long.
 //
 // A third buffer, Tmp, is scratch the executor provides: it holds all blocks
 // but only for the current chunk, so it is valid only within one run of a
 // phase on one chunk index (an interior tree node at a non-root rank of Reduce
 // accumulates its children there, since Out exists only at the root).
 //
-// For AllReduce the blocks partition the vector of count elements as evenly as
-// possible (block b starts at count*b/NBlocks); for the others each block is
-// count elements long.
-//
 // # Chunks and phases
 //
 // The executor splits every block into chunks that fit one transport slot and
 // runs each phase once per chunk index c: every step of the phase, in order,
 // on chunk c of the blocks it names. Phase p+1 starts only after phase p has
-// run for all chunks. A ring all-reduce is one phase of 2(n-1) steps, so the
-// pipeline is chunk-major; a tree all-reduce is two phases (up, then down), as
-// in NCCL, so the reduction of chunk c+1 overlaps the broadcast of chunk c on
-// other ranks.
+// run for all chunks. A ring all-reduce is one phase of 2n-1 steps (2(n-1)
+// sends and 2(n-1) receives), so the pipeline is chunk-major; a tree
+// all-reduce is two phases (up, then down), as in NCCL, so the reduction of
+// chunk c+1 overlaps the broadcast of chunk c on other ranks.
 //
 // Chunks that are empty (a short block) are skipped by sender and receiver
 // alike, since both compute the same lengths.
+//
+// A fused step holds its incoming slot while it waits for an outgoing one, so
+// ring plans need at least two slots per connection (ring.MinSlots): with one,
+// every rank of the ring waits on its successor. Transports provide at least
+// two.
 //
 // # Reductions
 //
@@ -51,7 +56,9 @@
 // its local operand from In applies the op's pre-scaling (PreMulSum, float
 // Avg) to it: each rank's In is read exactly once by a correct schedule. A
 // step with Final set produces the complete reduction of its block; the
-// executor applies the op's post-operation (integer Avg division) there.
+// executor applies the op's post-operation (integer Avg division) there,
+// before the value is stored or sent on, so that a final recvReduceCopySend
+// forwards the finished value. Copy pre-scales only in reducing collectives.
 package algo
 
 import (

@@ -42,7 +42,9 @@ func NewWorld(n, slotSize, slotCount int) (*World, error) {
 	if slotCount == 0 {
 		slotCount = DefaultSlotCount
 	}
-	if slotSize < 64 || slotCount < 1 {
+	// Two slots at least: a fused receive-and-send holds one slot while it
+	// waits for the next (see algo.Plan).
+	if slotSize < 64 || slotCount < 2 {
 		return nil, fmt.Errorf("inproc: slot size %d and count %d too small", slotSize, slotCount)
 	}
 	w := &World{slotSize: slotSize, slotCount: slotCount, rings: map[[2]int]*ring{}}

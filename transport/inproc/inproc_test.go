@@ -141,6 +141,9 @@ func TestBadPeer(t *testing.T) {
 	if _, err := NewWorld(0, 0, 0); err == nil {
 		t.Error("world of 0 ranks accepted")
 	}
+	if _, err := NewWorld(2, 0, 1); err == nil {
+		t.Error("one slot per ring accepted; fused ring steps need two")
+	}
 }
 
 func TestSteadyStateAllocatesNothing(t *testing.T) {
