@@ -8,20 +8,38 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// asmKernel is the signature of every kernel in kernels_amd64.s; n counts
-// bytes.
-type asmKernel func(dst, a, b *byte, n int)
+// asmKernel is the signature of every kernel in kernels_amd64.s: n counts
+// bytes, and stream asks for non-temporal stores (dst must then be aligned
+// to the kernel's vector size).
+type asmKernel func(dst, a, b *byte, n int, stream bool)
+
+// streamThreshold is the output size in bytes from which kernels write dst
+// with non-temporal stores when dst is a separate buffer. Below it the
+// result is likely to be read again soon (sent, or reduced into again) and
+// is better left in cache; above it the buffers outgrow the caches, and
+// skipping dst's read-for-ownership saves a quarter of the memory traffic.
+// In place (dst == a or b) the line was just read, so a normal store is
+// cheaper. See docs/PERFORMANCE.md for the measurements.
+const streamThreshold = 1 << 20
 
 // simdSets returns the SIMD kernel sets this CPU and OS support, slowest
 // first. x/sys/cpu only reports AVX and AVX-512 when the OS saves their
 // register state.
 func simdSets() []*kernelSet {
+	return simdSetsStreamingFrom(streamThreshold, "")
+}
+
+// streamingSets returns the SIMD sets with non-temporal stores used at every
+// size, so that tests cover that path on small buffers.
+func streamingSets() []*kernelSet { return simdSetsStreamingFrom(0, "+stream") }
+
+func simdSetsStreamingFrom(threshold int, suffix string) []*kernelSet {
 	var sets []*kernelSet
 	if hasAVX2() {
-		sets = append(sets, avx2Set())
+		sets = append(sets, avx2Set(threshold, suffix))
 	}
 	if hasAVX512() {
-		sets = append(sets, avx512Set())
+		sets = append(sets, avx512Set(threshold, suffix))
 	}
 	return sets
 }
@@ -38,123 +56,129 @@ func hasAVX512() bool {
 
 // avx512Set takes every Float32, Float64, Float16, BFloat16 and integer kernel
 // it has from assembly; Prod of 8-bit integers and the fp8 formats stay generic.
-func avx512Set() *kernelSet {
-	s := &kernelSet{name: "avx512", funcs: genericSet().funcs}
+// The AVX-512 kernels finish any length with a masked vector, so step is 1.
+func avx512Set(streamFrom int, suffix string) *kernelSet {
+	s := &kernelSet{name: "avx512" + suffix, funcs: genericSet().funcs}
 	t := &s.funcs
-	whole := func(dt DType, op Op, k asmKernel) { t[dt][op] = wholeKernel(k) }
-	whole(Float32, Sum, sumF32AVX512)
-	whole(Float32, Prod, prodF32AVX512)
-	whole(Float32, Min, minF32AVX512)
-	whole(Float32, Max, maxF32AVX512)
-	whole(Float64, Sum, sumF64AVX512)
-	whole(Float64, Prod, prodF64AVX512)
-	whole(Float64, Min, minF64AVX512)
-	whole(Float64, Max, maxF64AVX512)
-	whole(Float16, Sum, sumF16AVX512)
-	whole(Float16, Prod, prodF16AVX512)
-	whole(Float16, Min, minF16AVX512)
-	whole(Float16, Max, maxF16AVX512)
-	whole(BFloat16, Sum, sumBF16AVX512)
-	whole(BFloat16, Prod, prodBF16AVX512)
-	whole(BFloat16, Min, minBF16AVX512)
-	whole(BFloat16, Max, maxBF16AVX512)
-	whole(Int8, Sum, sum8AVX512)
-	whole(Uint8, Sum, sum8AVX512)
-	whole(Int8, Min, minI8AVX512)
-	whole(Int8, Max, maxI8AVX512)
-	whole(Uint8, Min, minU8AVX512)
-	whole(Uint8, Max, maxU8AVX512)
+	set := func(dt DType, op Op, k asmKernel) { t[dt][op] = simdKernel(dt, k, 1, 64, streamFrom, t[dt][op]) }
+	set(Float32, Sum, sumF32AVX512)
+	set(Float32, Prod, prodF32AVX512)
+	set(Float32, Min, minF32AVX512)
+	set(Float32, Max, maxF32AVX512)
+	set(Float64, Sum, sumF64AVX512)
+	set(Float64, Prod, prodF64AVX512)
+	set(Float64, Min, minF64AVX512)
+	set(Float64, Max, maxF64AVX512)
+	set(Float16, Sum, sumF16AVX512)
+	set(Float16, Prod, prodF16AVX512)
+	set(Float16, Min, minF16AVX512)
+	set(Float16, Max, maxF16AVX512)
+	set(BFloat16, Sum, sumBF16AVX512)
+	set(BFloat16, Prod, prodBF16AVX512)
+	set(BFloat16, Min, minBF16AVX512)
+	set(BFloat16, Max, maxBF16AVX512)
+	set(Int8, Sum, sum8AVX512)
+	set(Uint8, Sum, sum8AVX512)
+	set(Int8, Min, minI8AVX512)
+	set(Int8, Max, maxI8AVX512)
+	set(Uint8, Min, minU8AVX512)
+	set(Uint8, Max, maxU8AVX512)
 	for _, dt := range []DType{Int32, Uint32} {
-		whole(dt, Sum, sum32AVX512)
-		whole(dt, Prod, prod32AVX512)
+		set(dt, Sum, sum32AVX512)
+		set(dt, Prod, prod32AVX512)
 	}
-	whole(Int32, Min, minI32AVX512)
-	whole(Int32, Max, maxI32AVX512)
-	whole(Uint32, Min, minU32AVX512)
-	whole(Uint32, Max, maxU32AVX512)
+	set(Int32, Min, minI32AVX512)
+	set(Int32, Max, maxI32AVX512)
+	set(Uint32, Min, minU32AVX512)
+	set(Uint32, Max, maxU32AVX512)
 	for _, dt := range []DType{Int64, Uint64} {
-		whole(dt, Sum, sum64AVX512)
-		whole(dt, Prod, prod64AVX512)
+		set(dt, Sum, sum64AVX512)
+		set(dt, Prod, prod64AVX512)
 	}
-	whole(Int64, Min, minI64AVX512)
-	whole(Int64, Max, maxI64AVX512)
-	whole(Uint64, Min, minU64AVX512)
-	whole(Uint64, Max, maxU64AVX512)
+	set(Int64, Min, minI64AVX512)
+	set(Int64, Max, maxI64AVX512)
+	set(Uint64, Min, minU64AVX512)
+	set(Uint64, Max, maxU64AVX512)
 	return s
 }
 
 // avx2Set: AVX2 has no 64-bit integer min/max/multiply nor byte multiply,
-// so those and the fp8 formats stay generic.
-func avx2Set() *kernelSet {
-	s := &kernelSet{name: "avx2", funcs: genericSet().funcs}
+// so those and the fp8 formats stay generic. The AVX2 kernels take whole
+// steps of 32 bytes (16 for float16); the generic kernel, which rounds
+// identically, finishes the buffer.
+func avx2Set(streamFrom int, suffix string) *kernelSet {
+	s := &kernelSet{name: "avx2" + suffix, funcs: genericSet().funcs}
 	t := &s.funcs
-	// The AVX2 kernels take whole steps; the generic kernel, which rounds
-	// identically, finishes the buffer.
-	body := func(dt DType, op Op, step int, k asmKernel) { t[dt][op] = stepKernel(k, step, t[dt][op]) }
-	body(Float32, Sum, 32, sumF32AVX2)
-	body(Float32, Prod, 32, prodF32AVX2)
-	body(Float32, Min, 32, minF32AVX2)
-	body(Float32, Max, 32, maxF32AVX2)
-	body(Float64, Sum, 32, sumF64AVX2)
-	body(Float64, Prod, 32, prodF64AVX2)
-	body(Float64, Min, 32, minF64AVX2)
-	body(Float64, Max, 32, maxF64AVX2)
-	body(Float16, Sum, 16, sumF16AVX2)
-	body(Float16, Prod, 16, prodF16AVX2)
-	body(Float16, Min, 16, minF16AVX2)
-	body(Float16, Max, 16, maxF16AVX2)
-	body(BFloat16, Sum, 32, sumBF16AVX2)
-	body(BFloat16, Prod, 32, prodBF16AVX2)
-	body(BFloat16, Min, 32, minBF16AVX2)
-	body(BFloat16, Max, 32, maxBF16AVX2)
-	body(Int8, Sum, 32, sum8AVX2)
-	body(Uint8, Sum, 32, sum8AVX2)
-	body(Int8, Min, 32, minI8AVX2)
-	body(Int8, Max, 32, maxI8AVX2)
-	body(Uint8, Min, 32, minU8AVX2)
-	body(Uint8, Max, 32, maxU8AVX2)
+	set := func(dt DType, op Op, step int, k asmKernel) { t[dt][op] = simdKernel(dt, k, step, 32, streamFrom, t[dt][op]) }
+	set(Float32, Sum, 32, sumF32AVX2)
+	set(Float32, Prod, 32, prodF32AVX2)
+	set(Float32, Min, 32, minF32AVX2)
+	set(Float32, Max, 32, maxF32AVX2)
+	set(Float64, Sum, 32, sumF64AVX2)
+	set(Float64, Prod, 32, prodF64AVX2)
+	set(Float64, Min, 32, minF64AVX2)
+	set(Float64, Max, 32, maxF64AVX2)
+	set(Float16, Sum, 16, sumF16AVX2)
+	set(Float16, Prod, 16, prodF16AVX2)
+	set(Float16, Min, 16, minF16AVX2)
+	set(Float16, Max, 16, maxF16AVX2)
+	set(BFloat16, Sum, 32, sumBF16AVX2)
+	set(BFloat16, Prod, 32, prodBF16AVX2)
+	set(BFloat16, Min, 32, minBF16AVX2)
+	set(BFloat16, Max, 32, maxBF16AVX2)
+	set(Int8, Sum, 32, sum8AVX2)
+	set(Uint8, Sum, 32, sum8AVX2)
+	set(Int8, Min, 32, minI8AVX2)
+	set(Int8, Max, 32, maxI8AVX2)
+	set(Uint8, Min, 32, minU8AVX2)
+	set(Uint8, Max, 32, maxU8AVX2)
 	for _, dt := range []DType{Int32, Uint32} {
-		body(dt, Sum, 32, sum32AVX2)
-		body(dt, Prod, 32, prod32AVX2)
+		set(dt, Sum, 32, sum32AVX2)
+		set(dt, Prod, 32, prod32AVX2)
 	}
-	body(Int32, Min, 32, minI32AVX2)
-	body(Int32, Max, 32, maxI32AVX2)
-	body(Uint32, Min, 32, minU32AVX2)
-	body(Uint32, Max, 32, maxU32AVX2)
-	body(Int64, Sum, 32, sum64AVX2)
-	body(Uint64, Sum, 32, sum64AVX2)
+	set(Int32, Min, 32, minI32AVX2)
+	set(Int32, Max, 32, maxI32AVX2)
+	set(Uint32, Min, 32, minU32AVX2)
+	set(Uint32, Max, 32, maxU32AVX2)
+	set(Int64, Sum, 32, sum64AVX2)
+	set(Uint64, Sum, 32, sum64AVX2)
 	return s
 }
 
-// wholeKernel wraps a kernel that handles any length itself. Indexing the
-// last byte of a and b makes a too-short input panic instead of letting the
-// assembly read past it; it costs two compares per call.
-func wholeKernel(k asmKernel) Func {
+// simdKernel wraps an assembly kernel that processes multiples of step bytes
+// (a power of two; 1 for kernels that finish any length themselves). The
+// generic kernel, which rounds identically, handles what the assembly does
+// not: the unaligned head of a streamed dst and the sub-step tail. Outputs of
+// streamFrom bytes or more are written with non-temporal stores.
+func simdKernel(dt DType, k asmKernel, step, vecBytes, streamFrom int, generic Func) Func {
+	size := dt.Size()
 	return func(dst, a, b []byte) {
 		n := len(dst)
 		if n == 0 {
 			return
 		}
+		// Indexing the last byte makes a too-short input panic instead of
+		// letting the assembly read past it; it costs two compares.
 		_, _ = a[n-1], b[n-1]
-		k(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), n)
-	}
-}
-
-// stepKernel wraps a kernel that only takes multiples of step bytes (a power
-// of two) and finishes the rest with tail.
-func stepKernel(k asmKernel, step int, tail Func) Func {
-	return func(dst, a, b []byte) {
-		n := len(dst)
-		if n == 0 {
-			return
+		start, stream := 0, false
+		if n >= streamFrom && &dst[0] != &a[0] && &dst[0] != &b[0] {
+			// Non-temporal stores need dst aligned to the vector; run the
+			// generic kernel up to that point, if it is an element boundary.
+			head := min(int(-uintptr(unsafe.Pointer(&dst[0])))&(vecBytes-1), n)
+			if head%size == 0 {
+				stream = true
+				if head > 0 {
+					generic(dst[:head], a[:head], b[:head])
+					start = head
+				}
+			}
 		}
-		_, _ = a[n-1], b[n-1]
-		body := n &^ (step - 1)
+		body := (n - start) &^ (step - 1)
 		if body > 0 {
-			k(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), body)
+			k(&dst[start], &a[start], &b[start], body, stream)
 		}
-		if body < n {
-			tail(dst[body:], a[body:n], b[body:n])
+		if end := start + body; end < n {
+			generic(dst[end:], a[end:n], b[end:n])
 		}
 	}
 }
@@ -165,184 +189,184 @@ func cpuidECX(leaf, subleaf uint32) uint32
 // Kernels in kernels_amd64.s.
 
 //go:noescape
-func sumF32AVX512(dst, a, b *byte, n int)
+func sumF32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF32AVX512(dst, a, b *byte, n int)
+func prodF32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF32AVX512(dst, a, b *byte, n int)
+func minF32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF32AVX512(dst, a, b *byte, n int)
+func maxF32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumF64AVX512(dst, a, b *byte, n int)
+func sumF64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF64AVX512(dst, a, b *byte, n int)
+func prodF64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF64AVX512(dst, a, b *byte, n int)
+func minF64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF64AVX512(dst, a, b *byte, n int)
+func maxF64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum8AVX512(dst, a, b *byte, n int)
+func sum8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minI8AVX512(dst, a, b *byte, n int)
+func minI8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxI8AVX512(dst, a, b *byte, n int)
+func maxI8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minU8AVX512(dst, a, b *byte, n int)
+func minU8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxU8AVX512(dst, a, b *byte, n int)
+func maxU8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum32AVX512(dst, a, b *byte, n int)
+func sum32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prod32AVX512(dst, a, b *byte, n int)
+func prod32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minI32AVX512(dst, a, b *byte, n int)
+func minI32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxI32AVX512(dst, a, b *byte, n int)
+func maxI32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minU32AVX512(dst, a, b *byte, n int)
+func minU32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxU32AVX512(dst, a, b *byte, n int)
+func maxU32AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum64AVX512(dst, a, b *byte, n int)
+func sum64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prod64AVX512(dst, a, b *byte, n int)
+func prod64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minI64AVX512(dst, a, b *byte, n int)
+func minI64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxI64AVX512(dst, a, b *byte, n int)
+func maxI64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minU64AVX512(dst, a, b *byte, n int)
+func minU64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxU64AVX512(dst, a, b *byte, n int)
+func maxU64AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumF16AVX512(dst, a, b *byte, n int)
+func sumF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF16AVX512(dst, a, b *byte, n int)
+func prodF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF16AVX512(dst, a, b *byte, n int)
+func minF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF16AVX512(dst, a, b *byte, n int)
+func maxF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumBF16AVX512(dst, a, b *byte, n int)
+func sumBF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodBF16AVX512(dst, a, b *byte, n int)
+func prodBF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minBF16AVX512(dst, a, b *byte, n int)
+func minBF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxBF16AVX512(dst, a, b *byte, n int)
+func maxBF16AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumF32AVX2(dst, a, b *byte, n int)
+func sumF32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF32AVX2(dst, a, b *byte, n int)
+func prodF32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF32AVX2(dst, a, b *byte, n int)
+func minF32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF32AVX2(dst, a, b *byte, n int)
+func maxF32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumF64AVX2(dst, a, b *byte, n int)
+func sumF64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF64AVX2(dst, a, b *byte, n int)
+func prodF64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF64AVX2(dst, a, b *byte, n int)
+func minF64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF64AVX2(dst, a, b *byte, n int)
+func maxF64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum8AVX2(dst, a, b *byte, n int)
+func sum8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minI8AVX2(dst, a, b *byte, n int)
+func minI8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxI8AVX2(dst, a, b *byte, n int)
+func maxI8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minU8AVX2(dst, a, b *byte, n int)
+func minU8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxU8AVX2(dst, a, b *byte, n int)
+func maxU8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum32AVX2(dst, a, b *byte, n int)
+func sum32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prod32AVX2(dst, a, b *byte, n int)
+func prod32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minI32AVX2(dst, a, b *byte, n int)
+func minI32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxI32AVX2(dst, a, b *byte, n int)
+func maxI32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minU32AVX2(dst, a, b *byte, n int)
+func minU32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxU32AVX2(dst, a, b *byte, n int)
+func maxU32AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sum64AVX2(dst, a, b *byte, n int)
+func sum64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumF16AVX2(dst, a, b *byte, n int)
+func sumF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodF16AVX2(dst, a, b *byte, n int)
+func prodF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minF16AVX2(dst, a, b *byte, n int)
+func minF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxF16AVX2(dst, a, b *byte, n int)
+func maxF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func sumBF16AVX2(dst, a, b *byte, n int)
+func sumBF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func prodBF16AVX2(dst, a, b *byte, n int)
+func prodBF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func minBF16AVX2(dst, a, b *byte, n int)
+func minBF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
-func maxBF16AVX2(dst, a, b *byte, n int)
+func maxBF16AVX2(dst, a, b *byte, n int, stream bool)

@@ -4,9 +4,12 @@
 
 // Element-wise kernels, all with the Go signature
 //
-//	func k(dst, a, b *byte, n int)
+//	func k(dst, a, b *byte, n int, stream bool)
 //
-// where n is a byte count. The AVX-512 kernels take any n (a multiple of the
+// where n is a byte count. With stream set, whole unrolled blocks are written
+// with non-temporal stores (VMOVNTDQ), which skip the read-for-ownership of
+// dst and leave the caches to the inputs; the caller sets it only for large,
+// distinct buffers and has aligned dst to the vector size. The AVX-512 kernels take any n (a multiple of the
 // element size) and finish with one masked vector. The AVX2 kernels take an n
 // that is a multiple of their step (32 bytes, 16 for float16); the Go wrapper
 // runs the generic kernel on the rest.
@@ -21,7 +24,9 @@
 	MOVQ a+8(FP), SI; \
 	MOVQ b+16(FP), DX; \
 	MOVQ n+24(FP), CX; \
-	XORQ BX, BX
+	XORQ BX, BX; \
+	MOVBLZX stream+32(FP), AX; \
+	TESTL AX, AX
 
 // TAIL_MASK sets K1 to the low CX bits (CX < 64): the bytes left for the
 // final, masked vector.
@@ -76,6 +81,7 @@
 // every element size).
 #define PLAIN512(OP) \
 	LOAD_ARGS; \
+	JNZ nt; \
 	CMPQ CX, $256; \
 	JB one; \
 four: \
@@ -119,12 +125,38 @@ tail: \
 	VMOVDQU8 Z8, K1, (DI)(BX*1); \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 256(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 64(SI)(BX*1), Z1; \
+	VMOVDQU64 128(SI)(BX*1), Z2; \
+	VMOVDQU64 192(SI)(BX*1), Z3; \
+	VMOVDQU64 (DX)(BX*1), Z4; \
+	VMOVDQU64 64(DX)(BX*1), Z5; \
+	VMOVDQU64 128(DX)(BX*1), Z6; \
+	VMOVDQU64 192(DX)(BX*1), Z7; \
+	OP(Z4, Z0, Z8); \
+	OP(Z5, Z1, Z9); \
+	OP(Z6, Z2, Z10); \
+	OP(Z7, Z3, Z11); \
+	VMOVNTDQ Z8, (DI)(BX*1); \
+	VMOVNTDQ Z9, 64(DI)(BX*1); \
+	VMOVNTDQ Z10, 128(DI)(BX*1); \
+	VMOVNTDQ Z11, 192(DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
 
 // PLAIN256: 4 x 32 bytes per iteration, then 32 at a time; n % 32 == 0.
 // Uses Y0-Y11 and leaves Y14/Y15 to the operation.
 #define PLAIN256(OP) \
 	LOAD_ARGS; \
+	JNZ nt; \
 	CMPQ CX, $128; \
 	JB one; \
 four: \
@@ -159,7 +191,32 @@ one: \
 	JMP one; \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VMOVDQU (SI)(BX*1), Y0; \
+	VMOVDQU 32(SI)(BX*1), Y1; \
+	VMOVDQU 64(SI)(BX*1), Y2; \
+	VMOVDQU 96(SI)(BX*1), Y3; \
+	VMOVDQU (DX)(BX*1), Y4; \
+	VMOVDQU 32(DX)(BX*1), Y5; \
+	VMOVDQU 64(DX)(BX*1), Y6; \
+	VMOVDQU 96(DX)(BX*1), Y7; \
+	OP(Y4, Y0, Y8); \
+	OP(Y5, Y1, Y9); \
+	OP(Y6, Y2, Y10); \
+	OP(Y7, Y3, Y11); \
+	VMOVNTDQ Y8, (DI)(BX*1); \
+	VMOVNTDQ Y9, 32(DI)(BX*1); \
+	VMOVNTDQ Y10, 64(DI)(BX*1); \
+	VMOVNTDQ Y11, 96(DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
 
 // ---- float16 (F16C): widen with VCVTPH2PS, narrow with VCVTPS2PH $0 (round
 // to nearest even, independent of MXCSR) -------------------------------
@@ -167,6 +224,7 @@ done: \
 // HALF512: 16 elements (32 bytes) per vector, 4 per iteration, masked tail.
 #define HALF512(OP) \
 	LOAD_ARGS; \
+	JNZ nt; \
 	CMPQ CX, $128; \
 	JB one; \
 four: \
@@ -213,11 +271,41 @@ tail: \
 	VMOVDQU8 Y8, K1, (DI)(BX*1); \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VCVTPH2PS (SI)(BX*1), Z0; \
+	VCVTPH2PS 32(SI)(BX*1), Z1; \
+	VCVTPH2PS 64(SI)(BX*1), Z2; \
+	VCVTPH2PS 96(SI)(BX*1), Z3; \
+	VCVTPH2PS (DX)(BX*1), Z4; \
+	VCVTPH2PS 32(DX)(BX*1), Z5; \
+	VCVTPH2PS 64(DX)(BX*1), Z6; \
+	VCVTPH2PS 96(DX)(BX*1), Z7; \
+	OP(Z4, Z0, Z8); \
+	OP(Z5, Z1, Z9); \
+	OP(Z6, Z2, Z10); \
+	OP(Z7, Z3, Z11); \
+	VCVTPS2PH $0, Z8, Y8; \
+	VCVTPS2PH $0, Z9, Y9; \
+	VCVTPS2PH $0, Z10, Y10; \
+	VCVTPS2PH $0, Z11, Y11; \
+	VMOVNTDQ Y8, (DI)(BX*1); \
+	VMOVNTDQ Y9, 32(DI)(BX*1); \
+	VMOVNTDQ Y10, 64(DI)(BX*1); \
+	VMOVNTDQ Y11, 96(DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
 
 // HALF256: 8 elements (16 bytes) per vector, 4 per iteration; n % 16 == 0.
 #define HALF256(OP) \
 	LOAD_ARGS; \
+	JNZ nt; \
 	CMPQ CX, $64; \
 	JB one; \
 four: \
@@ -252,26 +340,59 @@ one: \
 	JMP one; \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VCVTPH2PS (SI)(BX*1), Y0; \
+	VCVTPH2PS 16(SI)(BX*1), Y1; \
+	VCVTPH2PS 32(SI)(BX*1), Y2; \
+	VCVTPH2PS 48(SI)(BX*1), Y3; \
+	VCVTPH2PS (DX)(BX*1), Y4; \
+	VCVTPH2PS 16(DX)(BX*1), Y5; \
+	VCVTPH2PS 32(DX)(BX*1), Y6; \
+	VCVTPH2PS 48(DX)(BX*1), Y7; \
+	OP(Y4, Y0, Y8); \
+	OP(Y5, Y1, Y9); \
+	OP(Y6, Y2, Y10); \
+	OP(Y7, Y3, Y11); \
+	VCVTPS2PH $0, Y8, X8; \
+	VCVTPS2PH $0, Y9, X9; \
+	VCVTPS2PH $0, Y10, X10; \
+	VCVTPS2PH $0, Y11, X11; \
+	VMOVNTDQ X8, (DI)(BX*1); \
+	VMOVNTDQ X9, 16(DI)(BX*1); \
+	VMOVNTDQ X10, 32(DI)(BX*1); \
+	VMOVNTDQ X11, 48(DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
 
 // ---- bfloat16 ---------------------------------------------------------
 //
 // A 32-bit lane holds two bfloat16 values, e0 in the low half and e1 in the
 // high half. e0 widens to float32 by a left shift and e1 by masking off the
 // low half, so no lane-crossing shuffles are needed. Results are rounded to
-// nearest even with integer adds (r += 0x7fff + bit 16 of r) rather than
-// VCVTNEPS2BF16, which would flush subnormals to zero; this keeps the kernels
-// bit-identical to the generic code. NaN results of the float ops never have
-// low bits set (inputs are widened bfloat16, and the default NaN has none),
-// so the rounding add cannot carry a NaN into an infinity.
+// nearest even with integer operations rather than VCVTNEPS2BF16, which
+// would flush subnormals to zero; this keeps the kernels bit-identical to the
+// generic code. NaN results of the float ops never have low bits set (inputs
+// are widened bfloat16, and the default NaN has none), so rounding cannot
+// carry a NaN into an infinity, and no NaN test is needed.
 //
-// Constants: HI = 0xffff0000, ONE = 1, BIAS = 0x7fff in every 32-bit lane.
-
-// BF16_ROUND adds the round-to-nearest-even increment at bit 16 to r.
-#define BF16_ROUND512(r, t) VPSRLD $16, r, t; VPANDD Z29, t, t; VPADDD Z30, t, t; VPADDD t, r, r
+// The AVX-512 form rounds both halves at once in 16-bit lanes: P holds the
+// truncated results (e0's high half in the low word, e1's in the high word),
+// L the discarded low halves in the same positions. A word of P is
+// incremented when its L word is above 0x8000, or equal and P's word is odd,
+// i.e. when (L | (P & 1)) > 0x8000 unsigned.
+//
+// Constants: Z28 = 0xffff0000, Z29 = 0x0000ffff, Z30 = 0x00010001 and
+// Z31 = 0x80008000 in every 32-bit lane. 0xF8 is the VPTERNLOG truth table of
+// A | (B & C), with Go's operand order C, B, A.
 
 // BF16_STEP512 reduces the 32 elements in registers a and b into r.
-// 0xF8 is the VPTERNLOG truth table of A | (B & C).
 #define BF16_STEP512(OP, a, b, r) \
 	VPSLLD $16, a, Z12; \
 	VPANDD Z28, a, Z13; \
@@ -279,23 +400,30 @@ done: \
 	VPANDD Z28, b, Z15; \
 	OP(Z14, Z12, Z16); \
 	OP(Z15, Z13, Z17); \
-	BF16_ROUND512(Z16, Z18); \
-	BF16_ROUND512(Z17, Z19); \
 	VPSRLD $16, Z16, r; \
-	VPTERNLOGD $0xF8, Z28, Z17, r
+	VPTERNLOGD $0xF8, Z28, Z17, r; \
+	VPSLLD $16, Z17, Z18; \
+	VPTERNLOGD $0xF8, Z29, Z16, Z18; \
+	VPTERNLOGD $0xF8, Z30, r, Z18; \
+	VPCMPUW $6, Z31, Z18, K3; \
+	VPADDW Z30, r, K3, r
 
+// The constant loads leave the flags of LOAD_ARGS intact.
 #define BF16_CONST512 \
 	MOVL $0xffff0000, AX; \
 	VPBROADCASTD AX, Z28; \
-	MOVL $1, AX; \
+	MOVL $0x0000ffff, AX; \
 	VPBROADCASTD AX, Z29; \
-	MOVL $0x7fff, AX; \
-	VPBROADCASTD AX, Z30
+	MOVL $0x00010001, AX; \
+	VPBROADCASTD AX, Z30; \
+	MOVL $0x80008000, AX; \
+	VPBROADCASTD AX, Z31
 
 // BF16x512: 64 bytes per vector, 2 per iteration, masked tail.
 #define BF16x512(OP) \
 	LOAD_ARGS; \
 	BF16_CONST512; \
+	JNZ nt; \
 	CMPQ CX, $128; \
 	JB one; \
 two: \
@@ -331,10 +459,28 @@ tail: \
 	VMOVDQU8 Z8, K1, (DI)(BX*1); \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 128(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VMOVDQU64 (SI)(BX*1), Z0; \
+	VMOVDQU64 (DX)(BX*1), Z1; \
+	VMOVDQU64 64(SI)(BX*1), Z2; \
+	VMOVDQU64 64(DX)(BX*1), Z3; \
+	BF16_STEP512(OP, Z0, Z1, Z8); \
+	BF16_STEP512(OP, Z2, Z3, Z9); \
+	VMOVNTDQ Z8, (DI)(BX*1); \
+	VMOVNTDQ Z9, 64(DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
 
-// The AVX2 form: Y11 = HI, Y12 = ONE, Y13 = BIAS; Y14/Y15 stay free for the
-// operation.
+// The AVX2 form rounds each half on its own: r += 0x7fff + bit 16 of r, then
+// the high half is kept. Constants: Y11 = 0xffff0000, Y12 = 1, Y13 = 0x7fff
+// in every 32-bit lane; Y14/Y15 stay free for the operation.
 #define BF16_ROUND256(r, t) VPSRLD $16, r, t; VPAND Y12, t, t; VPADDD Y13, t, t; VPADDD t, r, r
 
 #define BF16_STEP256(OP, a, b, r) \
@@ -365,6 +511,7 @@ done: \
 #define BF16x256(OP) \
 	LOAD_ARGS; \
 	BF16_CONST256; \
+	JNZ nt; \
 loop: \
 	CMPQ BX, CX; \
 	JAE done; \
@@ -376,134 +523,147 @@ loop: \
 	JMP loop; \
 done: \
 	VZEROUPPER; \
-	RET
+	RET; \
+nt: \
+	LEAQ 32(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	VMOVDQU (SI)(BX*1), Y0; \
+	VMOVDQU (DX)(BX*1), Y1; \
+	BF16_STEP256(OP, Y0, Y1, Y10); \
+	VMOVNTDQ Y10, (DI)(BX*1); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP loop
 
 // ---- Kernels ----------------------------------------------------------
 
 // AVX-512 (F, BW, VL, DQ).
-TEXT ·sumF32AVX512(SB), NOSPLIT, $0-32
+TEXT ·sumF32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_ADDPS)
-TEXT ·prodF32AVX512(SB), NOSPLIT, $0-32
+TEXT ·prodF32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MULPS)
-TEXT ·minF32AVX512(SB), NOSPLIT, $0-32
+TEXT ·minF32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MINPS512)
-TEXT ·maxF32AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxF32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MAXPS512)
-TEXT ·sumF64AVX512(SB), NOSPLIT, $0-32
+TEXT ·sumF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_ADDPD)
-TEXT ·prodF64AVX512(SB), NOSPLIT, $0-32
+TEXT ·prodF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MULPD)
-TEXT ·minF64AVX512(SB), NOSPLIT, $0-32
+TEXT ·minF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MINPD512)
-TEXT ·maxF64AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MAXPD512)
-TEXT ·sum8AVX512(SB), NOSPLIT, $0-32
+TEXT ·sum8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PADDB)
-TEXT ·minI8AVX512(SB), NOSPLIT, $0-32
+TEXT ·minI8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINSB)
-TEXT ·maxI8AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxI8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXSB)
-TEXT ·minU8AVX512(SB), NOSPLIT, $0-32
+TEXT ·minU8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINUB)
-TEXT ·maxU8AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxU8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXUB)
-TEXT ·sum32AVX512(SB), NOSPLIT, $0-32
+TEXT ·sum32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PADDD)
-TEXT ·prod32AVX512(SB), NOSPLIT, $0-32
+TEXT ·prod32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMULLD)
-TEXT ·minI32AVX512(SB), NOSPLIT, $0-32
+TEXT ·minI32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINSD)
-TEXT ·maxI32AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxI32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXSD)
-TEXT ·minU32AVX512(SB), NOSPLIT, $0-32
+TEXT ·minU32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINUD)
-TEXT ·maxU32AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxU32AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXUD)
-TEXT ·sum64AVX512(SB), NOSPLIT, $0-32
+TEXT ·sum64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PADDQ)
-TEXT ·prod64AVX512(SB), NOSPLIT, $0-32
+TEXT ·prod64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMULLQ)
-TEXT ·minI64AVX512(SB), NOSPLIT, $0-32
+TEXT ·minI64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINSQ)
-TEXT ·maxI64AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxI64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXSQ)
-TEXT ·minU64AVX512(SB), NOSPLIT, $0-32
+TEXT ·minU64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMINUQ)
-TEXT ·maxU64AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxU64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PMAXUQ)
-TEXT ·sumF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·sumF16AVX512(SB), NOSPLIT, $0-33
 	HALF512(OP_ADDPS)
-TEXT ·prodF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·prodF16AVX512(SB), NOSPLIT, $0-33
 	HALF512(OP_MULPS)
-TEXT ·minF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·minF16AVX512(SB), NOSPLIT, $0-33
 	HALF512(OP_MINPS512)
-TEXT ·maxF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxF16AVX512(SB), NOSPLIT, $0-33
 	HALF512(OP_MAXPS512)
-TEXT ·sumBF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·sumBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_ADDPS)
-TEXT ·prodBF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·prodBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MULPS)
-TEXT ·minBF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·minBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MINPS512)
-TEXT ·maxBF16AVX512(SB), NOSPLIT, $0-32
+TEXT ·maxBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MAXPS512)
 
 // AVX2 (+F16C for float16).
-TEXT ·sumF32AVX2(SB), NOSPLIT, $0-32
+TEXT ·sumF32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_ADDPS)
-TEXT ·prodF32AVX2(SB), NOSPLIT, $0-32
+TEXT ·prodF32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MULPS)
-TEXT ·minF32AVX2(SB), NOSPLIT, $0-32
+TEXT ·minF32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MINPS256)
-TEXT ·maxF32AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxF32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MAXPS256)
-TEXT ·sumF64AVX2(SB), NOSPLIT, $0-32
+TEXT ·sumF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_ADDPD)
-TEXT ·prodF64AVX2(SB), NOSPLIT, $0-32
+TEXT ·prodF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MULPD)
-TEXT ·minF64AVX2(SB), NOSPLIT, $0-32
+TEXT ·minF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MINPD256)
-TEXT ·maxF64AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MAXPD256)
-TEXT ·sum8AVX2(SB), NOSPLIT, $0-32
+TEXT ·sum8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PADDB)
-TEXT ·minI8AVX2(SB), NOSPLIT, $0-32
+TEXT ·minI8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMINSB)
-TEXT ·maxI8AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxI8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMAXSB)
-TEXT ·minU8AVX2(SB), NOSPLIT, $0-32
+TEXT ·minU8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMINUB)
-TEXT ·maxU8AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxU8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMAXUB)
-TEXT ·sum32AVX2(SB), NOSPLIT, $0-32
+TEXT ·sum32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PADDD)
-TEXT ·prod32AVX2(SB), NOSPLIT, $0-32
+TEXT ·prod32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMULLD)
-TEXT ·minI32AVX2(SB), NOSPLIT, $0-32
+TEXT ·minI32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMINSD)
-TEXT ·maxI32AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxI32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMAXSD)
-TEXT ·minU32AVX2(SB), NOSPLIT, $0-32
+TEXT ·minU32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMINUD)
-TEXT ·maxU32AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxU32AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PMAXUD)
-TEXT ·sum64AVX2(SB), NOSPLIT, $0-32
+TEXT ·sum64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PADDQ)
-TEXT ·sumF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·sumF16AVX2(SB), NOSPLIT, $0-33
 	HALF256(OP_ADDPS)
-TEXT ·prodF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·prodF16AVX2(SB), NOSPLIT, $0-33
 	HALF256(OP_MULPS)
-TEXT ·minF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·minF16AVX2(SB), NOSPLIT, $0-33
 	HALF256(OP_MINPS256)
-TEXT ·maxF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxF16AVX2(SB), NOSPLIT, $0-33
 	HALF256(OP_MAXPS256)
-TEXT ·sumBF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·sumBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_ADDPS)
-TEXT ·prodBF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·prodBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MULPS)
-TEXT ·minBF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·minBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MINPS256)
-TEXT ·maxBF16AVX2(SB), NOSPLIT, $0-32
+TEXT ·maxBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MAXPS256)
 
 // func cpuidECX(leaf, subleaf uint32) uint32

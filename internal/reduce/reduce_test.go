@@ -13,6 +13,10 @@ import (
 var allDTypes = []DType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64, Float8E4M3, Float8E5M2}
 var allOps = []Op{Sum, Prod, Min, Max}
 
+// testSets is every kernel set the CPU runs, generic first, plus the SIMD
+// sets forced to use non-temporal stores at every size.
+func testSets() []*kernelSet { return append(slices.Clip(implementations), streamingSets()...) }
+
 func implNames() []string {
 	var names []string
 	for _, s := range implementations {
@@ -84,7 +88,11 @@ func sameBits(dt DType, x, y []byte) (int, bool) {
 // supports against the scalar reference, out of place at odd offsets and in
 // place (dst == a, dst == b), and checks that all sets agree bit for bit.
 func TestKernels(t *testing.T) {
-	t.Logf("implementations: %v, active %s", implNames(), Impl())
+	var names []string
+	for _, s := range testSets() {
+		names = append(names, s.name)
+	}
+	t.Logf("kernel sets: %v, active %s", names, Impl())
 	for _, dt := range allDTypes {
 		for _, op := range allOps {
 			t.Run(dt.String()+"/"+op.String(), func(t *testing.T) {
@@ -108,7 +116,7 @@ func testKernel(t *testing.T, dt DType, op Op) {
 		}
 		aCopy, bCopy := slices.Clone(a), slices.Clone(b)
 		var first []byte // output of the generic set
-		for _, set := range implementations {
+		for _, set := range testSets() {
 			k := set.funcs[dt][op]
 			what := fmt.Sprintf("%s n=%d", set.name, n)
 			dst := offsetBuf(nb, rng.IntN(8))
@@ -157,7 +165,7 @@ func TestKernelsExhaustiveHalf(t *testing.T) {
 				want := make([]byte, len(a))
 				implementations[0].funcs[dt][op](want, a, b)
 				checkElems(t, fmt.Sprintf("generic partner %v", partner), dt, op, want, a, b)
-				for _, set := range implementations[1:] {
+				for _, set := range testSets()[1:] {
 					got := make([]byte, len(a))
 					set.funcs[dt][op](got, a, b)
 					if i, ok := sameBits(dt, got, want); !ok {
@@ -306,7 +314,7 @@ func TestDTypeAndOp(t *testing.T) {
 
 func TestNoAllocs(t *testing.T) {
 	a, b, dst := make([]byte, 1024+7), make([]byte, 1024+7), make([]byte, 1024+7)
-	for _, set := range implementations {
+	for _, set := range testSets() {
 		for _, dt := range allDTypes {
 			n := len(dst) / dt.Size() * dt.Size()
 			for _, op := range allOps {

@@ -1,0 +1,106 @@
+package reduce
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmarks report GB/s of output: b.SetBytes is the dst size. Compare
+// BenchmarkSum with BenchmarkCopy (copy() of the same output bytes, the
+// memory-bound floor) and BenchmarkGoLoop (a plain Go loop over []float32).
+//
+//	go test -run='^$' -bench=. -count=5 ./internal/reduce/
+
+var benchSizes = []struct {
+	name  string
+	bytes int
+}{{"64KiB", 64 << 10}, {"16MiB", 16 << 20}}
+
+// benchBuffers returns dst, a and b of n bytes holding normal values of dt
+// in [1, 2) (subnormal operands would measure microcode assists instead).
+func benchBuffers(dt DType, n int) (dst, a, b []byte) {
+	dst, a, b = make([]byte, n), make([]byte, n), make([]byte, n)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < n; i += dt.Size() {
+		storeElem(dt, a[i:], encodeFloat(dt, roundFormat(formats[dt], 1+rng.Float64())))
+		storeElem(dt, b[i:], encodeFloat(dt, roundFormat(formats[dt], 1+rng.Float64())))
+	}
+	return dst, a, b
+}
+
+// benchImpls is the active kernel set and the generic one.
+func benchImpls() []*kernelSet {
+	sets := []*kernelSet{active.Load()}
+	if sets[0] != implementations[0] {
+		sets = append(sets, implementations[0])
+	}
+	return sets
+}
+
+func BenchmarkSum(b *testing.B) {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Float64} {
+		b.Run(dt.String(), func(b *testing.B) {
+			for _, size := range benchSizes {
+				b.Run(size.name, func(b *testing.B) {
+					dst, x, y := benchBuffers(dt, size.bytes)
+					for _, set := range benchImpls() {
+						kernel := set.funcs[dt][Sum]
+						b.Run(set.name, func(b *testing.B) {
+							b.SetBytes(int64(size.bytes))
+							for b.Loop() {
+								kernel(dst, x, y)
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkSumInPlace accumulates into a (dst == a), the common pattern of
+// a reduce-scatter step.
+func BenchmarkSumInPlace(b *testing.B) {
+	for _, dt := range []DType{Float32, BFloat16} {
+		b.Run(dt.String()+"/16MiB", func(b *testing.B) {
+			_, x, y := benchBuffers(dt, 16<<20)
+			kernel := Lookup(dt, Sum)
+			b.SetBytes(16 << 20)
+			for b.Loop() {
+				kernel(x, x, y)
+			}
+		})
+	}
+}
+
+func BenchmarkCopy(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			// Filled from benchBuffers: a never-written source would be backed
+			// by the kernel's shared zero page and read from cache.
+			dst, src, _ := benchBuffers(Float32, size.bytes)
+			b.SetBytes(int64(size.bytes))
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+}
+
+//go:noinline
+func goLoopSum(dst, a, b []float32) {
+	for i := range dst {
+		dst[i] = a[i] + b[i]
+	}
+}
+
+func BenchmarkGoLoop(b *testing.B) {
+	b.Run("float32/64KiB", func(b *testing.B) {
+		dst, x, y := benchBuffers(Float32, 64<<10)
+		d, xs, ys := view[float32](dst), view[float32](x), view[float32](y)
+		b.SetBytes(64 << 10)
+		for b.Loop() {
+			goLoopSum(d, xs, ys)
+		}
+	})
+}
