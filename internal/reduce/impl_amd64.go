@@ -109,7 +109,9 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 func avx2Set(streamFrom int, suffix string) *kernelSet {
 	s := &kernelSet{name: "avx2" + suffix, funcs: genericSet().funcs}
 	t := &s.funcs
-	set := func(dt DType, op Op, step int, k asmKernel) { t[dt][op] = simdKernel(dt, k, step, 32, streamFrom, t[dt][op]) }
+	set := func(dt DType, op Op, step int, k asmKernel) {
+		t[dt][op] = simdKernel(dt, k, step, 32, streamFrom, t[dt][op])
+	}
 	set(Float32, Sum, 32, sumF32AVX2)
 	set(Float32, Prod, 32, prodF32AVX2)
 	set(Float32, Min, 32, minF32AVX2)
