@@ -1,0 +1,127 @@
+package comm_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gccl/gccl/comm"
+)
+
+// lockstep runs op on ranks 1..n-1 in goroutines each time the returned
+// function runs it on rank 0, so that testing.AllocsPerRun (which counts
+// every goroutine's allocations) measures whole collectives.
+func lockstep(t testing.TB, cs []*comm.Comm, op func(c *comm.Comm) error) (run func(), stop func()) {
+	n := len(cs)
+	start := make([]chan struct{}, n)
+	done := make(chan error, n)
+	for r := 1; r < n; r++ {
+		start[r] = make(chan struct{})
+		go func() {
+			for range start[r] {
+				done <- op(cs[r])
+			}
+		}()
+	}
+	run = func() {
+		for r := 1; r < n; r++ {
+			start[r] <- struct{}{}
+		}
+		if err := op(cs[0]); err != nil {
+			t.Fatal(err)
+		}
+		for r := 1; r < n; r++ {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop = func() {
+		for r := 1; r < n; r++ {
+			close(start[r])
+		}
+	}
+	return run, stop
+}
+
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	const n, count = 4, 50000 // several chunks per block
+	cs := world(t, n, nil)
+	type bufs struct{ in, out, big, small []float32 }
+	b := make([]bufs, n)
+	for r := range b {
+		b[r] = bufs{make([]float32, count), make([]float32, count), make([]float32, n*count), make([]float32, count)}
+	}
+	ops := map[string]func(c *comm.Comm) error{
+		"AllReduce": func(c *comm.Comm) error {
+			return comm.AllReduce(bg, c, b[c.Rank()].in, b[c.Rank()].out, comm.Sum)
+		},
+		"AllReduce/avg/small": func(c *comm.Comm) error {
+			return comm.AllReduce(bg, c, b[c.Rank()].in[:7], b[c.Rank()].out[:7], comm.Avg)
+		},
+		"ReduceScatter": func(c *comm.Comm) error {
+			return comm.ReduceScatter(bg, c, b[c.Rank()].big, b[c.Rank()].small, comm.Max)
+		},
+		"AllGather": func(c *comm.Comm) error {
+			return comm.AllGather(bg, c, b[c.Rank()].small, b[c.Rank()].big)
+		},
+		"Broadcast": func(c *comm.Comm) error {
+			return comm.Broadcast(bg, c, b[c.Rank()].in, b[c.Rank()].out, 1)
+		},
+		"Reduce": func(c *comm.Comm) error {
+			return comm.Reduce(bg, c, b[c.Rank()].in, b[c.Rank()].out, comm.PreMulSum(2), 2)
+		},
+		"AllToAll/inplace": func(c *comm.Comm) error {
+			return comm.AllToAll(bg, c, b[c.Rank()].big, b[c.Rank()].big)
+		},
+		"Gather": func(c *comm.Comm) error {
+			return comm.Gather(bg, c, b[c.Rank()].small, b[c.Rank()].big, 0)
+		},
+		"Scatter": func(c *comm.Comm) error {
+			return comm.Scatter(bg, c, b[c.Rank()].big, b[c.Rank()].small, 3)
+		},
+		"Barrier": func(c *comm.Comm) error { return c.Barrier(bg) },
+		"Group": func(c *comm.Comm) error {
+			r := c.Rank()
+			return c.Group(bg, comm.SendTo((r+1)%n, b[r].in), comm.RecvFrom((r+n-1)%n, b[r].out))
+		},
+	}
+	for name, op := range ops {
+		t.Run(name, func(t *testing.T) {
+			run, stop := lockstep(t, cs, op)
+			defer stop()
+			run() // warm up: connections, plans, scratch
+			if a := testing.AllocsPerRun(20, run); a != 0 {
+				t.Fatalf("%v allocations per call", a)
+			}
+		})
+	}
+}
+
+func BenchmarkAllReduce(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("n=%d/bytes=%d", n, size), func(b *testing.B) {
+				cs := world(b, n, nil)
+				bufs := make([][]float32, n)
+				for r := range bufs {
+					bufs[r] = make([]float32, size/4)
+				}
+				run, stop := lockstep(b, cs, func(c *comm.Comm) error {
+					x := bufs[c.Rank()]
+					return comm.AllReduce(bg, c, x, x, comm.Sum)
+				})
+				defer stop()
+				run()
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					run()
+				}
+			})
+		}
+	}
+}

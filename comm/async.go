@@ -1,0 +1,159 @@
+package comm
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Request is an operation in flight. Operations issued async on one Comm
+// complete in issue order, like work on a CUDA stream.
+type Request struct {
+	cl   call
+	done chan struct{}
+	err  error
+}
+
+// Done is closed when the operation completes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Err returns the operation's error once it completed, nil before.
+func (r *Request) Err() error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Wait blocks until the operation completes and returns its error, or
+// returns ctx's error if ctx ends first. Ending the wait does not cancel the
+// operation: it still runs in order (abort the Comm to stop it).
+func (r *Request) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// detach copies a call for the queue. The group is copied element by
+// element so that the caller's variadic slice never escapes: a blocking
+// Group that runs in place stays allocation-free.
+func (cl *call) detach() call {
+	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq}
+	if cl.group != nil {
+		d.group = make([]P2P, len(cl.group))
+		copy(d.group, cl.group)
+	}
+	return d
+}
+
+func doneRequest(err error) *Request {
+	r := &Request{done: make(chan struct{}), err: err}
+	close(r.done)
+	return r
+}
+
+// asyncState is the Comm's progress goroutine and its queue.
+type asyncState struct {
+	mu      sync.Mutex
+	queue   chan *Request
+	pending atomic.Int64
+	last    *Request
+	stopped bool
+	exited  chan struct{}
+}
+
+const asyncQueueLen = 1024
+
+// issueAsync validates a call on the caller's goroutine (so the error of a
+// bad call is immediate) and queues it.
+func (c *Comm) issueAsync(cl *call) *Request {
+	if err := c.enter(); err != nil {
+		return doneRequest(err)
+	}
+	defer c.leave()
+	if err := c.prepare(cl); err != nil {
+		return doneRequest(err)
+	}
+	r := &Request{cl: cl.detach(), done: make(chan struct{})}
+	if !c.async.push(c, r) {
+		r.err = c.closedErr()
+		close(r.done)
+	}
+	return r
+}
+
+// waitQueued runs a blocking call through the queue, behind earlier async
+// calls, and waits for it. A context that ends first aborts the Comm, as it
+// would for a call run in place.
+func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
+	r := &Request{cl: cl.detach(), done: make(chan struct{})}
+	if !c.async.push(c, r) {
+		return c.closedErr()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		c.fail(ctx.Err())
+		<-r.done
+		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: ctx.Err()}
+	}
+}
+
+func (a *asyncState) push(c *Comm, r *Request) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return false
+	}
+	if a.queue == nil {
+		a.queue = make(chan *Request, asyncQueueLen)
+		a.exited = make(chan struct{})
+		go a.progress(c)
+	}
+	a.pending.Add(1)
+	a.last = r
+	a.queue <- r
+	return true
+}
+
+func (a *asyncState) progress(c *Comm) {
+	defer close(a.exited)
+	for r := range a.queue {
+		r.err = c.run(context.Background(), &r.cl)
+		a.pending.Add(-1)
+		close(r.done)
+	}
+}
+
+// drain waits until every queued operation has completed.
+func (a *asyncState) drain() {
+	a.mu.Lock()
+	last := a.last
+	a.mu.Unlock()
+	if last != nil {
+		<-last.done
+	}
+}
+
+// stop ends the progress goroutine once the queue is empty; queued
+// operations of an aborted Comm fail at once.
+func (a *asyncState) stop(c *Comm) {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return
+	}
+	a.stopped = true
+	q, exited := a.queue, a.exited
+	a.mu.Unlock()
+	if q != nil {
+		close(q)
+		<-exited
+	}
+}

@@ -1,0 +1,67 @@
+package comm
+
+// Buffer is memory a collective reads or writes. Host buffers come from
+// Host; device buffers (GPU memory) will implement the same interface.
+type Buffer interface {
+	// DataType is the element type.
+	DataType() DataType
+	// Len is the number of elements.
+	Len() int
+	// HostBytes is the memory as bytes, or nil when it is not host memory.
+	HostBytes() []byte
+}
+
+// HostBuffer is a Buffer over a Go slice.
+type HostBuffer struct {
+	dt DataType
+	b  []byte
+}
+
+// Host wraps a typed slice as a Buffer, without copying. Wrap once and reuse
+// the Buffer: the conversion to the interface allocates.
+func Host[T Scalar](s []T) *HostBuffer {
+	return &HostBuffer{dt: TypeOf[T](), b: asBytes(s)}
+}
+
+// HostBytesOf wraps raw bytes holding elements of type dt.
+func HostBytesOf(dt DataType, b []byte) *HostBuffer { return &HostBuffer{dt: dt, b: b} }
+
+func (h *HostBuffer) DataType() DataType { return h.dt }
+func (h *HostBuffer) HostBytes() []byte  { return h.b }
+func (h *HostBuffer) Len() int {
+	if s := h.dt.Size(); s > 0 {
+		return len(h.b) / s
+	}
+	return 0
+}
+
+// view is the executor's form of a buffer argument: bytes plus type.
+type view struct {
+	dt DataType
+	b  []byte
+	ok bool // false when the buffer is absent (nil)
+}
+
+func viewOf[T Scalar](s []T) view {
+	return view{dt: TypeOf[T](), b: asBytes(s), ok: s != nil}
+}
+
+func viewOfBuffer(b Buffer) (view, error) {
+	if b == nil {
+		return view{}, nil
+	}
+	hb := b.HostBytes()
+	if hb == nil && b.Len() > 0 {
+		return view{}, ErrNotSupported
+	}
+	if !b.DataType().Valid() {
+		return view{}, invalid("unknown data type %v", b.DataType())
+	}
+	if len(hb) != b.Len()*b.DataType().Size() {
+		return view{}, invalid("buffer of %d bytes holds %d %v elements", len(hb), b.Len(), b.DataType())
+	}
+	if hb == nil {
+		hb = []byte{}
+	}
+	return view{dt: b.DataType(), b: hb, ok: true}, nil
+}

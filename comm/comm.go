@@ -1,0 +1,261 @@
+// Package comm is gccl's public API: communicators and the collectives,
+// point-to-point transfers and group calls that run on them.
+//
+// A Comm is one rank's handle on a group of n ranks. Create communicators
+// once per job and reuse them for every iteration; creating them is the
+// expensive part. Every rank must issue the same collectives, with the same
+// counts, types, ops and roots, in the same order (as with NCCL and MPI);
+// gccl checks this on every message and reports ErrMismatch instead of
+// computing garbage.
+//
+// Blocking calls run on the caller's goroutine and allocate nothing in steady
+// state. Async calls return a *Request and run, in issue order, on the Comm's
+// progress goroutine. A Comm must not be used by two goroutines at once.
+//
+// Any failure while data moves (a lost peer, a timeout, a cancelled context)
+// aborts the Comm: the failing call and every later call return an error,
+// and peers waiting on this rank see ErrPeerLost instead of hanging.
+package comm
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/transport"
+	"github.com/gccl/gccl/transport/inproc"
+)
+
+// DefaultTimeout bounds how long one operation waits for its peers when the
+// Config does not say otherwise.
+const DefaultTimeout = 5 * time.Minute
+
+// Config tunes a communicator. The zero value is a good default.
+type Config struct {
+	// Algo forces an algorithm for the collectives that have several:
+	// "ring" or "tree". Empty means the tuner chooses; the environment
+	// variable GCCL_ALGO is the default.
+	Algo string
+	// Timeout bounds how long one operation may wait for its peers before it
+	// fails with ErrTimeout and aborts the Comm. Zero means DefaultTimeout
+	// (or GCCL_TIMEOUT, in seconds); negative means wait forever.
+	Timeout time.Duration
+	// SlotSize and SlotCount size the slot rings between ranks: the
+	// pipeline chunk, and how many chunks may be in flight per connection.
+	// Zero means the transport's default.
+	SlotSize, SlotCount int
+	// Logger receives gccl's logs. Nil means GCCL_DEBUG decides.
+	Logger *slog.Logger
+}
+
+const (
+	stateOpen int32 = iota
+	stateClosed
+	stateAborted
+)
+
+// Comm is one rank of a communicator.
+type Comm struct {
+	rank, size int
+	ep         transport.Endpoint
+	log        *slog.Logger
+	timeout    time.Duration
+	algoPref   algo.Algorithm // 0: the tuner decides
+
+	state   atomic.Int32
+	failure atomic.Pointer[error]
+	busy    atomic.Bool
+
+	// Per-operation state, touched only by the goroutine running an op.
+	exec      executor
+	args      collArgs
+	collSeq   uint64
+	sendSeq   []uint64 // p2p messages sent to each peer
+	recvSeq   []uint64 // p2p messages received from each peer
+	senders   []transport.Sender
+	receivers []transport.Receiver
+	plans     map[planKey]*algo.Plan
+	tmp       []byte
+	scratch   []byte // staging for in-place all-to-all
+	barrier   [2]byte
+	p2pState  []p2pProgress
+
+	async asyncState
+}
+
+type planKey struct {
+	coll algo.Collective
+	alg  algo.Algorithm
+	root int
+}
+
+// InitLocal creates n communicating ranks inside this process, one Comm per
+// rank, like ncclCommInitAll. Each Comm is then used by its own goroutine.
+func InitLocal(n int, cfg *Config) ([]*Comm, error) {
+	if n < 1 {
+		return nil, invalid("InitLocal of %d ranks", n)
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	w, err := inproc.NewWorld(n, cfg.SlotSize, cfg.SlotCount)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	comms := make([]*Comm, n)
+	for r := range comms {
+		if comms[r], err = newComm(w.Endpoint(r), cfg); err != nil {
+			for _, c := range comms[:r] {
+				c.Close()
+			}
+			return nil, err
+		}
+	}
+	return comms, nil
+}
+
+func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
+	c := &Comm{
+		rank:      ep.Rank(),
+		size:      ep.Size(),
+		ep:        ep,
+		log:       cfg.Logger,
+		timeout:   cfg.Timeout,
+		sendSeq:   make([]uint64, ep.Size()),
+		recvSeq:   make([]uint64, ep.Size()),
+		senders:   make([]transport.Sender, ep.Size()),
+		receivers: make([]transport.Receiver, ep.Size()),
+		plans:     map[planKey]*algo.Plan{},
+	}
+	if c.log == nil {
+		c.log = logx.Default()
+	}
+	c.log = c.log.With("rank", c.rank)
+	if c.timeout == 0 {
+		c.timeout = DefaultTimeout
+		if s := os.Getenv("GCCL_TIMEOUT"); s != "" {
+			sec, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, invalid("GCCL_TIMEOUT=%q is not a number of seconds", s)
+			}
+			c.timeout = time.Duration(sec * float64(time.Second))
+		}
+	}
+	pref := cfg.Algo
+	if pref == "" {
+		pref = os.Getenv("GCCL_ALGO")
+	}
+	switch strings.ToLower(pref) {
+	case "":
+	case "ring":
+		c.algoPref = algo.Ring
+	case "tree":
+		c.algoPref = algo.Tree
+	default:
+		return nil, invalid("unknown algorithm %q (want ring or tree)", pref)
+	}
+	// Tmp holds one chunk per block; trees use two blocks.
+	c.tmp = make([]byte, 2*ep.SlotSize())
+	c.exec.c = c
+	c.log.Debug("communicator ready", "subsys", "INIT", "size", c.size, "transport", ep.Name())
+	return c, nil
+}
+
+// Rank returns this rank's number, in [0, Size()).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// chunkElems is the pipeline chunk, in elements of esz bytes.
+func (c *Comm) chunkElems(esz int) int { return c.ep.SlotSize() / esz }
+
+func (c *Comm) sender(peer int) (transport.Sender, error) {
+	if s := c.senders[peer]; s != nil {
+		return s, nil
+	}
+	s, err := c.ep.Sender(peer)
+	if err != nil {
+		return nil, err
+	}
+	c.senders[peer] = s
+	c.log.Info(fmt.Sprintf("rank %d -> %d via %s", c.rank, peer, c.ep.Name()), "subsys", "INIT")
+	return s, nil
+}
+
+func (c *Comm) receiver(peer int) (transport.Receiver, error) {
+	if r := c.receivers[peer]; r != nil {
+		return r, nil
+	}
+	r, err := c.ep.Receiver(peer)
+	if err != nil {
+		return nil, err
+	}
+	c.receivers[peer] = r
+	return r, nil
+}
+
+// closedErr is the error for a call on a Comm that is no longer open.
+func (c *Comm) closedErr() error {
+	if c.state.Load() == stateAborted {
+		if p := c.failure.Load(); p != nil && *p != nil {
+			return fmt.Errorf("%w: %w", ErrAborted, *p)
+		}
+		return ErrAborted
+	}
+	return ErrClosed
+}
+
+// fail aborts the Comm after err, keeping the first failure as the reason.
+func (c *Comm) fail(err error) {
+	if c.failure.CompareAndSwap(nil, &err) {
+		c.log.Warn("communicator aborted", "subsys", "COLL", "err", err)
+	}
+	c.state.Store(stateAborted)
+	c.ep.Abort(err)
+}
+
+// Abort stops the Comm at once: operations in flight and later calls fail,
+// and peers waiting on this rank see ErrPeerLost. It is safe to call from any
+// goroutine, at any time, more than once.
+func (c *Comm) Abort(err error) {
+	if err == nil {
+		err = ErrAborted
+	}
+	if c.state.Load() != stateOpen {
+		return
+	}
+	c.fail(err)
+	c.async.stop(c)
+}
+
+// Close waits for queued async operations, then releases the Comm. Peers
+// that still expect data from this rank see ErrPeerLost. Close is not a
+// collective: each rank closes its own Comm.
+func (c *Comm) Close() error {
+	if !c.state.CompareAndSwap(stateOpen, stateClosed) {
+		return nil
+	}
+	c.async.drain()
+	c.async.stop(c)
+	return c.ep.Close()
+}
+
+// enter marks the Comm busy for one operation issued on the caller's goroutine.
+func (c *Comm) enter() error {
+	if c.state.Load() != stateOpen {
+		return c.closedErr()
+	}
+	if !c.busy.CompareAndSwap(false, true) {
+		return ErrConcurrentUse
+	}
+	return nil
+}
+
+func (c *Comm) leave() { c.busy.Store(false) }

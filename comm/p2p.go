@@ -1,0 +1,257 @@
+package comm
+
+import (
+	"context"
+
+	"github.com/gccl/gccl/transport"
+)
+
+// P2P is one send or receive of a group call. Build it with SendTo,
+// RecvFrom, SendBuffer or RecvBuffer.
+type P2P struct {
+	peer int
+	recv bool
+	v    view
+	err  error
+}
+
+// SendTo describes sending s to peer.
+func SendTo[T Scalar](peer int, s []T) P2P { return P2P{peer: peer, v: viewOf(s)} }
+
+// RecvFrom describes receiving from peer into s.
+func RecvFrom[T Scalar](peer int, s []T) P2P { return P2P{peer: peer, recv: true, v: viewOf(s)} }
+
+// SendBuffer describes sending b to peer.
+func SendBuffer(peer int, b Buffer) P2P {
+	v, err := viewOfBuffer(b)
+	return P2P{peer: peer, v: v, err: err}
+}
+
+// RecvBuffer describes receiving from peer into b.
+func RecvBuffer(peer int, b Buffer) P2P {
+	v, err := viewOfBuffer(b)
+	return P2P{peer: peer, recv: true, v: v, err: err}
+}
+
+// Group runs several sends and receives as one step: they all progress at
+// once, so any pattern (every rank sending to and receiving from its
+// neighbours, say) completes without deadlock. Sends to one peer arrive in
+// order and match that peer's receives from this rank in order; a send's
+// length must equal the matching receive's. Sends to this rank itself are
+// matched with receives from itself, in order, and copied.
+func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
+	// ops travels as its own parameter, not inside a call, so that escape
+	// analysis can see it stays on the caller's stack.
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave()
+	if err := c.prepareGroup(ops); err != nil {
+		return err
+	}
+	if c.async.pending.Load() > 0 {
+		return c.waitQueued(ctx, &call{isGroup: true, group: append([]P2P(nil), ops...)})
+	}
+	if c.state.Load() != stateOpen {
+		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
+	}
+	err := c.runGroup(ctx, ops)
+	if err != nil {
+		c.fail(err)
+	}
+	return err
+}
+
+// GroupAsync is the async form of Group. ops is copied; the buffers it
+// names must stay untouched until the request completes.
+func (c *Comm) GroupAsync(ops ...P2P) *Request {
+	return c.issueAsync(&call{isGroup: true, group: ops})
+}
+
+// Send sends s to peer, which must call Recv (or a Group receive) with a
+// buffer of the same length.
+func Send[T Scalar](ctx context.Context, c *Comm, s []T, peer int) error {
+	return c.Group(ctx, SendTo(peer, s))
+}
+
+// Recv receives from peer into s.
+func Recv[T Scalar](ctx context.Context, c *Comm, s []T, peer int) error {
+	return c.Group(ctx, RecvFrom(peer, s))
+}
+
+// Send is the Buffer form of the generic Send.
+func (c *Comm) Send(ctx context.Context, b Buffer, peer int) error {
+	return c.Group(ctx, SendBuffer(peer, b))
+}
+
+// Recv is the Buffer form of the generic Recv.
+func (c *Comm) Recv(ctx context.Context, b Buffer, peer int) error {
+	return c.Group(ctx, RecvBuffer(peer, b))
+}
+
+// p2pProgress is the state of one op of a running group.
+type p2pProgress struct {
+	done  int // bytes moved
+	prev  int // index of the previous op on the same peer and direction, or -1
+	self  int // for a send to self: index of the matching receive
+	tag   transport.Tag
+	ended bool
+}
+
+// prepareGroup validates a group and numbers its messages.
+func (c *Comm) prepareGroup(group []P2P) error {
+	for i := range group {
+		op := &group[i]
+		err := op.err
+		switch {
+		case err != nil:
+		case op.peer < 0 || op.peer >= c.size:
+			err = invalid("peer %d out of range [0,%d)", op.peer, c.size)
+		case !op.v.ok:
+			err = invalid("buffer is nil")
+		case !op.v.dt.Valid():
+			err = invalid("unknown data type %v", op.v.dt)
+		}
+		if err != nil {
+			return &OpError{Op: "Group", Rank: c.rank, Peer: op.peer, Err: err}
+		}
+	}
+	// Pair sends to self with receives from self, in order.
+	var sends, recvs []int
+	for i, op := range group {
+		if op.peer == c.rank {
+			if op.recv {
+				recvs = append(recvs, i)
+			} else {
+				sends = append(sends, i)
+			}
+		}
+	}
+	if len(sends) != len(recvs) {
+		return &OpError{Op: "Group", Rank: c.rank, Peer: c.rank, Err: invalid("%d sends to self but %d receives from self", len(sends), len(recvs))}
+	}
+	for k := range sends {
+		if len(group[sends[k]].v.b) != len(group[recvs[k]].v.b) {
+			return &OpError{Op: "Group", Rank: c.rank, Peer: c.rank, Err: invalid("send to self of %d bytes matched with a receive of %d bytes",
+				len(group[sends[k]].v.b), len(group[recvs[k]].v.b))}
+		}
+	}
+	return nil
+}
+
+// runGroup progresses every op of a group until all are done.
+func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
+	if cap(c.p2pState) < len(ops) {
+		c.p2pState = make([]p2pProgress, len(ops))
+	}
+	st := c.p2pState[:len(ops)]
+	left := 0
+	nextSelfRecv := 0
+	for i := range ops {
+		op := &ops[i]
+		st[i] = p2pProgress{prev: -1, self: -1}
+		for j := i - 1; j >= 0; j-- {
+			if ops[j].peer == op.peer && ops[j].recv == op.recv {
+				st[i].prev = j
+				break
+			}
+		}
+		if op.peer == c.rank {
+			if !op.recv {
+				for ; ops[nextSelfRecv].peer != c.rank || !ops[nextSelfRecv].recv; nextSelfRecv++ {
+				}
+				st[i].self = nextSelfRecv
+				nextSelfRecv++
+			}
+			continue
+		}
+		// Message numbers per peer detect mismatched send/receive pairs.
+		if op.recv {
+			c.recvSeq[op.peer]++
+			st[i].tag = transport.MakeTag(tagP2P, c.recvSeq[op.peer])
+		} else {
+			c.sendSeq[op.peer]++
+			st[i].tag = transport.MakeTag(tagP2P, c.sendSeq[op.peer])
+		}
+		if len(op.v.b) == 0 {
+			st[i].ended = true
+			continue
+		}
+		left++
+	}
+	// Self copies first: they need no peer.
+	for i := range ops {
+		if st[i].self >= 0 {
+			copy(ops[st[i].self].v.b, ops[i].v.b)
+		}
+		if ops[i].peer == c.rank {
+			st[i].ended = true
+		}
+	}
+	x := &c.exec
+	x.begin(ctx, "Group", 0)
+	slot := c.ep.SlotSize()
+	x.bo.Reset()
+	for left > 0 {
+		seen := c.ep.Seq()
+		progress := false
+		for i := range ops {
+			s := &st[i]
+			if s.ended || (s.prev >= 0 && !st[s.prev].ended) {
+				continue
+			}
+			op := &ops[i]
+			n := min(slot, len(op.v.b)-s.done)
+			if op.recv {
+				r, err := c.receiver(op.peer)
+				if err != nil {
+					return x.p2pErr(op.peer, s.tag, err)
+				}
+				m, t, ok, err := r.TryNext()
+				if err != nil {
+					return x.p2pErr(op.peer, s.tag, err)
+				}
+				if !ok {
+					continue
+				}
+				x.tag = s.tag
+				if err := x.check(op.peer, m, n, t, s.tag); err != nil {
+					return err
+				}
+				copy(op.v.b[s.done:], m)
+				r.Release()
+			} else {
+				snd, err := c.sender(op.peer)
+				if err != nil {
+					return x.p2pErr(op.peer, s.tag, err)
+				}
+				b, ok, err := snd.TryReserve(n)
+				if err != nil {
+					return x.p2pErr(op.peer, s.tag, err)
+				}
+				if !ok {
+					continue
+				}
+				copy(b, op.v.b[s.done:s.done+n])
+				snd.Commit(s.tag)
+			}
+			progress = true
+			s.done += n
+			if s.done == len(op.v.b) {
+				s.ended = true
+				left--
+			}
+		}
+		if progress {
+			x.bo.Reset()
+		} else if err := x.wait(seen); err != nil {
+			return x.p2pErr(-1, 0, err)
+		}
+	}
+	return nil
+}
+
+func (x *executor) p2pErr(peer int, tag transport.Tag, err error) error {
+	x.tag = tag
+	return x.linkErr(peer, err)
+}

@@ -1,0 +1,75 @@
+package comm
+
+import (
+	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/algo/ring"
+	"github.com/gccl/gccl/algo/tree"
+)
+
+// treeMaxBytes is the message size up to which trees beat rings: a tree
+// takes 2*log2(n) latency steps against a ring's 2(n-1), but moves each byte
+// over more hops. The topology-aware cost model will replace this constant.
+const treeMaxBytes = 256 << 10
+
+// choose picks the algorithm for a collective of the given size in bytes.
+func (c *Comm) choose(coll algo.Collective, bytes int) algo.Algorithm {
+	switch coll {
+	case algo.AllToAll:
+		return algo.Pairwise
+	case algo.Gather, algo.Scatter:
+		return algo.Direct
+	case algo.AllReduce, algo.Broadcast, algo.Reduce:
+		if c.algoPref != 0 {
+			return c.algoPref
+		}
+		if c.size > 2 && bytes <= treeMaxBytes {
+			return algo.Tree
+		}
+	}
+	return algo.Ring
+}
+
+// plan returns the cached plan for a collective on this rank.
+func (c *Comm) plan(coll algo.Collective, root, bytes int) *algo.Plan {
+	k := planKey{coll: coll, alg: c.choose(coll, bytes), root: root}
+	if p := c.plans[k]; p != nil {
+		return p
+	}
+	p := generate(k, c.size, c.rank)
+	c.plans[k] = p
+	return p
+}
+
+func generate(k planKey, n, r int) *algo.Plan {
+	switch k.alg {
+	case algo.Tree:
+		switch k.coll {
+		case algo.AllReduce:
+			return tree.AllReduce(n, r)
+		case algo.Broadcast:
+			return tree.Broadcast(n, r, k.root)
+		case algo.Reduce:
+			return tree.Reduce(n, r, k.root)
+		}
+	case algo.Pairwise:
+		return algo.PairwiseAllToAll(n, r)
+	case algo.Direct:
+		if k.coll == algo.Gather {
+			return algo.DirectGather(n, r, k.root)
+		}
+		return algo.DirectScatter(n, r, k.root)
+	}
+	switch k.coll {
+	case algo.AllReduce:
+		return ring.AllReduce(n, r)
+	case algo.ReduceScatter:
+		return ring.ReduceScatter(n, r)
+	case algo.AllGather:
+		return ring.AllGather(n, r)
+	case algo.Broadcast:
+		return ring.Broadcast(n, r, k.root)
+	case algo.Reduce:
+		return ring.Reduce(n, r, k.root)
+	}
+	panic("gccl: no plan for " + k.coll.String())
+}
