@@ -384,6 +384,24 @@ func inputLen(name string, n, cnt int) int {
 	return cnt
 }
 
+// opClass groups ops whose float inputs are generated alike (see fill).
+func opClass(op comm.Op) comm.OpKind {
+	switch op.Kind {
+	case comm.OpProd, comm.OpMin:
+		return op.Kind
+	case comm.OpMax:
+		return comm.OpMin
+	}
+	return comm.OpSum
+}
+
+// matrixRun is one (collective, algorithm) of the matrix.
+type matrixRun struct {
+	cc    collCase
+	algo  string
+	world []*comm.Comm
+}
+
 func TestMatrix(t *testing.T) {
 	sizes := matrixSizes
 	if testing.Short() || raceEnabled {
@@ -392,41 +410,66 @@ func TestMatrix(t *testing.T) {
 		sizes = sizes[:len(sizes)-1]
 	}
 	for _, n := range matrixRanks {
-		for _, algoName := range []string{"ring", "tree"} {
-			cs := world(t, n, &comm.Config{Algo: algoName})
-			for _, cc := range collCases {
-				if algoName == "tree" && cc.name != "AllReduce" && cc.name != "Reduce" && cc.name != "Broadcast" {
-					continue
+		ring := world(t, n, &comm.Config{Algo: "ring"})
+		tree := world(t, n, &comm.Config{Algo: "tree"})
+		var runs []matrixRun
+		for _, cc := range collCases {
+			runs = append(runs, matrixRun{cc, "ring", ring})
+			switch cc.name {
+			case "AllReduce", "Reduce", "Broadcast":
+				runs = append(runs, matrixRun{cc, "tree", tree})
+			}
+		}
+		for _, dt := range comm.DataTypes {
+			for _, size := range sizes {
+				// Inputs and expected results depend on the input length, the
+				// type and the op's class, not on the collective or algorithm,
+				// so they are made once and shared.
+				type inputKey struct {
+					elems int
+					class comm.OpKind
 				}
-				ops := []comm.Op{{}}
-				if cc.reducing {
-					ops = matrixOps()
+				inputs := map[inputKey][][]byte{}
+				type refKey struct {
+					elems int
+					op    comm.Op
 				}
-				for _, dt := range comm.DataTypes {
-					for _, op := range ops {
-						for _, size := range sizes {
-							cnt := elemsFor(size, dt)
-							if size < 0 && inputLen(cc.name, n, 1) > 1 {
-								cnt = cnt/n | 1 // keep the per-rank input near 1 MiB
-							}
-							ins := make([][]byte, n)
+				refs := map[refKey]*expected{}
+				for _, op := range append([]comm.Op{{}}, matrixOps()...) {
+					for _, mr := range runs {
+						if mr.cc.reducing != (op != comm.Op{}) {
+							continue
+						}
+						cnt := elemsFor(size, dt)
+						if size < 0 && inputLen(mr.cc.name, n, 1) > 1 {
+							cnt = cnt/n | 1 // keep the per-rank input near 1 MiB
+						}
+						ik := inputKey{inputLen(mr.cc.name, n, cnt), opClass(op)}
+						ins := inputs[ik]
+						if ins == nil {
+							ins = make([][]byte, n)
 							for p := range ins {
-								ins[p] = make([]byte, inputLen(cc.name, n, cnt)*dt.Size())
+								ins[p] = make([]byte, ik.elems*dt.Size())
 								fill(dt, op, n, p, ins[p])
 							}
-							var ref *expected
-							if cc.reducing {
+							inputs[ik] = ins
+						}
+						var ref *expected
+						if mr.cc.reducing {
+							rk := refKey{ik.elems, op}
+							if ref = refs[rk]; ref == nil {
 								ref = expect(dt, op, ins)
+								refs[rk] = ref
 							}
-							for _, inPlace := range []bool{false, true} {
-								errs := onAll(t, cs, func(c *comm.Comm) error {
-									return cc.run(c, cnt, ins, ref, dt, op, inPlace)
-								})
-								for r, err := range errs {
-									if err != nil {
-										t.Fatalf("%s/%s n=%d %v %v count=%d inPlace=%v: rank %d: %v",
-											cc.name, algoName, n, dt, op, cnt, inPlace, r, err)
-									}
+						}
+						for _, inPlace := range []bool{false, true} {
+							errs := onAll(t, mr.world, func(c *comm.Comm) error {
+								return mr.cc.run(c, cnt, ins, ref, dt, op, inPlace)
+							})
+							for r, err := range errs {
+								if err != nil {
+									t.Fatalf("%s/%s n=%d %v %v count=%d inPlace=%v: rank %d: %v",
+										mr.cc.name, mr.algo, n, dt, op, cnt, inPlace, r, err)
 								}
 							}
 						}
