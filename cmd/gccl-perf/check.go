@@ -68,7 +68,17 @@ const maxPatternValue = 100
 func newCheckSpec(dt comm.DataType, op comm.OpKind, n int) checkSpec {
 	s := checkSpec{dt: dt, op: op, n: n, maxInput: maxPatternValue}
 	if !dt.IsFloat() {
-		return s // integer arithmetic wraps; the expected value wraps the same way
+		// Integer results are exact (wrapping the same way the library
+		// does), but an 8-bit sum could wrap onto the poison and hide an
+		// unwritten element: keep such sums below it where n allows.
+		if dt.Size() == 1 && (op == comm.OpSum || op == comm.OpAvg || op == comm.OpPreMulSum) {
+			terms := int64(n)
+			if op == comm.OpPreMulSum {
+				terms *= 2 // the largest PreMulSum factor
+			}
+			s.maxInput = max(1, min(maxPatternValue, (poisonByte-1)/terms))
+		}
+		return s
 	}
 	exact := maxExactInt(dt)
 	unit := math.Ldexp(1, -int(significandBits(dt))) // unit roundoff
@@ -292,5 +302,8 @@ func (s *checkSpec) floatOK(got, want float64) bool {
 	if s.tol == 0 {
 		return got == want
 	}
-	return math.Abs(got-want) <= s.tol*math.Abs(want) // false for NaN
+	// The inputs are non-negative, so a correct result is too, however it
+	// rounded: this keeps the (negative) poison detectable even where the
+	// tolerance is wide.
+	return got >= 0 && math.Abs(got-want) <= s.tol*want // false for NaN
 }
