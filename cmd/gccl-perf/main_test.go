@@ -85,12 +85,13 @@ func TestAllReduceEndToEnd(t *testing.T) {
 	}
 }
 
-// Every test, every placement, blocking and not, at 3 ranks, with a size
-// (8 bytes) that rounds to nothing for the tests that split data.
+// Every test, every placement, blocking and not, aggregating 2 operations
+// per iteration, at 3 ranks, with a size (8 bytes) that rounds to nothing
+// for the tests that split data.
 func TestEveryTestEndToEnd(t *testing.T) {
 	for _, coll := range collectives {
 		for _, blocking := range []string{"0", "1"} {
-			args := coll.name + "_perf -g 3 -b 8 -e 4K -f 8 -n 3 -w 2 -z " + blocking
+			args := coll.name + "_perf -g 3 -b 8 -e 4K -f 8 -n 3 -w 2 -m 2 -z " + blocking
 			out, errOut, status := runMain(t, testEnvironment(), args)
 			if status != 0 {
 				t.Errorf("%s: exit status %d, stderr %s\n%s", args, status, errOut, out)

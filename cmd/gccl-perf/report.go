@@ -45,13 +45,9 @@ func writeHeader(w io.Writer, h headerInfo) {
 	if c.stepFactor > 1 {
 		step, stepKind = c.stepFactor, "factor"
 	}
-	check := 0
-	if c.check > 0 {
-		check = 1
-	}
 	fmt.Fprintf(w, "# %s\n", h.commandLine)
 	fmt.Fprintf(w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d validation: %d graph: 0\n",
-		c.ranks, c.minBytes, c.maxBytes, step, stepKind, c.warmup, c.iters, c.aggIters, check)
+		c.ranks, c.minBytes, c.maxBytes, step, stepKind, c.warmup, c.iters, c.aggIters, c.check)
 	if c.blocking {
 		fmt.Fprintf(w, "# Blocking Enabled: each rank waits for every collective before issuing the next\n")
 	}

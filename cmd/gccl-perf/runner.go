@@ -69,6 +69,18 @@ func (rn *runner) benchmark(emit func(*row)) error {
 	}
 	c := rn.cfg
 	for _, dt := range c.dataTypes {
+		// Realistic values of the type in the whole buffers (this also maps
+		// their pages before anything is timed); timed loops then work on
+		// whatever earlier operations left there. Check passes write their
+		// own inputs.
+		spec := newCheckSpec(dt.dt, opNone, c.ranks)
+		if err := rn.parallel(func(rank int) error {
+			spec.fillInput(rank, rn.send[rank])
+			spec.fillInput(rank, rn.recv[rank])
+			return nil
+		}); err != nil {
+			return err
+		}
 		for _, op := range c.ops {
 			for _, root := range c.roots {
 				if err := rn.benchCase(dt, op, root, emit); err != nil {
@@ -84,17 +96,6 @@ func (rn *runner) benchmark(emit func(*row)) error {
 // size, then measure each size out of place and in place.
 func (rn *runner) benchCase(dt dataType, op redOp, root int, emit func(*row)) error {
 	c := rn.cfg
-	// Realistic values in the whole buffers (this also maps their pages
-	// before anything is timed); the timed loops then reuse whatever
-	// earlier operations left.
-	spec := newCheckSpec(dt.dt, op.kind, c.ranks)
-	if err := rn.parallel(func(rank int) error {
-		spec.fillInput(rank, rn.send[rank])
-		spec.fillInput(rank, rn.recv[rank])
-		return nil
-	}); err != nil {
-		return err
-	}
 	for _, size := range []int64{c.maxBytes, c.minBytes} {
 		if err := rn.warmUp(rn.newPoint(dt, op, root, size)); err != nil {
 			return err
