@@ -350,7 +350,8 @@ func TestConcurrentUseDetected(t *testing.T) {
 	if !errors.Is(err, comm.ErrConcurrentUse) {
 		t.Fatalf("second concurrent call: %v", err)
 	}
-	if err := comm.AllReduce(bg, cs[1], x, x, comm.Sum); err != nil {
+	x1 := make([]float32, 4) // rank 1's own buffer
+	if err := comm.AllReduce(bg, cs[1], x1, x1, comm.Sum); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -367,5 +368,30 @@ func TestInvalidConfig(t *testing.T) {
 	}
 	if _, err := comm.InitLocal(2, &comm.Config{SlotCount: 1}); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("one slot: %v", err)
+	}
+}
+
+func TestGroupInPlaceSendRecv(t *testing.T) {
+	// nccl-tests' in-place sendrecv: one buffer is both sent to the next
+	// rank and received from the previous one, over many slots.
+	cs := world(t, 3, &comm.Config{SlotSize: 256, SlotCount: 2})
+	for iter := 0; iter < 20; iter++ {
+		mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+			n, r := c.Size(), c.Rank()
+			buf := make([]int32, 5000)
+			for i := range buf {
+				buf[i] = int32(r*100000 + i)
+			}
+			if err := c.Group(bg, comm.SendTo((r+1)%n, buf), comm.RecvFrom((r+n-1)%n, buf)); err != nil {
+				return err
+			}
+			prev := (r + n - 1) % n
+			for i := range buf {
+				if buf[i] != int32(prev*100000+i) {
+					return fmt.Errorf("element %d = %d, want %d", i, buf[i], prev*100000+i)
+				}
+			}
+			return nil
+		}))
 	}
 }

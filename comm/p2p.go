@@ -38,7 +38,8 @@ func RecvBuffer(peer int, b Buffer) P2P {
 // neighbours, say) completes without deadlock. Sends to one peer arrive in
 // order and match that peer's receives from this rank in order; a send's
 // length must equal the matching receive's. Sends to this rank itself are
-// matched with receives from itself, in order, and copied.
+// matched with receives from itself, in order, and copied. A send buffer may
+// overlap a receive buffer of the same group (in place): it is staged first.
 func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	// ops travels as its own parameter, not inside a call, so that escape
 	// analysis can see it stays on the caller's stack.
@@ -91,7 +92,8 @@ func (c *Comm) Recv(ctx context.Context, b Buffer, peer int) error {
 
 // p2pProgress is the state of one op of a running group.
 type p2pProgress struct {
-	done  int // bytes moved
+	src   []byte // what a send reads: its buffer, or a staged copy of it
+	done  int    // bytes moved
 	prev  int // index of the previous op on the same peer and direction, or -1
 	self  int // for a send to self: index of the matching receive
 	tag   transport.Tag
@@ -179,10 +181,33 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 		}
 		left++
 	}
+	// A send whose buffer overlaps a receive of the same group (in-place
+	// send/recv, as nccl-tests runs it) is staged first: arriving data may
+	// land before every byte has left.
+	staged := 0
+	for i := range ops {
+		st[i].src = ops[i].v.b
+		if !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
+			staged += len(ops[i].v.b)
+		}
+	}
+	if staged > 0 {
+		if cap(c.scratch) < staged {
+			c.scratch = make([]byte, staged)
+		}
+		off := 0
+		for i := range ops {
+			if !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
+				st[i].src = c.scratch[off : off+len(ops[i].v.b)]
+				copy(st[i].src, ops[i].v.b)
+				off += len(ops[i].v.b)
+			}
+		}
+	}
 	// Self copies first: they need no peer.
 	for i := range ops {
 		if st[i].self >= 0 {
-			copy(ops[st[i].self].v.b, ops[i].v.b)
+			copy(ops[st[i].self].v.b, st[i].src)
 		}
 		if ops[i].peer == c.rank {
 			st[i].ended = true
@@ -232,7 +257,7 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 				if !ok {
 					continue
 				}
-				copy(b, op.v.b[s.done:s.done+n])
+				copy(b, s.src[s.done:s.done+n])
 				snd.Commit(s.tag)
 			}
 			progress = true
@@ -249,6 +274,16 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 		}
 	}
 	return nil
+}
+
+// overlapsRecv reports whether b shares memory with a receive buffer of ops.
+func overlapsRecv(ops []P2P, b []byte) bool {
+	for j := range ops {
+		if ops[j].recv && overlap(ops[j].v.b, b) {
+			return true
+		}
+	}
+	return false
 }
 
 func (x *executor) p2pErr(peer int, tag transport.Tag, err error) error {
