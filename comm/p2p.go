@@ -94,8 +94,8 @@ func (c *Comm) Recv(ctx context.Context, b Buffer, peer int) error {
 type p2pProgress struct {
 	src   []byte // what a send reads: its buffer, or a staged copy of it
 	done  int    // bytes moved
-	prev  int // index of the previous op on the same peer and direction, or -1
-	self  int // for a send to self: index of the matching receive
+	prev  int    // index of the previous op on the same peer and direction, or -1
+	self  int    // for a send to self: index of the matching receive
 	tag   transport.Tag
 	ended bool
 }
