@@ -185,7 +185,7 @@ func (c *Comm) sender(peer int) (transport.Sender, error) {
 		return nil, err
 	}
 	c.senders[peer] = s
-	c.log.Info(fmt.Sprintf("rank %d -> %d via %s", c.rank, peer, c.ep.Name()), "subsys", "INIT")
+	c.log.Info(fmt.Sprintf("rank %d -> %d via %s", c.rank, peer, transport.Via(c.ep, peer)), "subsys", "INIT")
 	return s, nil
 }
 

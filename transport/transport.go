@@ -95,3 +95,12 @@ type PeerError struct {
 
 func (e *PeerError) Error() string { return fmt.Sprintf("peer rank %d: %v", e.Peer, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// Via names the transport that carries traffic from ep to peer ("INPROC",
+// "SHM", "TCP"), for logs.
+func Via(ep Endpoint, peer int) string {
+	if v, ok := ep.(interface{ Via(int) string }); ok {
+		return v.Via(peer)
+	}
+	return ep.Name()
+}
