@@ -395,3 +395,58 @@ func TestGroupInPlaceSendRecv(t *testing.T) {
 		}))
 	}
 }
+
+func TestSplit(t *testing.T) {
+	cs := world(t, 6, nil)
+	subs := make([]*comm.Comm, 6)
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		r := c.Rank()
+		color := r % 2
+		if r == 5 {
+			color = comm.NoColor
+		}
+		// Keys reverse the order inside each color.
+		sub, err := c.Split(bg, color, -r)
+		if err != nil {
+			return err
+		}
+		subs[r] = sub
+		if r == 5 {
+			if sub != nil {
+				return fmt.Errorf("NoColor rank got a communicator")
+			}
+			return c.Barrier(bg)
+		}
+		wantSize := map[int]int{0: 3, 1: 2}[color]
+		if sub.Size() != wantSize {
+			return fmt.Errorf("rank %d: sub size %d, want %d", r, sub.Size(), wantSize)
+		}
+		x := []int32{int32(r)}
+		if err := comm.AllReduce(bg, sub, x, x, comm.Sum); err != nil {
+			return err
+		}
+		want := map[int]int32{0: 0 + 2 + 4, 1: 1 + 3}[color]
+		if x[0] != want {
+			return fmt.Errorf("rank %d: sum over its color = %d, want %d", r, x[0], want)
+		}
+		// The parent still works, and the order follows the keys.
+		ranks := make([]int32, sub.Size())
+		if err := comm.AllGather(bg, sub, []int32{int32(r)}, ranks); err != nil {
+			return err
+		}
+		for i := 1; i < len(ranks); i++ {
+			if ranks[i] > ranks[i-1] {
+				return fmt.Errorf("sub ranks not ordered by key: %v", ranks)
+			}
+		}
+		return c.Barrier(bg)
+	}))
+	for _, s := range subs {
+		if s != nil {
+			s.Close()
+		}
+	}
+	if _, err := cs[0].Split(bg, -7, 0); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("negative color: %v", err)
+	}
+}

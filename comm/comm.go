@@ -64,6 +64,9 @@ const (
 type Comm struct {
 	rank, size int
 	ep         transport.Endpoint
+	cfg        Config        // as given, for communicators made by Split
+	world      *inproc.World // set for in-process communicators
+	splitSeq   uint64
 	log        *slog.Logger
 	timeout    time.Duration
 	algoPref   algo.Algorithm // 0: the tuner decides
@@ -110,18 +113,21 @@ func InitLocal(n int, cfg *Config) ([]*Comm, error) {
 	}
 	comms := make([]*Comm, n)
 	for r := range comms {
-		if comms[r], err = newComm(w.Endpoint(r), cfg); err != nil {
+		comms[r], err = newComm(w.Endpoint(r), cfg)
+		if err != nil {
 			for _, c := range comms[:r] {
 				c.Close()
 			}
 			return nil, err
 		}
+		comms[r].world = w
 	}
 	return comms, nil
 }
 
 func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	c := &Comm{
+		cfg:       *cfg,
 		rank:      ep.Rank(),
 		size:      ep.Size(),
 		ep:        ep,

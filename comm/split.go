@@ -1,0 +1,95 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/gccl/gccl/transport/inproc"
+)
+
+// NoColor is the Split color of a rank that joins no new communicator.
+const NoColor = -1
+
+// Split creates communicators from subsets of c's ranks, like
+// ncclCommSplit and MPI_Comm_split: ranks passing the same color form one
+// communicator, ordered by key, ties broken by their rank in c. A rank
+// passing NoColor gets nil. Every rank of c must call Split, in the same
+// order relative to its other operations.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	if color < 0 && color != NoColor {
+		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: invalid("color %d is negative (use NoColor)", color)}
+	}
+	all := make([]int64, 2*c.size)
+	if err := AllGather(ctx, c, []int64{int64(color), int64(key)}, all); err != nil {
+		return nil, err
+	}
+	c.splitSeq++
+	if color == NoColor {
+		return nil, nil
+	}
+	var members []int
+	for r := 0; r < c.size; r++ {
+		if all[2*r] == int64(color) {
+			members = append(members, r)
+		}
+	}
+	sort.SliceStable(members, func(i, j int) bool { return all[2*members[i]+1] < all[2*members[j]+1] })
+	newRank := 0
+	for i, r := range members {
+		if r == c.rank {
+			newRank = i
+		}
+	}
+	if c.world == nil {
+		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Split of a multi-process communicator", ErrNotSupported)}
+	}
+	w, err := localSplit(c.world, c.splitSeq, color, len(members), &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := newComm(w.Endpoint(newRank), &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	nc.world = w
+	return nc, nil
+}
+
+// The in-process worlds being created by Split, until every member has
+// taken its endpoint.
+var (
+	splitMu  sync.Mutex
+	splitsOf = map[splitKey]*pendingSplit{}
+)
+
+type splitKey struct {
+	parent *inproc.World
+	seq    uint64
+	color  int
+}
+
+type pendingSplit struct {
+	w     *inproc.World
+	taken int
+}
+
+func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) (*inproc.World, error) {
+	splitMu.Lock()
+	defer splitMu.Unlock()
+	k := splitKey{parent, seq, color}
+	p := splitsOf[k]
+	if p == nil {
+		w, err := inproc.NewWorld(size, cfg.SlotSize, cfg.SlotCount)
+		if err != nil {
+			return nil, err
+		}
+		p = &pendingSplit{w: w}
+		splitsOf[k] = p
+	}
+	if p.taken++; p.taken == size {
+		delete(splitsOf, k)
+	}
+	return p.w, nil
+}
