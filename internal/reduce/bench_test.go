@@ -95,12 +95,14 @@ func goLoopSum(dst, a, b []float32) {
 }
 
 func BenchmarkGoLoop(b *testing.B) {
-	b.Run("float32/64KiB", func(b *testing.B) {
-		dst, x, y := benchBuffers(Float32, 64<<10)
-		d, xs, ys := view[float32](dst), view[float32](x), view[float32](y)
-		b.SetBytes(64 << 10)
-		for b.Loop() {
-			goLoopSum(d, xs, ys)
-		}
+	b.Run("float32", func(b *testing.B) {
+		b.Run("64KiB", func(b *testing.B) {
+			dst, x, y := benchBuffers(Float32, 64<<10)
+			d, xs, ys := view[float32](dst), view[float32](x), view[float32](y)
+			b.SetBytes(64 << 10)
+			for b.Loop() {
+				goLoopSum(d, xs, ys)
+			}
+		})
 	})
 }

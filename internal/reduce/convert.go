@@ -10,39 +10,70 @@ import "math"
 // F16ToF32 widens an IEEE binary16 value to float32 exactly. A signalling
 // NaN comes back quiet, as VCVTPH2PS does.
 func F16ToF32(h uint16) float32 {
+	if f, ok := widenF16Normal(h); ok {
+		return f
+	}
+	return f16ToF32Special(h)
+}
+
+// widenF16Normal widens h and reports whether h was a normal number, the
+// only case in which the result is right: then the fields just move and the
+// exponent is rebiased. It is small enough to inline into the generic loops.
+func widenF16Normal(h uint16) (float32, bool) {
+	e := h & 0x7c00
+	return math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + (127-15)<<23)), e != 0 && e != 0x7c00
+}
+
+// f16ToF32Special widens zeros, subnormals, infinities and NaNs.
+func f16ToF32Special(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
 	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0x1f:
+	if h&0x7c00 != 0 { // Inf or NaN
 		if mant == 0 {
 			return math.Float32frombits(sign | 0x7f800000)
 		}
 		return math.Float32frombits(sign | 0x7fc00000 | mant<<13)
-	case 0:
-		// Zero or subnormal: mant * 2^-24, exact in float32.
-		f := float32(mant) * 0x1p-24
-		if sign != 0 {
-			f = -f
-		}
-		return f
 	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+	// Zero or subnormal: mant * 2^-24, exact in float32.
+	f := float32(mant) * 0x1p-24
+	if sign != 0 {
+		f = -f
+	}
+	return f
 }
 
 // F32ToF16 rounds a float32 to IEEE binary16, to nearest even. Overflow gives
 // an infinity, infinities stay infinite and a NaN stays a (quiet) NaN.
 func F32ToF16(f float32) uint16 {
+	if h, ok := narrowF16Normal(f); ok {
+		return h
+	}
+	x := math.Float32bits(f)
+	return uint16(x>>16)&0x8000 | f32ToF16Special(x&0x7fffffff)
+}
+
+// narrowF16Normal rounds f to binary16 and reports whether the result is a
+// normal number (2^-14 <= |f| < 65520, the overflow threshold), the only
+// case it handles. It is small enough to inline into the generic loops.
+func narrowF16Normal(f float32) (uint16, bool) {
 	x := math.Float32bits(f)
 	sign := uint16(x>>16) & 0x8000
 	x &= 0x7fffffff
+	ok := x-0x38800000 < 0x477ff000-0x38800000
+	x += 0xfff + (x>>13)&1
+	return sign | uint16((x-(127-15)<<23)>>13), ok
+}
+
+// f32ToF16Special narrows the magnitude x when the result is not a normal
+// binary16: NaN, overflow, subnormal or zero.
+func f32ToF16Special(x uint32) uint16 {
 	switch {
 	case x > 0x7f800000: // NaN
-		return sign | 0x7e00 | uint16(x>>13)&0x3ff
+		return 0x7e00 | uint16(x>>13)&0x3ff
 	case x >= 0x477ff000: // >= 65520 = max + half an ulp, so it rounds up to Inf
-		return sign | 0x7c00
+		return 0x7c00
 	}
-	return sign | uint16(narrowMagnitude(x, 10, 15))
+	return uint16(narrowMagnitude(x, 10, 15))
 }
 
 // BF16ToF32 widens a bfloat16 value to float32 exactly.

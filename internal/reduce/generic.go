@@ -184,33 +184,60 @@ func minF64Loop(dst, a, b []float64) {
 	}
 }
 
-// float16: widen, compute in float32, round back once.
+// float16: widen, compute in float32, round back once. The loops inline the
+// conversions for normal numbers and call the full ones only for zeros,
+// subnormals, infinities and NaNs (operands or result); calling them for
+// every element would cost several times more.
 
 func sumF16(dst, a, b []uint16) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		dst[i] = F32ToF16(F16ToF32(a[i]) + F16ToF32(b[i]))
+		x, okx := widenF16Normal(a[i])
+		y, oky := widenF16Normal(b[i])
+		r, ok := narrowF16Normal(x + y)
+		if !(okx && oky && ok) {
+			r = F32ToF16(F16ToF32(a[i]) + F16ToF32(b[i]))
+		}
+		dst[i] = r
 	}
 }
 
 func prodF16(dst, a, b []uint16) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		dst[i] = F32ToF16(F16ToF32(a[i]) * F16ToF32(b[i]))
+		x, okx := widenF16Normal(a[i])
+		y, oky := widenF16Normal(b[i])
+		r, ok := narrowF16Normal(x * y)
+		if !(okx && oky && ok) {
+			r = F32ToF16(F16ToF32(a[i]) * F16ToF32(b[i]))
+		}
+		dst[i] = r
 	}
 }
 
 func minF16(dst, a, b []uint16) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		dst[i] = F32ToF16(minF32(F16ToF32(a[i]), F16ToF32(b[i])))
+		x, okx := widenF16Normal(a[i])
+		y, oky := widenF16Normal(b[i])
+		r, ok := narrowF16Normal(minF32(x, y))
+		if !(okx && oky && ok) {
+			r = F32ToF16(minF32(F16ToF32(a[i]), F16ToF32(b[i])))
+		}
+		dst[i] = r
 	}
 }
 
 func maxF16(dst, a, b []uint16) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		dst[i] = F32ToF16(maxF32(F16ToF32(a[i]), F16ToF32(b[i])))
+		x, okx := widenF16Normal(a[i])
+		y, oky := widenF16Normal(b[i])
+		r, ok := narrowF16Normal(maxF32(x, y))
+		if !(okx && oky && ok) {
+			r = F32ToF16(maxF32(F16ToF32(a[i]), F16ToF32(b[i])))
+		}
+		dst[i] = r
 	}
 }
 
