@@ -1,0 +1,131 @@
+package shm
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Mailbox layout. All offsets are from the start of the segment; every
+// process maps the whole segment, at whatever address, and finds its parts
+// by these offsets.
+//
+//	0                header (one page, or more with many peers)
+//	  0                identity and geometry, immutable once magic is set
+//	  128              state: open, closed or aborted (and reason at 512)
+//	  256              bell: futex word and sleeper count
+//	  512              abort reason, reasonLen bytes
+//	  1024             ring table: the rank of the sender of each ring (uint32)
+//	headerSize       ring 0, then ring 1, ... each ringStride bytes:
+//	  0                tail: slots ever committed (written by the sender)
+//	  128              head: slots ever released (written by the receiver)
+//	  256              slot metadata, 64 bytes per slot: length, tag
+//	  dataOff          slot data, slotStride bytes per slot
+//
+// Hot words that different processes write sit 128 bytes apart, not 64:
+// Intel cores fetch cache lines in adjacent pairs, so two words 64 bytes
+// apart still contend.
+const (
+	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
+	layoutVersion = 1
+
+	cacheLine    = 64
+	pageSize     = 4096
+	ringTableOff = 1024
+	metaOff      = 256 // within a ring
+	metaStride   = cacheLine
+	reasonMax    = 512
+)
+
+// Rank states in the header.
+const (
+	stateOpen    uint32 = 0 // zero: a fresh segment is open
+	stateClosed  uint32 = 1
+	stateAborted uint32 = 2
+)
+
+// header is the start of a mailbox. Fields that other processes read while
+// the owner may write them are accessed atomically.
+type header struct {
+	magic      uint64 // set last at creation: a peer that reads it sees the rest
+	version    uint32
+	headerSize uint32
+	rank       uint32
+	worldSize  uint32
+	ownerPid   uint32
+	nRings     uint32
+	slotSize   uint64
+	slotCount  uint64
+	ringStride uint64
+	totalSize  uint64
+	pidNS      uint64 // inode of the owner's pid namespace, 0 if unknown
+	_          [56]byte
+
+	// Line 2, read by peers before every send: stays shared in their
+	// caches because it is written once, at close.
+	state     uint32
+	reasonLen uint32
+	_         [120]byte
+
+	// Line 4, the bell. Peers read sleepers after every commit and release,
+	// and write only when the owner sleeps.
+	bell     uint32 // futex word; Seq
+	sleepers uint32 // goroutines of the owner inside Wait
+	_        [248]byte
+
+	reason [reasonMax]byte
+}
+
+// ringCounters starts every ring.
+type ringCounters struct {
+	tail atomic.Uint64
+	_    [128 - 8]byte
+	head atomic.Uint64
+	_    [128 - 8]byte
+}
+
+// slotMeta describes one slot. One cache line each, so that the sender
+// filling slot i+1 does not disturb the receiver reading slot i.
+type slotMeta struct {
+	len uint64
+	tag uint64
+	_   [metaStride - 16]byte
+}
+
+func init() {
+	// The layout is shared between processes: catch accidental changes.
+	if unsafe.Offsetof(header{}.state) != 128 || unsafe.Offsetof(header{}.bell) != 256 ||
+		unsafe.Offsetof(header{}.reason) != 512 || unsafe.Sizeof(header{}) != ringTableOff ||
+		unsafe.Sizeof(ringCounters{}) != metaOff || unsafe.Sizeof(slotMeta{}) != metaStride {
+		panic("shm: mailbox layout changed; bump layoutVersion and fix the offsets")
+	}
+}
+
+// geometry is where everything lies in a mailbox with nRings rings.
+type geometry struct {
+	slotSize, slotCount int
+	nRings              int
+	slotStride          int // slot data, rounded to a cache line
+	dataOff             int // slot data within a ring, page aligned
+	ringStride          int
+	headerSize          int
+	total               int64
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+func newGeometry(slotSize, slotCount, nRings int) (geometry, error) {
+	g := geometry{slotSize: slotSize, slotCount: slotCount, nRings: nRings}
+	g.slotStride = roundUp(slotSize, cacheLine)
+	g.dataOff = roundUp(metaOff+slotCount*metaStride, pageSize)
+	ring := int64(g.dataOff) + int64(slotCount)*int64(g.slotStride)
+	if ring > 1<<40 {
+		return g, fmt.Errorf("shm: ring of %d slots of %d bytes is too large", slotCount, slotSize)
+	}
+	g.ringStride = roundUp(int(ring), pageSize)
+	g.headerSize = roundUp(ringTableOff+4*nRings, pageSize)
+	g.total = int64(g.headerSize) + int64(nRings)*int64(g.ringStride)
+	return g, nil
+}
+
+func (g geometry) ringOff(i int) int { return g.headerSize + i*g.ringStride }

@@ -1,0 +1,202 @@
+// Package shm connects ranks that are processes on one host through shared
+// memory in /dev/shm.
+//
+// Each rank creates one segment, its mailbox, named gccl-<jobID>-<rank>. The
+// mailbox holds a small header (magic, version, owner pid, the rank's state
+// and its bell) and one single-producer single-consumer ring of slots for
+// every local peer that sends to this rank. A sender maps the receiver's
+// mailbox and writes its slots in place; the receiver reads them in place, so
+// a fused primitive can reduce straight from an incoming slot into an
+// outgoing one. Every rank maps the mailbox of every local peer: it writes
+// into them, checks their state and rings their bells.
+//
+// The bell is a futex word in the rank's own header. A peer that commits a
+// message or frees a slot rings it only when the rank sleeps, so the fast
+// path is a few plain loads and one store per message, without system calls,
+// locks or allocations. The same bell serves every transport of the process
+// (Mailbox.Bell), so a rank can sleep until any of its peers, local or
+// remote, makes progress.
+//
+// Shared memory gives no end-of-file, so a rank that waits checks now and
+// then (at most every LivenessInterval) that its peers' processes still run,
+// through pidfds, and fails the connections of a dead peer with a
+// *transport.PeerError.
+//
+// A typical setup, with a bootstrap service to exchange names:
+//
+//	mb, err := shm.Create(jobID, rank, size, localPeers, shm.Config{})
+//	// publish mb.Name() and os.Getpid(); gather the peers' ones
+//	ep, err := mb.Connect(ctx, peers)
+//	// barrier: every local peer has mapped every mailbox
+//	mb.Unlink()
+//
+// Regions (Alloc, MapRegion) are plain shared buffers with the same naming
+// and permission rules, which peers map to read each other's data directly.
+//
+// The package works on Linux; elsewhere its constructors return
+// ErrNotSupported.
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Config. The slot size is the pipeline chunk of every
+// collective that runs over shared memory; see BenchmarkStream for how it was
+// chosen.
+const (
+	DefaultSlotSize  = 128 << 10
+	DefaultSlotCount = 8
+	DefaultDir       = "/dev/shm"
+)
+
+// LivenessInterval is how often, at most, a waiting rank checks that its
+// peers' processes are alive.
+const LivenessInterval = 50 * time.Millisecond
+
+// waitSlice bounds one futex sleep, so that context cancellation, the
+// deadline and peer liveness are checked while a rank waits.
+const waitSlice = 5 * time.Millisecond
+
+// ErrNotSupported is returned on systems without the shared-memory
+// transport.
+var ErrNotSupported = errors.New("shm: shared-memory transport not supported on this system")
+
+// Config sizes a mailbox. Every rank on a host must use the same SlotSize and
+// SlotCount: Connect rejects a peer whose geometry differs.
+type Config struct {
+	// SlotSize is the largest message one slot carries (0: DefaultSlotSize).
+	SlotSize int
+	// SlotCount is the number of slots per ring, at least 2 (0:
+	// DefaultSlotCount).
+	SlotCount int
+	// Dir is where segments are created (empty: DefaultDir).
+	Dir string
+}
+
+// Peer is what a rank needs to know about a local peer: the name of its
+// mailbox (Mailbox.Name) and its process id, which Connect checks against
+// the mailbox header and uses to notice the peer's death. Pid 0 skips the
+// check.
+type Peer struct {
+	Name string
+	Pid  int
+}
+
+const (
+	minSlotSize  = 64
+	maxSlotSize  = 1 << 30
+	minSlotCount = 2 // a fused receive-and-send holds one slot while it waits for the next
+	maxSlotCount = 1 << 12
+	maxJobIDLen  = 128
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.SlotSize == 0 {
+		c.SlotSize = DefaultSlotSize
+	}
+	if c.SlotCount == 0 {
+		c.SlotCount = DefaultSlotCount
+	}
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if c.SlotSize < minSlotSize || c.SlotSize > maxSlotSize {
+		return c, fmt.Errorf("shm: slot size %d outside [%d, %d]", c.SlotSize, minSlotSize, maxSlotSize)
+	}
+	if c.SlotCount < minSlotCount || c.SlotCount > maxSlotCount {
+		return c, fmt.Errorf("shm: slot count %d outside [%d, %d] (fused steps hold one slot while reserving the next)", c.SlotCount, minSlotCount, maxSlotCount)
+	}
+	return c, nil
+}
+
+// checkJobID keeps segment names inside Dir and recognisable by CleanJob.
+func checkJobID(jobID string) error {
+	if jobID == "" || len(jobID) > maxJobIDLen || jobID[0] == '.' || jobID[0] == '-' {
+		return fmt.Errorf("shm: invalid job ID %q (1 to %d characters of [A-Za-z0-9._-], not starting with '.' or '-')", jobID, maxJobIDLen)
+	}
+	for _, c := range jobID {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("shm: invalid job ID %q: character %q (allowed: [A-Za-z0-9._-])", jobID, c)
+		}
+	}
+	return nil
+}
+
+// mailboxPath is the mailbox of rank in job: <dir>/gccl-<jobID>-<rank>.
+func mailboxPath(dir, jobID string, rank int) string {
+	return filepath.Join(dir, "gccl-"+jobID+"-"+strconv.Itoa(rank))
+}
+
+// regionPath is region n of rank in job: <dir>/gccl-<jobID>-<rank>-buf<n>.
+func regionPath(dir, jobID string, rank, n int) string {
+	return mailboxPath(dir, jobID, rank) + "-buf" + strconv.Itoa(n)
+}
+
+// isJobSegment reports whether base is the name of a mailbox or region of
+// jobID. It matches the exact forms, so that cleaning job "7" leaves job
+// "7-1" alone.
+func isJobSegment(base, jobID string) bool {
+	rest, ok := strings.CutPrefix(base, "gccl-"+jobID+"-")
+	if !ok {
+		return false
+	}
+	rank, buf, hasBuf := strings.Cut(rest, "-buf")
+	if !allDigits(rank) {
+		return false
+	}
+	return !hasBuf || allDigits(buf)
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// CleanJob removes the segments (mailboxes and regions) of jobID left in dir
+// (empty: DefaultDir), for example by ranks that crashed before unlinking
+// them, and returns how many it removed. Peers that still map a removed
+// segment keep their mapping.
+func CleanJob(dir, jobID string) (int, error) {
+	if err := checkJobID(jobID); err != nil {
+		return 0, err
+	}
+	if dir == "" {
+		dir = DefaultDir
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("shm: cleaning job %s: %w", jobID, err)
+	}
+	n := 0
+	var first error
+	for _, e := range entries {
+		if !isJobSegment(e.Name(), jobID) {
+			continue
+		}
+		err := os.Remove(filepath.Join(dir, e.Name()))
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, os.ErrNotExist):
+			// Unlinked meanwhile by its owner.
+		case first == nil:
+			first = fmt.Errorf("shm: cleaning job %s: %w", jobID, err)
+		}
+	}
+	return n, first
+}
