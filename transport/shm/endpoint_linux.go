@@ -149,20 +149,20 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 }
 
 // poll is the bell's look at the connections before it sleeps and after
-// each slice: it reports whether any ring counter or peer state moved since
-// the owner last looked (updating what it has seen, so each change wakes the
-// owner once), or a peer was found dead.
+// each slice. It reports whether a ring the owner found empty now has a
+// message, a ring it found full now has a free slot, a peer changed state,
+// or a peer was found dead; each such change is reported once.
 func (e *Endpoint) poll() bool {
 	changed := false
 	for _, l := range e.linkList {
-		if t := l.recv.ctr.tail.Load(); t != l.recv.seenTail {
-			l.recv.seenTail, changed = t, true
+		if r := l.recv; r.empty && r.metas[r.idx].seq.Load() == r.head+1 {
+			r.empty, changed = false, true
 		}
-		if h := l.send.ctr.head.Load(); h != l.send.seenHead {
-			l.send.seenHead, changed = h, true
+		if s := l.send; s.full && s.ctr.head.Load() != s.seenHead {
+			s.full, changed = false, true
 		}
-		if s := atomic.LoadUint32(&l.hdr.state); s != l.seenState {
-			l.seenState, changed = s, true
+		if st := atomic.LoadUint32(&l.hdr.state); st != l.seenState {
+			l.seenState, changed = st, true
 		}
 	}
 	return e.checkLiveness(false) || changed
@@ -286,17 +286,19 @@ func (e *Endpoint) dropLinks() {
 }
 
 // sender is the producing half of the ring from this rank to a peer, which
-// lies in the peer's mailbox. Its counters are the only words it shares;
-// tail and a recent head are cached here.
+// lies in the peer's mailbox. Only the slots' lines and the head are
+// shared; the count of committed messages and a recent head live here.
 type sender struct {
 	ctr      *ringCounters
 	metas    []slotMeta
 	slots    [][]byte // each slotSize bytes, capacity included
 	count    uint64
 	slotSize int
-	tail     uint64 // slots committed; this side is the only writer
+	tail     uint64 // messages committed
 	seenHead uint64 // head as last read: a lower bound of the real one
 	idx      int    // tail % count
+	n        int    // length of the reserved message
+	full     bool   // the last TryReserve found no slot (for poll)
 	peerHdr  *header
 	link     *peerLink
 	ep       *Endpoint
@@ -310,9 +312,9 @@ type receiver struct {
 	slots    [][]byte
 	count    uint64
 	slotSize int
-	head     uint64 // slots released; this side is the only writer
-	seenTail uint64 // tail as last read
+	head     uint64 // messages released; this side is the only writer
 	idx      int    // head % count
+	empty    bool   // the last TryNext found no message (for poll)
 	peerHdr  *header
 	link     *peerLink
 	ep       *Endpoint
@@ -330,29 +332,20 @@ func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, []
 
 func newSender(ep *Endpoint, l *peerLink, peerSeg *segment, off int, g geometry) *sender {
 	ctr, metas, slots := ringParts(peerSeg, off, g)
-	s := &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
+	return &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
 		peerHdr: l.hdr, link: l, ep: ep}
-	// A fresh ring is empty, but read the counters anyway: cheap, and right
-	// should a segment ever be reused.
-	s.tail = ctr.tail.Load()
-	s.seenHead = ctr.head.Load()
-	s.idx = int(s.tail % s.count)
-	return s
 }
 
 func newReceiver(ep *Endpoint, l *peerLink, mySeg *segment, off int, g geometry) *receiver {
 	ctr, metas, slots := ringParts(mySeg, off, g)
-	r := &receiver{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
+	return &receiver{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
 		peerHdr: l.hdr, link: l, ep: ep}
-	r.head = ctr.head.Load()
-	r.seenTail = ctr.tail.Load()
-	r.idx = int(r.head % r.count)
-	return r
 }
 
-// TryReserve returns the next free slot, n bytes long. The fast path reads
-// only this process's cached head; the shared head is loaded when the ring
-// looks full.
+// TryReserve returns the next free slot, n bytes long: in the slot's line
+// for a small message, else in its data area. The fast path reads only
+// this process's cached head; the shared head is loaded when the ring looks
+// full.
 func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if uint(n) > uint(s.slotSize) {
 		return nil, false, fmt.Errorf("shm: message of %d bytes exceeds slot size %d", n, s.slotSize)
@@ -365,32 +358,40 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	if s.tail-s.seenHead >= s.count {
-		// The load is an acquire: the receiver's reads of the slot it
-		// released happened before; we may overwrite it.
+		// An acquire load: the receiver finished reading the slots it
+		// released before it stored head, so we may overwrite them.
 		s.seenHead = s.ctr.head.Load()
 		if used := s.tail - s.seenHead; used >= s.count {
 			if used > s.count {
 				return nil, false, s.corrupt("head %d ahead of tail %d", s.seenHead, s.tail)
 			}
+			s.full = true
 			s.ep.idle()
 			return nil, false, nil
 		}
 	}
-	s.metas[s.idx].len = uint64(n)
+	s.full = false
+	s.n = n
+	if n <= inlineMax {
+		return s.metas[s.idx].inline[:n:n], true, nil
+	}
 	return s.slots[s.idx][:n:n], true, nil
 }
 
 // Commit publishes the reserved slot.
 func (s *sender) Commit(tag transport.Tag) {
-	s.metas[s.idx].tag = uint64(tag)
+	m := &s.metas[s.idx]
+	m.len = uint32(s.n)
+	m.tag = uint64(tag)
 	s.tail++
 	if s.idx++; s.idx == len(s.slots) {
 		s.idx = 0
 	}
-	// A sequentially consistent store: a release, so the receiver that
-	// loads the new tail sees the slot's data, length and tag; and a full
-	// barrier before notify reads the receiver's sleeper count.
-	s.ctr.tail.Store(s.tail)
+	// A sequentially consistent store, last: a release, so the receiver
+	// that loads the new seq sees the data, length and tag; and a full
+	// barrier before notify reads the receiver's sleeper count (see
+	// bell.Wait).
+	m.seq.Store(s.tail)
 	notify(s.peerHdr)
 }
 
@@ -401,48 +402,48 @@ func (s *sender) corrupt(format string, args ...any) error {
 	return &transport.PeerError{Peer: s.link.rank, Err: fmt.Errorf("shm: ring to rank %d is corrupt: %s", s.link.rank, fmt.Sprintf(format, args...))}
 }
 
-// TryNext returns the oldest unreleased message. The fast path, when a
-// message is known to be there, touches no shared counter; otherwise it is
-// one load of the tail.
+// TryNext returns the oldest unreleased message. It loads one word, the
+// sequence number in the slot's line, which the data of a small message
+// shares.
 func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	if r.ep.closed.Load() {
 		return nil, 0, false, transport.ErrClosed
 	}
-	if r.head == r.seenTail {
-		// Acquire: the sender's writes of the slot precede its tail store.
-		r.seenTail = r.ctr.tail.Load()
-		if r.head == r.seenTail {
-			if err := r.idleErr(); err != nil || r.head == r.seenTail {
-				return nil, 0, false, err
-			}
+	m := &r.metas[r.idx]
+	// An acquire load: the sender wrote the message before its seq.
+	if seq := m.seq.Load(); seq != r.head+1 {
+		err := r.notReady(seq)
+		// Look once more: a peer that closed or died right after our load
+		// may have committed first, and what it sent is drained before
+		// its failure is reported.
+		if m.seq.Load() != r.head+1 {
+			return nil, 0, false, err
 		}
 	}
-	if r.seenTail-r.head > r.count {
-		return nil, 0, false, r.corrupt("tail %d more than %d slots ahead of head %d", r.seenTail, r.count, r.head)
-	}
-	m := &r.metas[r.idx]
+	r.empty = false
 	n := m.len
-	if n > uint64(r.slotSize) {
-		return nil, 0, false, r.corrupt("message of %d bytes in a %d-byte slot", n, r.slotSize)
+	switch {
+	case n <= inlineMax:
+		return m.inline[:n:n], transport.Tag(m.tag), true, nil
+	case n <= uint32(r.slotSize):
+		return r.slots[r.idx][:n:n], transport.Tag(m.tag), true, nil
 	}
-	return r.slots[r.idx][:n:n], transport.Tag(m.tag), true, nil
+	return nil, 0, false, r.corrupt("message of %d bytes in a %d-byte slot", n, r.slotSize)
 }
 
-// idleErr is TryNext's answer on an empty ring: the peer's failure once
-// everything it committed has been read.
-func (r *receiver) idleErr() error {
-	err := r.link.err()
-	if err == nil {
-		r.ep.idle()
-		return nil
+// notReady is TryNext's slow path, when the slot holds no new message: the
+// peer's failure once everything it committed has been read.
+func (r *receiver) notReady(seq uint64) error {
+	// The slot holds the message of the previous lap, or none yet.
+	if seq != r.head+1-r.count && seq != 0 {
+		return r.corrupt("slot %d holds message %d while message %d is expected", r.idx, seq, r.head+1)
 	}
-	// The peer may have committed after our tail load and before it
-	// closed or died: drain that first.
-	if t := r.ctr.tail.Load(); t != r.head {
-		r.seenTail = t
-		return nil
+	if err := r.link.err(); err != nil {
+		return err
 	}
-	return err
+	r.empty = true
+	r.ep.idle()
+	return nil
 }
 
 // Release hands the oldest message's slot back to the sender.

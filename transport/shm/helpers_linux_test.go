@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/spin"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -76,13 +77,15 @@ func world(tb testing.TB, n int, cfg Config) []*Endpoint {
 // testTimeout bounds every blocking helper, so a bug fails instead of hanging.
 const testTimeout = 20 * time.Second
 
-// send blocks until msg is committed to peer with tag.
+// send blocks until msg is committed to peer with tag. It waits like the
+// executor: spin, yield, then sleep.
 func send(ep *Endpoint, peer int, msg []byte, tag transport.Tag) error {
 	s, err := ep.Sender(peer)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(testTimeout)
+	var deadline time.Time
+	var bo spin.Backoff
 	for {
 		seen := ep.Seq()
 		b, ok, err := s.TryReserve(len(msg))
@@ -94,7 +97,7 @@ func send(ep *Endpoint, peer int, msg []byte, tag transport.Tag) error {
 			s.Commit(tag)
 			return nil
 		}
-		if err := ep.Wait(context.Background(), seen, deadline); err != nil {
+		if err := wait(ep, seen, &bo, &deadline); err != nil {
 			return err
 		}
 	}
@@ -107,7 +110,8 @@ func recv(ep *Endpoint, peer int, buf []byte) (int, transport.Tag, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	deadline := time.Now().Add(testTimeout)
+	var deadline time.Time
+	var bo spin.Backoff
 	for {
 		seen := ep.Seq()
 		m, tag, ok, err := r.TryNext()
@@ -119,10 +123,22 @@ func recv(ep *Endpoint, peer int, buf []byte) (int, transport.Tag, error) {
 			r.Release()
 			return n, tag, nil
 		}
-		if err := ep.Wait(context.Background(), seen, deadline); err != nil {
+		if err := wait(ep, seen, &bo, &deadline); err != nil {
 			return 0, 0, err
 		}
 	}
+}
+
+// wait spins, then sleeps with testTimeout as the deadline, read from the
+// clock only once sleeping starts.
+func wait(ep *Endpoint, seen uint64, bo *spin.Backoff, deadline *time.Time) error {
+	if bo.Spin() {
+		return nil
+	}
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(testTimeout)
+	}
+	return ep.Wait(context.Background(), seen, *deadline)
 }
 
 // fill writes message i's pattern; check verifies it.

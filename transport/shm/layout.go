@@ -17,13 +17,20 @@ import (
 //	  512              abort reason, reasonLen bytes
 //	  1024             ring table: the rank of the sender of each ring (uint32)
 //	headerSize       ring 0, then ring 1, ... each ringStride bytes:
-//	  0                tail: slots ever committed (written by the sender)
-//	  128              head: slots ever released (written by the receiver)
-//	  256              slot metadata, 64 bytes per slot: length, tag
-//	  dataOff          slot data, slotStride bytes per slot
+//	  0                head: messages ever released (written by the receiver)
+//	  256              slot i's line: sequence number, length, tag and up
+//	                   to 40 bytes of inline data (written by the sender)
+//	  dataOff          slot data, slotStride bytes per slot, page aligned
 //
-// Hot words that different processes write sit 128 bytes apart, not 64:
-// Intel cores fetch cache lines in adjacent pairs, so two words 64 bytes
+// A message is ready when its slot's sequence number says so: the receiver
+// polls the one cache line that also carries length, tag and, for small
+// messages, the data, so a small message costs one cache-line transfer.
+// Larger messages use the slot's data area, which stays aligned for the
+// reduction kernels. The sender reads the head only when the ring looks
+// full.
+//
+// Words that different processes write sit at least 128 bytes apart, not
+// 64: Intel cores fetch cache lines in adjacent pairs, so two words 64 bytes
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
@@ -34,6 +41,7 @@ const (
 	ringTableOff = 1024
 	metaOff      = 256 // within a ring
 	metaStride   = cacheLine
+	inlineMax    = 40 // data bytes carried in the slot's line
 	reasonMax    = 512
 )
 
@@ -78,18 +86,20 @@ type header struct {
 
 // ringCounters starts every ring.
 type ringCounters struct {
-	tail atomic.Uint64
-	_    [128 - 8]byte
 	head atomic.Uint64
-	_    [128 - 8]byte
+	_    [metaOff - 8]byte
 }
 
-// slotMeta describes one slot. One cache line each, so that the sender
-// filling slot i+1 does not disturb the receiver reading slot i.
+// slotMeta is one slot's cache line. Each slot has its own, so that the
+// sender filling slot i+1 does not disturb the receiver reading slot i.
 type slotMeta struct {
-	len uint64
-	tag uint64
-	_   [metaStride - 16]byte
+	// seq is k+1 once message k (counting from 0) is committed to this
+	// slot; the sender stores it last.
+	seq    atomic.Uint64
+	len    uint32
+	_      uint32
+	tag    uint64
+	inline [inlineMax]byte
 }
 
 func init() {

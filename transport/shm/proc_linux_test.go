@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/reduce"
+	"github.com/gccl/gccl/internal/spin"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -28,12 +29,12 @@ const childEnv = "GCCL_SHM_TEST_CHILD"
 
 const (
 	cmdEcho      uint8 = iota + 1 // send every message back, until a message of another kind
-	cmdSend                       // payload: total bytes (MaxUint64: forever); child streams them
+	cmdSend                       // payload: total bytes (MaxUint64: forever), source size; child streams them
 	cmdAddr                       // payload: size; child answers its private buffer's address
 	cmdRegion                     // payload: size; child answers the name of a region it fills
 	cmdHang                       // child answers, then stops responding
 	cmdExit                       // child closes its endpoint and exits 0
-	cmdDirty                      // child rewrites its buffer (or region), then answers
+	cmdDirty                      // payload: 0 (buffer) or 1 (region), n; child rewrites it, then answers (n == 0) or streams its first n bytes
 	cmdAllReduce                  // payload: size, iterations; child runs that many all-reduces
 	cmdData                       // the kind of streamed data
 	cmdHello                      // the child's first message
@@ -217,7 +218,12 @@ func childMain() error {
 				return err
 			}
 		case cmdSend:
-			if err := stream(ep, grow(int(min(a, 64<<20))), a); err != nil {
+			// From a source of b bytes (0: as much as is sent, up to 64 MiB).
+			src := int(min(a, 64<<20))
+			if b != 0 {
+				src = int(b)
+			}
+			if err := stream(ep, grow(src), a); err != nil {
 				return err
 			}
 		case cmdAddr:
@@ -249,7 +255,12 @@ func childMain() error {
 			for i := 0; i < len(buf); i += cacheLine {
 				buf[i]++
 			}
-			if err := reply(nil); err != nil {
+			if b != 0 {
+				err = stream(ep, buf[:b], b)
+			} else {
+				err = reply(nil)
+			}
+			if err != nil {
 				return err
 			}
 		case cmdAllReduce:
@@ -279,6 +290,8 @@ func stream(ep *Endpoint, src []byte, total uint64) error {
 	slot := uint64(ep.SlotSize())
 	tag := transport.MakeTag(cmdData, 0)
 	off := 0
+	var bo spin.Backoff
+	var deadline time.Time
 	for sent := uint64(0); sent < total; {
 		n := min(slot, total-sent)
 		if off+int(n) > len(src) {
@@ -290,11 +303,13 @@ func stream(ep *Endpoint, src []byte, total uint64) error {
 			return err
 		}
 		if !ok {
-			if err := ep.Wait(context.Background(), seen, time.Now().Add(testTimeout)); err != nil {
+			if err := wait(ep, seen, &bo, &deadline); err != nil {
 				return err
 			}
 			continue
 		}
+		bo.Reset()
+		deadline = time.Time{}
 		copy(b, src[off:])
 		s.Commit(tag)
 		off += int(n)
@@ -329,7 +344,8 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 			recvLo, recvHi = theirs[0], theirs[1]
 		}
 		so, ro := sendLo, recvLo
-		var bo spinWait
+		var bo spin.Backoff
+		var deadline time.Time
 		for so < sendHi || ro < recvHi {
 			seen := ep.Seq()
 			progress := false
@@ -360,8 +376,9 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 				}
 			}
 			if progress {
-				bo = 0
-			} else if err := bo.wait(ep, seen); err != nil {
+				bo.Reset()
+				deadline = time.Time{}
+			} else if err := wait(ep, seen, &bo, &deadline); err != nil {
 				return err
 			}
 		}
@@ -369,16 +386,6 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 	return nil
 }
 
-// spinWait is the executor's waiting policy in small: spin, then sleep.
-type spinWait int
-
-func (w *spinWait) wait(ep *Endpoint, seen uint64) error {
-	if *w < 20000 {
-		*w++
-		return nil
-	}
-	return ep.Wait(context.Background(), seen, time.Now().Add(testTimeout))
-}
 
 func TestProcessExchange(t *testing.T) {
 	if testing.Short() {
