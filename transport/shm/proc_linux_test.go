@@ -386,7 +386,6 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 	return nil
 }
 
-
 func TestProcessExchange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
