@@ -1,0 +1,253 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/gccl/gccl/transport"
+)
+
+func TestFrameHeader(t *testing.T) {
+	b := make([]byte, frameHeaderLen)
+	want := frameHeader{kind: frameData, length: 4096, tag: transport.MakeTag(3, 99)}
+	putFrameHeader(b, want)
+	if got, err := parseFrameHeader(b, 4096); err != nil || got != want {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	bad := func(name string, edit func([]byte), slotSize int) {
+		t.Helper()
+		c := bytes.Clone(b)
+		edit(c)
+		if _, err := parseFrameHeader(c, slotSize); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	bad("length over the slot size", func([]byte) {}, 4095)
+	bad("unknown kind", func(c []byte) { c[4] = 9 }, 4096)
+	bad("kind zero", func(c []byte) { c[4] = 0 }, 4096)
+	bad("reserved bytes", func(c []byte) { c[6] = 1 }, 4096)
+	bad("abort with a tag", func(c []byte) { c[4] = byte(frameAbort); c[0], c[1] = 1, 0 }, 4096)
+	bad("abort reason too long", func(c []byte) {
+		putFrameHeader(c, frameHeader{kind: frameAbort, length: maxAbortReason + 1})
+	}, 4096)
+	if _, err := parseFrameHeader(b[:15], 4096); err == nil {
+		t.Error("short header accepted")
+	}
+}
+
+func TestPieceRange(t *testing.T) {
+	for streams := 1; streams <= MaxStreams; streams++ {
+		for _, n := range []int{0, 1, stripeMin - 1, stripeMin, stripeMin + 1, stripeMin + 12345, 1 << 20, 1<<30 - 1, 1 << 30} {
+			parts := pieceCount(n, streams)
+			if parts < 1 || parts > streams || (n < stripeMin && parts != 1) {
+				t.Fatalf("n=%d streams=%d: %d parts", n, streams, parts)
+			}
+			end := 0
+			for j := 0; j < streams; j++ {
+				lo, hi := pieceRange(n, parts, j)
+				if j >= parts {
+					if lo != hi {
+						t.Fatalf("n=%d streams=%d: stream %d carries [%d,%d) beyond %d parts", n, streams, j, lo, hi, parts)
+					}
+					continue
+				}
+				if lo != end || hi <= lo && n > 0 || (j > 0 && lo%stripeAlign != 0) {
+					t.Fatalf("n=%d streams=%d: piece %d is [%d,%d) after %d", n, streams, j, lo, hi, end)
+				}
+				end = hi
+			}
+			if end != n {
+				t.Fatalf("n=%d streams=%d: pieces end at %d", n, streams, end)
+			}
+		}
+	}
+}
+
+func FuzzParseFrameHeader(f *testing.F) {
+	b := make([]byte, frameHeaderLen)
+	putFrameHeader(b, frameHeader{kind: frameData, length: 100, tag: 5})
+	f.Add(b, 4096)
+	putFrameHeader(b, frameHeader{kind: frameAbort, length: 10})
+	f.Add(b, 64)
+	f.Add([]byte{}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, slotSize int) {
+		h, err := parseFrameHeader(b, slotSize)
+		if err != nil {
+			return
+		}
+		if h.kind == frameData && int64(h.length) > int64(slotSize) || h.kind == frameAbort && h.length > maxAbortReason {
+			t.Fatalf("accepted %+v with slot size %d", h, slotSize)
+		}
+		c := make([]byte, frameHeaderLen)
+		putFrameHeader(c, h)
+		if !bytes.Equal(c, b[:frameHeaderLen]) {
+			t.Fatalf("accepted a header that does not re-encode to itself: % x", b[:frameHeaderLen])
+		}
+	})
+}
+
+// memPipe stands in for the sockets of one direction of a connection: a
+// byte queue per stream, with how much each read or write may move drawn
+// from a script, so that every partial transfer and EAGAIN is exercised.
+type memPipe struct {
+	queues [][]byte
+	closed bool // the writer has gone: reads of an empty queue see EOF
+	script []byte
+	pos    int
+	slow   int
+}
+
+// budget is how many bytes the next transfer may move; 0 means EAGAIN.
+// Stalls and tiny transfers (which split headers) come at most 8 times in
+// a row, so a scripted run always progresses.
+func (m *memPipe) budget() int {
+	if len(m.script) == 0 || m.slow >= 8 {
+		m.slow = 0
+		return 1 << 20
+	}
+	b := m.script[m.pos%len(m.script)]
+	m.pos++
+	switch {
+	case b%5 == 0:
+		m.slow++
+		return 0
+	case b < 16:
+		m.slow++
+		return int(b)
+	}
+	m.slow = 0
+	return 1 + int(b)*997%(64<<10)
+}
+
+func (m *memPipe) read(j int, p []byte) (int, error) {
+	q := m.queues[j]
+	if len(q) == 0 {
+		if m.closed {
+			return 0, io.EOF
+		}
+		return 0, errWouldBlock
+	}
+	k := m.budget()
+	if k == 0 {
+		return 0, errWouldBlock
+	}
+	n := copy(p[:min(len(p), k)], q)
+	m.queues[j] = q[n:]
+	return n, nil
+}
+
+func (m *memPipe) write(j int, hdr, payload []byte) (int, error) {
+	k := m.budget()
+	if k == 0 {
+		return 0, errWouldBlock
+	}
+	n := 0
+	for _, b := range [][]byte{hdr, payload} {
+		c := min(len(b), k-n)
+		m.queues[j] = append(m.queues[j], b[:c]...)
+		n += c
+	}
+	return n, nil
+}
+
+// FuzzFrameStream feeds arbitrary bytes to the receive state machine, as a
+// hostile or corrupt peer would: it must report an error or deliver
+// well-formed messages, and never crash or read out of range.
+func FuzzFrameStream(f *testing.F) {
+	var valid []byte
+	for _, n := range []int{0, 3, 200} {
+		h := make([]byte, frameHeaderLen)
+		putFrameHeader(h, frameHeader{kind: frameData, length: uint32(n), tag: transport.Tag(n)})
+		valid = append(append(valid, h...), make([]byte, n)...)
+	}
+	f.Add(valid, []byte{1, 2, 3}, uint8(1))
+	f.Add(valid[:20], []byte{5, 5, 7}, uint8(2))
+	abort := make([]byte, frameHeaderLen)
+	putFrameHeader(abort, frameHeader{kind: frameAbort, length: 4})
+	f.Add(append(abort, "boom"...), []byte{9}, uint8(2))
+	f.Fuzz(func(t *testing.T, stream0, script []byte, streams uint8) {
+		const slotSize = stripeMin + 3*stripeAlign + 5
+		s := int(streams%3) + 1
+		pipe := &memPipe{queues: make([][]byte, s), closed: true, script: script}
+		pipe.queues[0] = stream0
+		for j := 1; j < s; j++ {
+			pipe.queues[j] = bytes.Repeat([]byte{byte(j)}, slotSize)
+		}
+		rx := newRxRing(slotSize, 2, s, pipe.read)
+		for range 10000 {
+			_, err := rx.pass()
+			for {
+				m, _, ok := rx.peek()
+				if !ok {
+					break
+				}
+				if len(m) > slotSize {
+					t.Fatalf("delivered %d bytes", len(m))
+				}
+				rx.release()
+			}
+			if err != nil {
+				return
+			}
+		}
+		t.Fatal("receiver neither finished nor failed")
+	})
+}
+
+// FuzzRoundTrip sends messages through a send ring and a receive ring
+// joined by memPipe, with partial writes, partial reads and EAGAIN at
+// scripted places: every message must arrive whole, in order, with its tag.
+func FuzzRoundTrip(f *testing.F) {
+	f.Add([]byte{0, 1, 5, 4, 3}, []byte{3, 10, 200, 0}, uint8(2))
+	f.Add([]byte{5, 5, 5, 5}, []byte{255, 1}, uint8(3))
+	f.Add([]byte{2, 0, 2, 0, 1}, []byte{}, uint8(1))
+	f.Fuzz(func(t *testing.T, plan, script []byte, streams uint8) {
+		const slotSize = stripeMin + 5*stripeAlign + 3
+		sizes := []int{0, 1, 17, 5000, stripeMin, slotSize}
+		s := int(streams%3) + 1
+		if len(plan) > 24 {
+			plan = plan[:24]
+		}
+		pipe := &memPipe{queues: make([][]byte, s), script: script}
+		tx := newTxRing(slotSize, 2, s, pipe.write)
+		rx := newRxRing(slotSize, 2, s, pipe.read)
+		sent, got := 0, 0
+		for step := 0; got < len(plan); step++ {
+			if step > 100000 {
+				t.Fatalf("stuck after %d of %d messages", got, len(plan))
+			}
+			if sent < len(plan) {
+				n := sizes[int(plan[sent])%len(sizes)]
+				if b, ok := tx.reserve(n); ok {
+					copy(b, pattern(0, sent, n))
+					tx.commit(transport.Tag(sent))
+					sent++
+				}
+			}
+			if _, err := tx.pass(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rx.pass(); err != nil {
+				t.Fatal(err)
+			}
+			if m, tag, ok := rx.peek(); ok {
+				n := sizes[int(plan[got])%len(sizes)]
+				if tag != transport.Tag(got) || !bytes.Equal(m, pattern(0, got, n)) {
+					t.Fatalf("message %d: tag %d, %d bytes, want %d bytes", got, tag, len(m), n)
+				}
+				rx.release()
+				got++
+			}
+		}
+		if !tx.idle() {
+			t.Fatal("send ring not idle after everything arrived")
+		}
+		// A clean close after the last message is reported as such.
+		pipe.closed = true
+		if _, err := rx.pass(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after close: %v", err)
+		}
+	})
+}

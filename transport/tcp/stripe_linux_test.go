@@ -1,0 +1,48 @@
+package tcp
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestStripingUsesEveryStream checks with the kernel's own counters that a
+// large message travels over all streams, in about equal parts, and a
+// small one over stream 0 only.
+func TestStripingUsesEveryStream(t *testing.T) {
+	const streams, n = 3, stripeMin * 3
+	eps := connectWorld(t, 2, testConfig(n, 2, streams))
+	p := eps[1].peers[0]
+	received := func() (out [streams]uint64) {
+		for j, fd := range p.fds {
+			info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				t.Skipf("TCP_INFO: %v", err)
+			}
+			out[j] = info.Bytes_received
+		}
+		return out
+	}
+	before := received()
+	send(t, eps[0], 1, pattern(0, 0, n), 1)
+	recv(t, eps[1], 0)
+	after := received()
+	for j := range after {
+		got := after[j] - before[j]
+		lo, hi := pieceRange(n, streams, j)
+		want := uint64(hi - lo)
+		if j == 0 {
+			want += frameHeaderLen
+		}
+		if got != want {
+			t.Errorf("stream %d carried %d bytes of a %d-byte message, want %d", j, got, n, want)
+		}
+	}
+	before = received()
+	send(t, eps[0], 1, pattern(0, 1, stripeMin-1), 2)
+	recv(t, eps[1], 0)
+	after = received()
+	if d := after[0] - before[0]; d != stripeMin-1+frameHeaderLen || after[1] != before[1] || after[2] != before[2] {
+		t.Errorf("a message below the striping threshold moved %v bytes per stream", [3]uint64{after[0] - before[0], after[1] - before[1], after[2] - before[2]})
+	}
+}

@@ -1,0 +1,616 @@
+// Package tcp connects ranks on hosts without RDMA: each pair of ranks talks
+// over a few TCP sockets (streams), and messages of at least 256 KiB are
+// striped across them.
+//
+// A rank calls Listen, publishes Listener.Addr through the bootstrap, then
+// calls Connect with every rank's address and the peers it needs; the lower
+// rank of each pair dials, and both sides prove they hold the job token
+// (HMAC challenge-response, so the token never crosses the wire).
+//
+// The data path follows transport's slot model. A Sender hands out local
+// staging slots; Commit writes the slot straight to the socket from the
+// caller's goroutine when the socket has room, and a background writer
+// finishes the job when it has not. A Receiver's messages land straight in
+// local receive slots: TryNext reads the socket itself (non-blocking) when
+// nothing is buffered, so a rank that spins waiting for a message sees it
+// without any goroutine hop, and background readers parked in the netpoller
+// fill the slots and ring the rank's Bell while the rank sleeps. A full set
+// of receive slots stops the reading, which pushes back on the sender
+// through TCP flow control.
+//
+// Wire format: every message is a 16-byte header (length, kind, tag) and the
+// payload; see frame.go. Steady state allocates nothing.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/transport"
+)
+
+// Defaults. A slot is one pipeline chunk of a collective; at 512 KiB the
+// per-message cost (a system call on each side, a few µs) stays small next
+// to the copy, and four slots keep a ring step's worth in flight.
+const (
+	DefaultSlotSize  = 512 << 10
+	DefaultSlotCount = 4
+	DefaultStreams   = 2
+	// MaxStreams bounds Config.Streams.
+	MaxStreams = 16
+)
+
+// socketBufferSize is the SO_SNDBUF and SO_RCVBUF asked for (the kernel caps
+// it at net.core.wmem_max and rmem_max).
+const socketBufferSize = 4 << 20
+
+// closeLinger bounds how long Close waits for queued messages to reach the
+// kernel before it closes the sockets anyway.
+const closeLinger = 5 * time.Second
+
+// Config sets up a rank's TCP transport.
+type Config struct {
+	// SlotSize is the largest message, and SlotCount how many messages
+	// may be in flight per peer and direction (at least 2). Zero means
+	// DefaultSlotSize and DefaultSlotCount. Both ranks of a pair must use
+	// the same SlotSize.
+	SlotSize, SlotCount int
+	// Streams is the number of sockets per peer; large messages are
+	// striped across them. Zero means DefaultStreams. Both ranks of a pair
+	// must use the same number.
+	Streams int
+	// IfName selects the interface to listen on, in NCCL_SOCKET_IFNAME
+	// syntax ("eth", "^docker,lo", "=eth0"). Empty means the environment
+	// variable GCCL_SOCKET_IFNAME, then the default search (see
+	// SelectInterfaces).
+	IfName string
+	// Bell is the rank's bell, rung whenever a connection changes state (a
+	// message arrived, a slot was freed, a peer was lost). The endpoint
+	// does not own it and never closes it. Nil means a private Doorbell,
+	// closed with the endpoint.
+	Bell transport.Bell
+	// Token is the job's secret. Both sides of every connection must hold
+	// the same token; a dialer that cannot prove it is refused.
+	Token []byte
+	// Logger receives connection events and refusals (subsystem NET). Nil
+	// means GCCL_DEBUG decides.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.SlotSize == 0 {
+		cfg.SlotSize = DefaultSlotSize
+	}
+	if cfg.SlotCount == 0 {
+		cfg.SlotCount = DefaultSlotCount
+	}
+	if cfg.Streams == 0 {
+		cfg.Streams = DefaultStreams
+	}
+	if cfg.IfName == "" {
+		cfg.IfName = os.Getenv("GCCL_SOCKET_IFNAME")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logx.Default()
+	}
+	// Two slots at least: a fused receive-and-send holds one slot while it
+	// waits for the next (see algo.Plan).
+	switch {
+	case cfg.SlotSize < 64 || cfg.SlotSize > 1<<30:
+		return cfg, fmt.Errorf("tcp: slot size %d out of range [64, 1 GiB]", cfg.SlotSize)
+	case cfg.SlotCount < 2 || cfg.SlotCount > 1<<16:
+		return cfg, fmt.Errorf("tcp: slot count %d out of range [2, 65536]", cfg.SlotCount)
+	case cfg.Streams < 1 || cfg.Streams > MaxStreams:
+		return cfg, fmt.Errorf("tcp: %d streams per peer out of range [1, %d]", cfg.Streams, MaxStreams)
+	}
+	return cfg, nil
+}
+
+// Listener is a rank's listening socket, waiting for Connect.
+type Listener struct {
+	rank, size int
+	cfg        Config
+	log        *slog.Logger
+	ln         *net.TCPListener
+	iface      Interface
+
+	mu        sync.Mutex
+	connected bool
+	closed    bool
+}
+
+// Listen opens rank's listening socket on the first selected interface, on a
+// port the system picks.
+func Listen(rank, size int, cfg Config) (*Listener, error) {
+	if !supported {
+		return nil, errUnsupportedOS
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("tcp: rank %d of %d", rank, size)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ifs, err := SelectInterfaces(c.IfName)
+	if err != nil {
+		return nil, err
+	}
+	iface := ifs[0]
+	lc := net.ListenConfig{Control: setSocketBuffers}
+	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(iface.Addr(), 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listening on %s (%s): %w", iface.Name, iface.Addr(), err)
+	}
+	l := &Listener{rank: rank, size: size, cfg: c, log: c.Logger.With("rank", rank), ln: ln.(*net.TCPListener), iface: iface}
+	l.log.Info(fmt.Sprintf("NET/Socket : Using [0]%s:%s", iface.Name, iface.Addr()), "subsys", "NET", "listen", l.Addr())
+	return l, nil
+}
+
+// Addr is the address peers dial (host:port), to publish via the bootstrap.
+func (l *Listener) Addr() string { return l.ln.Addr().String() }
+
+// Interface is the interface the listener is bound to.
+func (l *Listener) Interface() Interface { return l.iface }
+
+// Close stops listening. Endpoints made by Connect stay up.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	return l.ln.Close()
+}
+
+// handshakeTimeout bounds one handshake when ctx has no deadline, so a
+// silent client cannot hold a slot forever.
+const handshakeTimeout = 30 * time.Second
+
+// Connect opens Streams connections with each of peers (both directions
+// share them) and returns the endpoint once all are up, or an error when
+// ctx ends first. addrs holds every rank's Listener.Addr, indexed by rank.
+// The lower rank of each pair dials the higher one, so every pair connects
+// exactly once whatever order ranks call Connect in. Connect may be called
+// once per Listener.
+func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*Endpoint, error) {
+	if len(addrs) != l.size {
+		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), l.size)
+	}
+	want := make([]bool, l.size)
+	for _, p := range peers {
+		if p < 0 || p >= l.size || p == l.rank {
+			return nil, fmt.Errorf("tcp: rank %d cannot connect to peer %d of %d", l.rank, p, l.size)
+		}
+		if want[p] {
+			return nil, fmt.Errorf("tcp: peer %d listed twice", p)
+		}
+		want[p] = true
+	}
+	l.mu.Lock()
+	if l.closed || l.connected {
+		l.mu.Unlock()
+		return nil, errors.New("tcp: listener closed or already connected")
+	}
+	l.connected = true
+	l.mu.Unlock()
+
+	s := &connectState{l: l, want: want, conns: make([][]*net.TCPConn, l.size), done: make(chan struct{}), got: make(chan struct{}, 1)}
+	for _, p := range peers {
+		s.conns[p] = make([]*net.TCPConn, l.cfg.Streams)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.wg.Add(1)
+	go s.acceptLoop(ctx)
+	for _, p := range peers {
+		if p > l.rank {
+			s.wg.Add(1)
+			go s.dialPeer(ctx, p, addrs[p])
+		}
+	}
+	err := s.wait(ctx)
+	cancel()
+	close(s.done)
+	_ = l.ln.SetDeadline(time.Unix(1, 0)) // ends Accept
+	s.wg.Wait()
+	_ = l.ln.SetDeadline(time.Time{})
+	if err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	return newEndpoint(l, s.conns)
+}
+
+// connectState is one Connect in progress.
+type connectState struct {
+	l     *Listener
+	want  []bool
+	wg    sync.WaitGroup
+	done  chan struct{} // closed when Connect stops waiting
+	got   chan struct{} // a connection arrived or failed
+	mu    sync.Mutex
+	conns [][]*net.TCPConn // by peer, by stream
+	fatal error
+}
+
+// wait returns when every connection is up, a dial failed for good, or ctx
+// ended.
+func (s *connectState) wait(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		err, missing := s.fatal, s.missing()
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-s.got:
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: rank %d connecting: %w (still missing %s)", s.l.rank, ctx.Err(), missing)
+		}
+	}
+}
+
+// missing names the connections not yet up; s.mu held.
+func (s *connectState) missing() string {
+	var out []string
+	for p, cs := range s.conns {
+		n := 0
+		for _, c := range cs {
+			if c == nil {
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d of %d streams with rank %d", n, len(cs), p))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprint(out)
+}
+
+func (s *connectState) notify() {
+	select {
+	case s.got <- struct{}{}:
+	default:
+	}
+}
+
+func (s *connectState) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cs := range s.conns {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+}
+
+// deadlineFor is when a handshake must be over.
+func deadlineFor(ctx context.Context) time.Time {
+	d := time.Now().Add(handshakeTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d
+}
+
+func (s *connectState) myHello(stream int) hello {
+	c := &s.l.cfg
+	return hello{rank: uint32(s.l.rank), size: uint32(s.l.size), stream: uint32(stream), streams: uint32(c.Streams), slotSize: uint32(c.SlotSize), nonce: newNonce()}
+}
+
+// dialPeer opens every stream to a higher rank, retrying while the peer is
+// not listening yet.
+func (s *connectState) dialPeer(ctx context.Context, p int, addr string) {
+	defer s.wg.Done()
+	d := net.Dialer{Control: setSocketBuffers}
+	for stream := 0; stream < s.l.cfg.Streams; stream++ {
+		backoff := 10 * time.Millisecond
+		for {
+			c, err := s.dialStream(ctx, &d, p, addr, stream)
+			if err == nil {
+				s.mu.Lock()
+				s.conns[p][stream] = c
+				s.mu.Unlock()
+				s.notify()
+				break
+			}
+			if errors.Is(err, errRefused) {
+				s.mu.Lock()
+				if s.fatal == nil {
+					s.fatal = fmt.Errorf("tcp: rank %d connecting to rank %d at %s: %w", s.l.rank, p, addr, err)
+				}
+				s.mu.Unlock()
+				s.notify()
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.l.log.Debug("dial failed, retrying", "subsys", "NET", "peer", p, "addr", addr, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+	}
+}
+
+func (s *connectState) dialStream(ctx context.Context, d *net.Dialer, p int, addr string, stream int) (*net.TCPConn, error) {
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := nc.(*net.TCPConn)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetDeadline(deadlineFor(ctx))
+	if err := dialHandshake(c, s.l.cfg.Token, s.myHello(stream), p); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil || ctx.Err() != nil {
+		c.Close()
+		return nil, errors.Join(err, ctx.Err())
+	}
+	return c, nil
+}
+
+// acceptLoop takes connections from lower ranks until Connect returns. Each
+// handshake runs on its own goroutine so a slow or hostile client cannot
+// hold up the others.
+func (s *connectState) acceptLoop(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		nc, err := s.l.ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			s.l.log.Warn("accept failed", "subsys", "NET", "err", err)
+			select {
+			case <-s.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		s.wg.Add(1)
+		go s.accept(ctx, nc)
+	}
+}
+
+func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
+	defer s.wg.Done()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetDeadline(deadlineFor(ctx))
+	cfg := &s.l.cfg
+	check := func(h hello) error {
+		switch p := int(h.rank); {
+		case p >= s.l.size || p >= s.l.rank || !s.want[p]:
+			return fmt.Errorf("rank %d is not a peer that dials rank %d", h.rank, s.l.rank)
+		case int(h.size) != s.l.size:
+			return fmt.Errorf("rank %d says the job has %d ranks, not %d", h.rank, h.size, s.l.size)
+		case int(h.streams) != cfg.Streams || h.stream >= h.streams:
+			return fmt.Errorf("rank %d opens stream %d of %d, this rank uses %d streams (GCCL streams settings differ)", h.rank, h.stream, h.streams, cfg.Streams)
+		case int(h.slotSize) != cfg.SlotSize:
+			return fmt.Errorf("rank %d uses %d-byte slots, this rank %d (slot sizes must match)", h.rank, h.slotSize, cfg.SlotSize)
+		}
+		return nil
+	}
+	claimed := false
+	claim := func(h hello) error { // h passed check: rank and stream are in range
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.conns[h.rank][h.stream] != nil {
+			return fmt.Errorf("rank %d opened stream %d twice", h.rank, h.stream)
+		}
+		s.conns[h.rank][h.stream] = c
+		claimed = true
+		return nil
+	}
+	h, err := acceptHandshake(c, cfg.Token, s.l.rank, check, claim)
+	if err == nil {
+		err = c.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		s.l.log.Warn("refused a connection", "subsys", "NET", "from", c.RemoteAddr(), "err", err)
+		if claimed {
+			s.mu.Lock()
+			s.conns[h.rank][h.stream] = nil
+			s.mu.Unlock()
+		}
+		c.Close()
+		return
+	}
+	s.notify()
+}
+
+// Endpoint is one rank's TCP attachment to its peers. It implements
+// transport.Endpoint; one goroutine at a time uses its Senders and
+// Receivers, as the executor does.
+type Endpoint struct {
+	rank, size int
+	slotSize   int
+	bell       transport.Bell
+	ownBell    bool
+	log        *slog.Logger
+	peers      []*peer // by rank; nil for self and peers not connected
+	closeOnce  sync.Once
+	closed     atomic.Bool
+}
+
+func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
+	cfg := &l.cfg
+	e := &Endpoint{rank: l.rank, size: l.size, slotSize: cfg.SlotSize, bell: cfg.Bell, log: l.log, peers: make([]*peer, l.size)}
+	if e.bell == nil {
+		e.bell, e.ownBell = transport.NewDoorbell(), true
+	}
+	for p, cs := range conns {
+		if cs == nil {
+			continue
+		}
+		pr, err := newPeer(e, p, cs, cfg)
+		if err != nil {
+			for _, q := range e.peers {
+				if q != nil {
+					q.shut()
+				}
+			}
+			for _, c := range cs {
+				c.Close()
+			}
+			for _, rest := range conns[p+1:] {
+				for _, c := range rest {
+					c.Close()
+				}
+			}
+			return nil, err
+		}
+		e.peers[p] = pr
+		e.log.Info(fmt.Sprintf("rank %d <-> %d via TCP/%s, %d streams", l.rank, p, l.iface.Name, len(cs)), "subsys", "NET")
+	}
+	for _, p := range e.peers {
+		if p != nil {
+			p.start()
+		}
+	}
+	return e, nil
+}
+
+func (e *Endpoint) Rank() int     { return e.rank }
+func (e *Endpoint) Size() int     { return e.size }
+func (e *Endpoint) Name() string  { return "TCP" }
+func (e *Endpoint) SlotSize() int { return e.slotSize }
+func (e *Endpoint) Seq() uint64   { return e.bell.Seq() }
+
+func (e *Endpoint) peer(p int) (*peer, error) {
+	if e.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if p < 0 || p >= e.size || p == e.rank {
+		return nil, fmt.Errorf("tcp: rank %d has no peer %d", e.rank, p)
+	}
+	if e.peers[p] == nil {
+		return nil, &transport.PeerError{Peer: p, Err: fmt.Errorf("tcp: rank %d did not connect to rank %d", e.rank, p)}
+	}
+	return e.peers[p], nil
+}
+
+// Sender returns the sending half of the connection to peer.
+func (e *Endpoint) Sender(p int) (transport.Sender, error) {
+	pr, err := e.peer(p)
+	if err != nil {
+		return nil, err
+	}
+	return (*sender)(pr), nil
+}
+
+// Receiver returns the receiving half of the connection from peer.
+func (e *Endpoint) Receiver(p int) (transport.Receiver, error) {
+	pr, err := e.peer(p)
+	if err != nil {
+		return nil, err
+	}
+	return (*receiver)(pr), nil
+}
+
+// Wait sleeps on the rank's bell.
+func (e *Endpoint) Wait(ctx context.Context, seen uint64, deadline time.Time) error {
+	if e.closed.Load() {
+		return transport.ErrClosed
+	}
+	return e.bell.Wait(ctx, seen, deadline)
+}
+
+// Close writes out what was committed (waiting at most a few seconds for
+// peers to make room), then closes every connection. Peers see
+// ErrPeerClosed once they have read everything.
+func (e *Endpoint) Close() error {
+	e.shut(nil)
+	return nil
+}
+
+// Abort closes every connection at once; peers see ErrPeerClosed carrying
+// err's text.
+func (e *Endpoint) Abort(err error) {
+	if err == nil {
+		err = errors.New("aborted")
+	}
+	e.shut(err)
+}
+
+func (e *Endpoint) shut(reason error) {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		if reason == nil {
+			deadline := time.Now().Add(closeLinger)
+			for _, p := range e.peers {
+				if p != nil {
+					p.drainTx(deadline)
+				}
+			}
+		} else {
+			for _, p := range e.peers {
+				if p != nil {
+					p.sendAbort(reason)
+				}
+			}
+		}
+		for _, p := range e.peers {
+			if p != nil {
+				p.shut()
+			}
+		}
+		// Wake the rank if it sleeps, so it sees ErrClosed.
+		e.bell.Ring()
+		if e.ownBell {
+			e.bell.Close()
+		}
+	})
+}
+
+// Via names the transport to peer, for logs.
+func (e *Endpoint) Via(p int) string { return "TCP" }
+
+var _ transport.Endpoint = (*Endpoint)(nil)
+
+// peerError is what the connections with rank p report once it is gone.
+func peerError(p int, cause error) error {
+	var ab *abortError
+	switch {
+	case cause == nil:
+		return &transport.PeerError{Peer: p, Err: transport.ErrPeerClosed}
+	case errors.As(cause, &ab):
+		return &transport.PeerError{Peer: p, Err: fmt.Errorf("%w: %w", transport.ErrPeerClosed, errors.New(ab.reason))}
+	}
+	return &transport.PeerError{Peer: p, Err: fmt.Errorf("%w: %w", transport.ErrPeerClosed, cause)}
+}
