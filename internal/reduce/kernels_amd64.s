@@ -6,18 +6,22 @@
 //
 //	func k(dst, a, b *byte, n int, stream bool)
 //
-// where n is a byte count. With stream set, whole unrolled blocks are written
-// with non-temporal stores (VMOVNTDQ), which skip the read-for-ownership of
-// dst and leave the caches to the inputs; the caller sets it only for large,
-// distinct buffers and has aligned dst to the vector size. The AVX-512 kernels take any n (a multiple of the
+// where n is a byte count. The AVX-512 kernels take any n (a multiple of the
 // element size) and finish with one masked vector. The AVX2 kernels take an n
 // that is a multiple of their step (32 bytes, 16 for float16); the Go wrapper
 // runs the generic kernel on the rest.
 //
+// With stream set, whole unrolled blocks are written with non-temporal
+// stores (VMOVNTDQ, then SFENCE), which skip the read-for-ownership of dst
+// and leave the caches to the inputs; the caller sets it only for large,
+// distinct buffers and has aligned dst to the vector size.
+//
 // Register use: DI dst, SI a, DX b, CX n, BX byte offset, AX scratch.
 // An operation macro OP(b, a, r) leaves a op b in r, where r may be neither
 // a nor b. Reading both inputs of a vector before storing its result keeps
-// dst == a and dst == b (exact aliasing) correct.
+// dst == a and dst == b (exact aliasing) correct. The operand order matters
+// for Min/Max: VMAXPS b, a, r returns b when either is NaN, as the generic
+// code does.
 
 #define LOAD_ARGS \
 	MOVQ dst+0(FP), DI; \
