@@ -22,8 +22,9 @@
 // every input, so ranks running different kernel sets still agree; only the
 // payload of a NaN result may differ. The bfloat16 SIMD kernels therefore
 // narrow with integer round-to-nearest-even instead of AVX512-BF16's
-// VCVTNEPS2BF16, which would flush subnormal values to zero. Outputs of 1 MiB
-// or more that do not alias an input are written with non-temporal stores.
+// VCVTNEPS2BF16, which would flush subnormal values to zero. The SIMD kernels
+// write outputs of 1 MiB or more that do not alias an input with
+// non-temporal stores.
 //
 // The environment variable GCCL_REDUCE_IMPL=generic|avx2|avx512, read once
 // at start-up, forces a lower kernel set; a name the CPU cannot run is
