@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/gccl/gccl/internal/logx"
@@ -85,9 +86,9 @@ func NewSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// DeriveJobID returns the default job ID for a secret: the first 12 hex
-// characters of its SHA-256, so that every rank derives the same name
-// without revealing the secret.
+// DeriveJobID returns the default job ID for a (lowercase) secret: the first
+// 12 hex characters of its SHA-256, so that every rank derives the same name
+// without revealing the secret. gccl-run derives the same.
 func DeriveJobID(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])[:12]
@@ -121,6 +122,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return bad("rendezvous address %q is not host:port (%v); set GCCL_BOOTSTRAP_ADDR", cfg.Addr, err)
 	}
+	// Lowercase, so that "AB.." on one host and "ab.." on another agree
+	// (gccl-run normalizes the same way).
+	cfg.Secret = strings.ToLower(cfg.Secret)
 	if err := checkSecret(cfg.Secret); err != nil {
 		return cfg, fmt.Errorf("gccl bootstrap: rank %d: %w", cfg.Rank, err)
 	}

@@ -139,6 +139,7 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 		return bad("%s job found (rank %d of %d) but GCCL_SECRET is not set: the rendezvous only admits ranks that share the job's secret. Set GCCL_SECRET to the same 32 hex characters on every rank (e.g. export GCCL_SECRET=$(openssl rand -hex 16) before launching); gccl-run sets it for you",
 			l.source, cfg.Rank, cfg.Size)
 	}
+	secret = strings.ToLower(secret)
 	if err := checkSecret(secret); err != nil {
 		return Config{}, false, fmt.Errorf("gccl bootstrap: GCCL_SECRET: %w", err)
 	}

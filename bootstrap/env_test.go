@@ -118,6 +118,8 @@ func TestFromEnv(t *testing.T) {
 
 		// Secret, job ID, serving and timeouts.
 		{name: "no secret", env: map[string]string{"GCCL_RANK": "0", "GCCL_SIZE": "2", "GCCL_BOOTSTRAP_ADDR": "h:1"}, wantErr: "GCCL_SECRET is not set"},
+		{name: "uppercase secret is normalized", env: map[string]string{"GCCL_RANK": "1", "GCCL_SIZE": "2", "GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": strings.ToUpper(envSecret)},
+			want: job(1, 2, 0, 0, "h:1"), wantFound: true},
 		{name: "malformed secret", env: map[string]string{"GCCL_RANK": "0", "GCCL_SIZE": "2", "GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": "xyz"}, wantErr: "32 hex"},
 		{name: "malformed address", env: withSecret("GCCL_RANK", "0", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "nohost"), wantErr: "not host:port"},
 		{name: "GCCL_JOB_ID", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_JOB_ID", "myjob"),

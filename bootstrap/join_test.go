@@ -285,3 +285,17 @@ func TestServeInProcess(t *testing.T) {
 		t.Fatal("serving rank's Close did not return after every rank left")
 	}
 }
+
+func TestSecretIsCaseInsensitive(t *testing.T) {
+	srv, secret := startServer(t, 1)
+	c, err := Join(context.Background(), testConfig(srv.Addr(), strings.ToUpper(secret), 0, 1))
+	if err != nil {
+		t.Fatalf("Join with the secret in uppercase: %v", err)
+	}
+	if c.JobID() != DeriveJobID(secret) {
+		t.Errorf("job ID %q, want the one derived from the lowercase secret", c.JobID())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,6 +115,7 @@ func WithLogger(l *slog.Logger) ServerOption {
 // for a job of size ranks that share secret. Call Serve to serve and Stop to
 // stop. Ranks must run this build's Version and ProtocolVersion.
 func NewServer(addr, secret string, size int, opts ...ServerOption) (*Server, error) {
+	secret = strings.ToLower(secret) // as Join does
 	if err := checkSecret(secret); err != nil {
 		return nil, fmt.Errorf("gccl bootstrap: server: %w", err)
 	}
