@@ -128,8 +128,14 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 		s.shutdown(ErrClosed, false)
 		return nil, err
 	}
-	s.heartbeatInterval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
 	s.heartbeatTimeout = time.Duration(resp.HeartbeatTimeoutMs) * time.Millisecond
+	if s.heartbeatTimeout <= 0 {
+		s.heartbeatTimeout = DefaultHeartbeatTimeout // a server that names none
+	}
+	s.heartbeatInterval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
+	if s.heartbeatInterval <= 0 || s.heartbeatInterval >= s.heartbeatTimeout {
+		s.heartbeatInterval = max(s.heartbeatTimeout/3, time.Millisecond)
+	}
 	c := &Client{sess: s, rank: cfg.Rank, size: cfg.Size, group: worldGroup, lost: make(chan Notice, 2*cfg.Size+2)}
 	s.root = c
 	s.watchers[c] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -254,5 +255,57 @@ func TestSplitClientsCloseWithParent(t *testing.T) {
 	}
 	if _, ok := <-subs[0].Lost(); ok {
 		t.Fatal("sub-client's Lost channel is open after its parent closed")
+	}
+}
+
+// countingListener counts the connections a server accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+func TestOneConnectionPerRank(t *testing.T) {
+	const size = 4
+	secret := NewSecret()
+	srv, err := NewServer("127.0.0.1:0", secret, size, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingListener{Listener: srv.listener}
+	srv.listener = counting
+	go srv.Serve()
+	defer srv.Stop()
+
+	c := joinAll(t, srv, secret, size, nil)
+	noErrors(t, onEveryRank(c, func(r int, cl *Client) error {
+		ctx := context.Background()
+		sub, err := cl.Split(ctx, r%2, 0)
+		if err != nil {
+			return err
+		}
+		subsub, err := sub.Split(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
+		for _, g := range []*Client{cl, sub, subsub} {
+			if _, err := g.AllGather(ctx, []byte("d")); err != nil {
+				return err
+			}
+			if err := g.Set(ctx, fmt.Sprint("k", r), nil); err != nil {
+				return err
+			}
+		}
+		return cl.Barrier(ctx)
+	}))
+	if n := counting.accepted.Load(); n != size {
+		t.Fatalf("the rendezvous accepted %d connections from %d ranks (with Split clients), want one per rank", n, size)
 	}
 }
