@@ -3,7 +3,10 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -38,17 +41,24 @@ func BenchmarkPingPong(b *testing.B) {
 			msg := make([]byte, n)
 			buf := make([]byte, c.ep.SlotSize())
 			tag := transport.MakeTag(cmdEcho, 1)
+			rtt := make([]time.Duration, b.N)
 			b.SetBytes(int64(n))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
 				if err := send(c.ep, 1, msg, tag); err != nil {
 					b.Fatal(err)
 				}
 				if _, _, err := c.recvInto(buf); err != nil {
 					b.Fatal(err)
 				}
+				rtt[i] = time.Since(t0)
 			}
+			b.StopTimer()
+			// The median resists the preemptions of a busy machine.
+			slices.Sort(rtt)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "one-way-ns")
+			b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "p50-one-way-ns")
 		})
 	}
 }
@@ -126,8 +136,8 @@ func BenchmarkCopyPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer reg.Close()
-	dirty := func(target uint64) {
-		if err := c.command(cmdDirty, target, 0); err != nil {
+	dirty := func(target uint64, size int) {
+		if err := c.command(cmdDirty, target, uint64(size)); err != nil {
 			b.Fatal(err)
 		}
 		if _, _, err := c.recvInto(p[:]); err != nil {
@@ -140,7 +150,7 @@ func BenchmarkCopyPath(b *testing.B) {
 			b.SetBytes(int64(size))
 			slot := c.ep.SlotSize()
 			for i := 0; i < b.N; i++ {
-				if err := c.command(cmdDirty, 0, uint64(size)); err != nil {
+				if err := c.command(cmdDirtySend, uint64(size), 0); err != nil {
 					b.Fatal(err)
 				}
 				for off := 0; off < size; {
@@ -155,7 +165,7 @@ func BenchmarkCopyPath(b *testing.B) {
 		b.Run("vmreadv/"+sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for i := 0; i < b.N; i++ {
-				dirty(0)
+				dirty(0, size)
 				for off := 0; off < size; {
 					local := []unix.Iovec{{Base: &dst[off]}}
 					local[0].SetLen(size - off)
@@ -171,7 +181,7 @@ func BenchmarkCopyPath(b *testing.B) {
 			b.SetBytes(int64(size))
 			src := reg.Bytes()[:size]
 			for i := 0; i < b.N; i++ {
-				dirty(1)
+				dirty(1, size)
 				copy(dst[:size], src)
 			}
 		})
@@ -180,23 +190,36 @@ func BenchmarkCopyPath(b *testing.B) {
 
 // BenchmarkAllReduce2 runs a two-rank float32 sum all-reduce over the rings
 // with the executor's fused steps (see allReduce2): an estimate of what comm
-// will measure over shared memory.
+// will measure over shared memory, for the default geometry and others
+// (GCCL_SHM_BENCH_ALL_GEOMETRIES=1).
 func BenchmarkAllReduce2(b *testing.B) {
-	c := startChild(b, Config{})
-	for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
-		b.Run(sizeName(size), func(b *testing.B) {
-			in, out := make([]byte, size), make([]byte, size)
-			b.SetBytes(int64(size))
-			if err := c.command(cmdAllReduce, uint64(size), uint64(b.N)); err != nil {
-				b.Fatal(err)
+	geos := []Config{{}}
+	if os.Getenv("GCCL_SHM_BENCH_ALL_GEOMETRIES") != "" {
+		geos = []Config{{SlotSize: 32 << 10, SlotCount: 8}, {SlotSize: 64 << 10, SlotCount: 4}, {SlotSize: 64 << 10, SlotCount: 8},
+			{SlotSize: 128 << 10, SlotCount: 4}, {SlotSize: 128 << 10, SlotCount: 8}, {SlotSize: 256 << 10, SlotCount: 4}}
+	}
+	for _, g := range geos {
+		c := startChild(b, g)
+		for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+			name := sizeName(size)
+			if len(geos) > 1 {
+				name = fmt.Sprintf("%sx%d/%s", sizeName(c.ep.SlotSize()), c.mb.cfg.SlotCount, name)
 			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := allReduce2(c.ep, 0, in, out); err != nil {
+			b.Run(name, func(b *testing.B) {
+				in, out := make([]byte, size), make([]byte, size)
+				b.SetBytes(int64(size))
+				if err := c.command(cmdAllReduce, uint64(size), uint64(b.N)); err != nil {
 					b.Fatal(err)
 				}
-			}
-		})
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := allReduce2(c.ep, 0, in, out); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		c.stop()
 	}
 }
 

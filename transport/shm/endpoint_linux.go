@@ -16,7 +16,15 @@ import (
 
 // Endpoint is a rank's shared-memory attachment to its local peers. Try
 // calls, Commit, Release and Wait belong to one goroutine at a time (the
-// rank's executor); Close and Abort may come from any goroutine.
+// rank's executor); Close and Abort may come from any goroutine, even while
+// that goroutine is inside a Try call.
+//
+// Seq and Wait are the mailbox bell's (Mailbox.Bell); a Mux over this
+// endpoint must use that bell. Peers bump Seq only when this rank sleeps: a
+// commit or release while it is awake leaves Seq alone, because Wait itself
+// re-checks the rings this rank found empty or full before it sleeps. So a
+// caller must not read "Seq unchanged" as "nothing happened"; it must Try
+// again after every return of Wait, which is what the executor does.
 type Endpoint struct {
 	mb         *Mailbox
 	rank, size int

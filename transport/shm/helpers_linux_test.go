@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +87,7 @@ func send(ep *Endpoint, peer int, msg []byte, tag transport.Tag) error {
 		return err
 	}
 	var deadline time.Time
-	var bo spin.Backoff
+	var bo backoff
 	for {
 		seen := ep.Seq()
 		b, ok, err := s.TryReserve(len(msg))
@@ -111,7 +113,7 @@ func recv(ep *Endpoint, peer int, buf []byte) (int, transport.Tag, error) {
 		return 0, 0, err
 	}
 	var deadline time.Time
-	var bo spin.Backoff
+	var bo backoff
 	for {
 		seen := ep.Seq()
 		m, tag, ok, err := r.TryNext()
@@ -131,7 +133,7 @@ func recv(ep *Endpoint, peer int, buf []byte) (int, transport.Tag, error) {
 
 // wait spins, then sleeps with testTimeout as the deadline, read from the
 // clock only once sleeping starts.
-func wait(ep *Endpoint, seen uint64, bo *spin.Backoff, deadline *time.Time) error {
+func wait(ep *Endpoint, seen uint64, bo *backoff, deadline *time.Time) error {
 	if bo.Spin() {
 		return nil
 	}
@@ -139,6 +141,35 @@ func wait(ep *Endpoint, seen uint64, bo *spin.Backoff, deadline *time.Time) erro
 		*deadline = time.Now().Add(testTimeout)
 	}
 	return ep.Wait(context.Background(), seen, *deadline)
+}
+
+// backoff is spin.Backoff with a configurable poll interval: the transport
+// is measured with a tight one (GCCL_SHM_TEST_PAUSE=1 pause per poll, the
+// default), and can be measured with the executor's (=20, spin's
+// pausePerRound). Both spin about as long before sleeping.
+type backoff struct{ n int }
+
+var pausesPerPoll = func() int {
+	if n, err := strconv.Atoi(os.Getenv("GCCL_SHM_TEST_PAUSE")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}()
+
+func (b *backoff) Reset() { b.n = 0 }
+
+func (b *backoff) Spin() bool {
+	b.n++
+	polls := spin.PauseRounds * 20 / pausesPerPoll
+	switch {
+	case b.n <= polls:
+		spin.Pause(pausesPerPoll)
+		return true
+	case b.n <= polls+spin.YieldRounds:
+		runtime.Gosched()
+		return true
+	}
+	return false
 }
 
 // fill writes message i's pattern; check verifies it.

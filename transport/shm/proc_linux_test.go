@@ -17,7 +17,6 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/reduce"
-	"github.com/gccl/gccl/internal/spin"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -34,7 +33,8 @@ const (
 	cmdRegion                     // payload: size; child answers the name of a region it fills
 	cmdHang                       // child answers, then stops responding
 	cmdExit                       // child closes its endpoint and exits 0
-	cmdDirty                      // payload: 0 (buffer) or 1 (region), n; child rewrites it, then answers (n == 0) or streams its first n bytes
+	cmdDirty                      // payload: 0 (buffer) or 1 (region), n; child rewrites its first n bytes, then answers
+	cmdDirtySend                  // payload: n; child rewrites its buffer's first n bytes, then streams them
 	cmdAllReduce                  // payload: size, iterations; child runs that many all-reduces
 	cmdData                       // the kind of streamed data
 	cmdHello                      // the child's first message
@@ -195,8 +195,9 @@ func childMain() error {
 		return private[:n]
 	}
 	unlinked := false
+	in := make([]byte, slotSize)
 	for {
-		msg := make([]byte, slotSize)
+		msg := in
 		n, tag, err := recv(ep, 0, msg)
 		if err != nil {
 			return err
@@ -245,18 +246,22 @@ func childMain() error {
 			if err := reply([]byte(region.Name())); err != nil {
 				return err
 			}
-		case cmdDirty:
+		case cmdDirty, cmdDirtySend:
 			// Write one word per cache line, as a producer that just
 			// computed its buffer would leave it: dirty in this core's cache.
-			buf := private
-			if a == 1 {
+			buf, size := private, b
+			switch {
+			case tag.Kind() == cmdDirtySend:
+				size = a
+			case a == 1:
 				buf = region.Bytes()
 			}
+			buf = buf[:size]
 			for i := 0; i < len(buf); i += cacheLine {
 				buf[i]++
 			}
-			if b != 0 {
-				err = stream(ep, buf[:b], b)
+			if tag.Kind() == cmdDirtySend {
+				err = stream(ep, buf, size)
 			} else {
 				err = reply(nil)
 			}
@@ -290,7 +295,7 @@ func stream(ep *Endpoint, src []byte, total uint64) error {
 	slot := uint64(ep.SlotSize())
 	tag := transport.MakeTag(cmdData, 0)
 	off := 0
-	var bo spin.Backoff
+	var bo backoff
 	var deadline time.Time
 	for sent := uint64(0); sent < total; {
 		n := min(slot, total-sent)
@@ -344,7 +349,7 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 			recvLo, recvHi = theirs[0], theirs[1]
 		}
 		so, ro := sendLo, recvLo
-		var bo spin.Backoff
+		var bo backoff
 		var deadline time.Time
 		for so < sendHi || ro < recvHi {
 			seen := ep.Seq()
