@@ -223,6 +223,27 @@ func BenchmarkAllReduce2(b *testing.B) {
 	}
 }
 
+// BenchmarkAllReduce2OneStep is BenchmarkAllReduce2 for small buffers with
+// one exchange (allReduce2OneStep), the latency floor a tuner can reach.
+func BenchmarkAllReduce2OneStep(b *testing.B) {
+	c := startChild(b, Config{})
+	for _, size := range []int{8, 4 << 10, 64 << 10} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			in, out := make([]byte, size), make([]byte, size)
+			b.SetBytes(int64(size))
+			if err := c.command(cmdAllReduceOneStep, uint64(size), uint64(b.N)); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := allReduce2OneStep(c.ep, 0, in, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkHotPath is the cost of one message through the four calls, on one
 // goroutine (the ring's cache lines stay in this core): the instructions of
 // the fast path, without any cross-core transfer.

@@ -27,17 +27,18 @@ import (
 const childEnv = "GCCL_SHM_TEST_CHILD"
 
 const (
-	cmdEcho      uint8 = iota + 1 // send every message back, until a message of another kind
-	cmdSend                       // payload: total bytes (MaxUint64: forever), source size; child streams them
-	cmdAddr                       // payload: size; child answers its private buffer's address
-	cmdRegion                     // payload: size; child answers the name of a region it fills
-	cmdHang                       // child answers, then stops responding
-	cmdExit                       // child closes its endpoint and exits 0
-	cmdDirty                      // payload: 0 (buffer) or 1 (region), n; child rewrites its first n bytes, then answers
-	cmdDirtySend                  // payload: n; child rewrites its buffer's first n bytes, then streams them
-	cmdAllReduce                  // payload: size, iterations; child runs that many all-reduces
-	cmdData                       // the kind of streamed data
-	cmdHello                      // the child's first message
+	cmdEcho             uint8 = iota + 1 // send every message back, until a message of another kind
+	cmdSend                              // payload: total bytes (MaxUint64: forever), source size; child streams them
+	cmdAddr                              // payload: size; child answers its private buffer's address
+	cmdRegion                            // payload: size; child answers the name of a region it fills
+	cmdHang                              // child answers, then stops responding
+	cmdExit                              // child closes its endpoint and exits 0
+	cmdDirty                             // payload: 0 (buffer) or 1 (region), n; child rewrites its first n bytes, then answers
+	cmdDirtySend                         // payload: n; child rewrites its buffer's first n bytes, then streams them
+	cmdAllReduce                         // payload: size, iterations; child runs that many all-reduces
+	cmdAllReduceOneStep                  // the same with allReduce2OneStep
+	cmdData                              // the kind of streamed data
+	cmdHello                             // the child's first message
 )
 
 func TestMain(m *testing.M) {
@@ -268,10 +269,14 @@ func childMain() error {
 			if err != nil {
 				return err
 			}
-		case cmdAllReduce:
+		case cmdAllReduce, cmdAllReduceOneStep:
 			in, out := make([]byte, a), make([]byte, a)
+			run := allReduce2
+			if tag.Kind() == cmdAllReduceOneStep {
+				run = allReduce2OneStep
+			}
 			for i := uint64(0); i < b; i++ {
-				if err := allReduce2(ep, 1, in, out); err != nil {
+				if err := run(ep, 1, in, out); err != nil {
 					return err
 				}
 			}
@@ -384,6 +389,53 @@ func allReduce2(ep *Endpoint, me int, in, out []byte) error {
 				bo.Reset()
 				deadline = time.Time{}
 			} else if err := wait(ep, seen, &bo, &deadline); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// allReduce2OneStep is the latency-bound alternative for small buffers
+// (at most a slot): both ranks send their whole input at once and reduce
+// the peer's into out, one exchange instead of the ring's two.
+func allReduce2OneStep(ep *Endpoint, me int, in, out []byte) error {
+	peer := 1 - me
+	s, _ := ep.Sender(peer)
+	r, _ := ep.Receiver(peer)
+	sum := reduce.Lookup(reduce.Float32, reduce.Sum)
+	sent, recvd := false, false
+	var bo backoff
+	var deadline time.Time
+	for !sent || !recvd {
+		seen := ep.Seq()
+		if !sent {
+			if b, ok, err := s.TryReserve(len(in)); err != nil {
+				return err
+			} else if ok {
+				copy(b, in)
+				s.Commit(0)
+				sent = true
+			}
+		}
+		if !recvd {
+			if m, _, ok, err := r.TryNext(); err != nil {
+				return err
+			} else if ok {
+				// Sum in a fixed order (rank 0's data first) so both ranks
+				// get the same bits.
+				if me == 0 {
+					sum(out, in, m)
+				} else {
+					sum(out, m, in)
+				}
+				r.Release()
+				recvd = true
+				continue
+			}
+		}
+		if !recvd {
+			if err := wait(ep, seen, &bo, &deadline); err != nil {
 				return err
 			}
 		}

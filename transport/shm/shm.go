@@ -48,11 +48,15 @@ import (
 )
 
 // Defaults for Config. The slot size is the pipeline chunk of every
-// collective that runs over shared memory; see BenchmarkStream for how it was
-// chosen.
+// collective that runs over shared memory. Between two processes on the
+// development VM, slots of 64 KiB to 256 KiB and rings of 4 or 8 slots
+// streamed and all-reduced alike (BenchmarkStream, BenchmarkAllReduce2 with
+// GCCL_SHM_BENCH_ALL_GEOMETRIES=1); 32 KiB was slower. 128 KiB x 4 keeps a
+// ring at 512 KiB, so eight ranks on a host use 28 MiB of /dev/shm, under
+// Docker's default 64 MiB.
 const (
 	DefaultSlotSize  = 128 << 10
-	DefaultSlotCount = 8
+	DefaultSlotCount = 4
 	DefaultDir       = "/dev/shm"
 )
 
