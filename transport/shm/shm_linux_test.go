@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,46 @@ func TestCommitWakesSleepingReceiver(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReleaseWakesSleepingSender is the other direction: a sender that
+// sleeps on a full ring must be woken by the receiver's Release.
+func TestReleaseWakesSleepingSender(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 64, SlotCount: 2})
+	const rounds = 300
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for i := 0; i < rounds; i++ {
+			if i%3 == 0 {
+				time.Sleep(time.Duration(i%7) * 50 * time.Microsecond)
+			}
+			if _, _, err := recv(eps[1], 0, buf); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	s, _ := eps[0].Sender(1)
+	for i := 0; i < rounds; i++ {
+		for {
+			seen := eps[0].Seq()
+			b, ok, err := s.TryReserve(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				b[0] = byte(i)
+				s.Commit(transport.Tag(i))
+				break
+			}
+			if err := eps[0].Wait(context.Background(), seen, time.Now().Add(testTimeout)); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+	}
+	<-done
 }
 
 func TestCloseAndAbortReachThePeerAfterDrain(t *testing.T) {
@@ -766,6 +807,7 @@ func TestRegionSharedBetweenMappings(t *testing.T) {
 func TestNoLeaks(t *testing.T) {
 	dir := testDir(t)
 	fds := countFDs(t)
+	goroutines := runtime.NumGoroutine()
 	for i := 0; i < 3; i++ {
 		mbs := make([]*Mailbox, 2)
 		for r := range mbs {
@@ -796,6 +838,9 @@ func TestNoLeaks(t *testing.T) {
 		eps[1].Abort(errors.New("done"))
 		reg.Close()
 		peer.Close()
+	}
+	if n := runtime.NumGoroutine(); n != goroutines {
+		t.Errorf("%d goroutines, %d before", n, goroutines)
 	}
 	if n := countFDs(t); n != fds {
 		t.Errorf("%d file descriptors open, %d before", n, fds)
