@@ -18,6 +18,7 @@
 package comm
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
 	"github.com/gccl/gccl/transport"
 	"github.com/gccl/gccl/transport/inproc"
@@ -52,6 +54,9 @@ type Config struct {
 	SlotSize, SlotCount int
 	// Logger receives gccl's logs. Nil means GCCL_DEBUG decides.
 	Logger *slog.Logger
+	// Bootstrap describes the job for Init. Nil means the environment
+	// decides (gccl-run, torchrun, Open MPI, PMI, Slurm).
+	Bootstrap *bootstrap.Config
 }
 
 const (
@@ -90,6 +95,7 @@ type Comm struct {
 	p2pState  []p2pProgress
 
 	async asyncState
+	boot  *bootstrap.Client // multi-process communicators only
 }
 
 type planKey struct {
@@ -191,7 +197,10 @@ func (c *Comm) sender(peer int) (transport.Sender, error) {
 		return nil, err
 	}
 	c.senders[peer] = s
-	c.log.Info(fmt.Sprintf("rank %d -> %d via %s", c.rank, peer, transport.Via(c.ep, peer)), "subsys", "INIT")
+	if c.boot == nil {
+		// Multi-process communicators log their routes once, at Init.
+		c.log.Info(fmt.Sprintf("rank %d -> %d via %s", c.rank, peer, transport.Via(c.ep, peer)), "subsys", "INIT")
+	}
 	return s, nil
 }
 
@@ -218,13 +227,26 @@ func (c *Comm) closedErr() error {
 	return ErrClosed
 }
 
-// fail aborts the Comm after err, keeping the first failure as the reason.
-func (c *Comm) fail(err error) {
-	if c.failure.CompareAndSwap(nil, &err) {
+// fail aborts the Comm after err, keeping the first failure as the reason,
+// and tells the other ranks.
+func (c *Comm) fail(err error) { c.abortWith(err, true) }
+
+func (c *Comm) abortWith(err error, announce bool) {
+	first := c.failure.CompareAndSwap(nil, &err)
+	if first {
 		c.log.Warn("communicator aborted", "subsys", "COLL", "err", err)
 	}
 	c.state.Store(stateAborted)
 	c.ep.Abort(err)
+	if first && announce && c.boot != nil {
+		// Tell every rank through the rendezvous too: peers that wait on
+		// others (or on shared memory, which has no EOF) fail at once.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c.boot.Abort(ctx, fmt.Sprintf("rank %d: %v", c.rank, err))
+		}()
+	}
 }
 
 // Abort stops the Comm at once: operations in flight and later calls fail,
@@ -250,7 +272,13 @@ func (c *Comm) Close() error {
 	}
 	c.async.drain()
 	c.async.stop(c)
-	return c.ep.Close()
+	err := c.ep.Close()
+	if c.boot != nil {
+		if berr := c.boot.Close(); err == nil {
+			err = berr
+		}
+	}
+	return err
 }
 
 // enter marks the Comm busy for one operation issued on the caller's goroutine.

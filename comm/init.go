@@ -1,0 +1,236 @@
+package comm
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+
+	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/transport"
+	"github.com/gccl/gccl/transport/shm"
+	"github.com/gccl/gccl/transport/tcp"
+)
+
+// Multi-process slot geometry: bigger slots than in-process, since there is
+// one mailbox per rank rather than one ring per pair in a shared heap.
+const (
+	defaultSlotSize  = 512 << 10
+	defaultSlotCount = 4
+)
+
+// Init joins the job this process belongs to and returns its communicator.
+// The job comes from cfg.Bootstrap, or from the environment: gccl-run's and
+// torchrun's variables, Open MPI's, PMI's or Slurm's (see bootstrap.FromEnv).
+// Without any, Init returns a communicator of one rank.
+//
+// Init is the expensive step (a rendezvous, an exchange of descriptors, one
+// connection per peer): call it once per job and reuse the Comm.
+func Init(ctx context.Context, cfg *Config) (*Comm, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	var bcfg bootstrap.Config
+	found := false
+	if cfg.Bootstrap != nil {
+		bcfg, found = *cfg.Bootstrap, true
+	} else {
+		var err error
+		if bcfg, found, err = bootstrap.FromEnv(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
+	if !found {
+		cs, err := InitLocal(1, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return cs[0], nil
+	}
+	client, err := bootstrap.Join(ctx, bcfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := connect(ctx, client, cfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect builds a rank's transports over a joined bootstrap client: it
+// publishes this rank's descriptor, gathers everyone's, picks a transport per
+// peer and connects.
+func connect(ctx context.Context, client *bootstrap.Client, cfg *Config) (c *Comm, err error) {
+	rank, size := client.Rank(), client.Size()
+	slotSize, slotCount := cfg.SlotSize, cfg.SlotCount
+	if slotSize == 0 {
+		slotSize = defaultSlotSize
+	}
+	if slotCount == 0 {
+		slotCount = defaultSlotCount
+	}
+	shmDisabled := os.Getenv("GCCL_SHM_DISABLE") == "1"
+	strict := os.Getenv("GCCL_STRICT") == "1"
+
+	// Pass 1: who lives where. The shm mailbox needs the list of local
+	// peers, so hosts are exchanged before transports are created.
+	me := peerInfo{Version: Version, HostID: HostID(), Pid: os.Getpid()}
+	blobs, err := client.AllGather(ctx, me.marshal())
+	if err != nil {
+		return nil, err
+	}
+	infos, err := parseInfos(blobs)
+	if err != nil {
+		return nil, err
+	}
+	var local []int
+	remote := false
+	for p, info := range infos {
+		if p == rank {
+			continue
+		}
+		if info.HostID == me.HostID && !shmDisabled {
+			local = append(local, p)
+		} else {
+			remote = true
+		}
+	}
+
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	var bell transport.Bell
+	var mb *shm.Mailbox
+	if len(local) > 0 {
+		mb, err = shm.Create(client.JobID(), rank, size, local, shm.Config{SlotSize: slotSize, SlotCount: slotCount})
+		if err != nil {
+			if strict {
+				return nil, fmt.Errorf("%w: shared memory: %w (GCCL_STRICT=1)", ErrNotSupported, err)
+			}
+			// Same-host peers will fall back to TCP, with a WARN below.
+			mb, remote = nil, true
+		} else {
+			cleanup = append(cleanup, func() { mb.Close() })
+			bell = mb.Bell()
+			me.Shm = mb.Name()
+		}
+	}
+	if bell == nil {
+		bell = transport.NewDoorbell()
+	}
+	var ln *tcp.Listener
+	if remote {
+		token := sha256.Sum256([]byte("gccl-tcp:" + client.JobID()))
+		ln, err = tcp.Listen(rank, size, tcp.Config{SlotSize: slotSize, SlotCount: slotCount, Bell: bell, Token: token[:]})
+		if err != nil {
+			return nil, fmt.Errorf("%w: tcp listen: %w", ErrNotSupported, err)
+		}
+		cleanup = append(cleanup, func() { ln.Close() })
+		me.TCP = ln.Addr()
+	}
+
+	// Pass 2: addresses.
+	if blobs, err = client.AllGather(ctx, me.marshal()); err != nil {
+		return nil, err
+	}
+	if infos, err = parseInfos(blobs); err != nil {
+		return nil, err
+	}
+	rc, err := chooseRoutes(rank, infos, shmDisabled || mb == nil, strict)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]transport.Endpoint, size)
+	shmPeers := map[int]shm.Peer{}
+	var tcpPeers []int
+	addrs := make([]string, size)
+	for p, r := range rc.routes {
+		switch r {
+		case routeSHM:
+			shmPeers[p] = shm.Peer{Name: infos[p].Shm, Pid: infos[p].Pid}
+		case routeTCP:
+			tcpPeers = append(tcpPeers, p)
+			addrs[p] = infos[p].TCP
+		}
+	}
+	if len(shmPeers) > 0 {
+		sep, err := mb.Connect(ctx, shmPeers)
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { sep.Abort(err) })
+		for p := range shmPeers {
+			routes[p] = sep
+		}
+	}
+	if mb != nil {
+		// Every local peer has mapped this mailbox once all pass this
+		// barrier; unlinking now means a crash leaves nothing behind.
+		if err := client.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		mb.Unlink()
+	}
+	if len(tcpPeers) > 0 {
+		tep, err := ln.Connect(ctx, tcpPeers, addrs)
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { tep.Abort(err) })
+		for _, p := range tcpPeers {
+			routes[p] = tep
+		}
+	}
+	if ln != nil {
+		ln.Close()
+	}
+	mux, err := transport.NewMux(rank, size, slotSize, bell, routes)
+	if err != nil {
+		return nil, err
+	}
+	c, err = newComm(mux, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range rc.infos {
+		c.log.Info(line, "subsys", "INIT")
+	}
+	for _, line := range rc.downgrade {
+		c.log.Warn(line, "subsys", "INIT")
+	}
+	c.boot = client
+	go c.watchLost(client)
+	return c, nil
+}
+
+func parseInfos(blobs [][]byte) ([]peerInfo, error) {
+	infos := make([]peerInfo, len(blobs))
+	for p, b := range blobs {
+		var err error
+		if infos[p], err = unmarshalPeerInfo(b); err != nil {
+			return nil, fmt.Errorf("%w: rank %d: %w", ErrMismatch, p, err)
+		}
+	}
+	return infos, nil
+}
+
+// watchLost aborts the Comm when the bootstrap reports a lost or aborting
+// rank, so that ranks blocked on shared memory (which has no EOF) fail too.
+func (c *Comm) watchLost(client *bootstrap.Client) {
+	for n := range client.Lost() {
+		if c.state.Load() != stateOpen {
+			return
+		}
+		// The notice came from the rendezvous: no need to announce it again.
+		c.abortWith(fmt.Errorf("%w: %v", ErrPeerLost, n), false)
+		c.async.stop(c)
+		return
+	}
+}

@@ -1,0 +1,189 @@
+// Command collcheck is one rank of a multi-process correctness check: it
+// joins the job from the environment (as launched by gccl-run), runs a
+// representative slice of the collective matrix and checks every result
+// exactly, then prints "collcheck: rank R ok" and exits 0. Any wrong value or
+// error prints it and exits 1. The tests in package tests launch it.
+//
+// Flags select a fault to inject, for the fault tests: -die-at N makes rank
+// -victim exit abruptly (kill -9 style) after N collectives; -stall makes it
+// stop instead.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gccl/gccl/comm"
+)
+
+func main() {
+	iters := flag.Int("iters", 1, "rounds of the whole check")
+	large := flag.Int("large", 1<<20+3, "element count of the large all-reduce")
+	dieAt := flag.Int("die-at", -1, "the victim SIGKILLs itself at this collective (-1: never)")
+	stallAt := flag.Int("stall-at", -1, "the victim stops (SIGSTOP) at this collective (-1: never)")
+	victim := flag.Int("victim", 1, "rank that dies or stalls")
+	timeout := flag.Duration("timeout", time.Minute, "whole-run deadline")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	c, err := comm.Init(ctx, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "collcheck: init: %v\n", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	ck := &checker{c: c, ctx: ctx, dieAt: *dieAt, stallAt: *stallAt, victim: *victim}
+	for it := 0; it < *iters; it++ {
+		if err := ck.round(*large); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
+	}
+	fmt.Printf("collcheck: rank %d of %d ok\n", c.Rank(), c.Size())
+}
+
+type checker struct {
+	c              *comm.Comm
+	ctx            context.Context
+	n              int
+	dieAt, stallAt int
+	victim         int
+}
+
+// tick counts collectives and injects the requested fault.
+func (k *checker) tick() {
+	if k.c.Rank() == k.victim {
+		if k.n == k.dieAt {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if k.n == k.stallAt {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	}
+	k.n++
+}
+
+func val(rank, i int) int64 { return int64((rank+1)*1000003 + i*7) }
+
+func (k *checker) round(large int) error {
+	c, ctx := k.c, k.ctx
+	n, r := c.Size(), c.Rank()
+	for _, count := range []int{0, 1, 7, 4097, large} {
+		// AllReduce (int64 sum: exact), in place and out of place.
+		in, out := make([]int64, count), make([]int64, count)
+		for i := range in {
+			in[i] = val(r, i)
+		}
+		k.tick()
+		if err := comm.AllReduce(ctx, c, in, out, comm.Sum); err != nil {
+			return err
+		}
+		for i := range out {
+			var want int64
+			for p := 0; p < n; p++ {
+				want += val(p, i)
+			}
+			if out[i] != want {
+				return fmt.Errorf("AllReduce count %d element %d = %d, want %d", count, i, out[i], want)
+			}
+		}
+		k.tick()
+		if err := comm.AllReduce(ctx, c, in, in, comm.Max); err != nil {
+			return err
+		}
+		for i := range in {
+			if want := val(n-1, i); in[i] != want {
+				return fmt.Errorf("in-place AllReduce max count %d element %d = %d, want %d", count, i, in[i], want)
+			}
+		}
+		if count > 4097 {
+			continue
+		}
+		// AllGather of float32, ReduceScatter of int32, Broadcast and
+		// Reduce from the last rank, AllToAll of uint8.
+		mine := make([]float32, count)
+		for i := range mine {
+			mine[i] = float32(val(r, i) % 1000)
+		}
+		all := make([]float32, n*count)
+		k.tick()
+		if err := comm.AllGather(ctx, c, mine, all); err != nil {
+			return err
+		}
+		for p := 0; p < n; p++ {
+			for i := 0; i < count; i++ {
+				if want := float32(val(p, i) % 1000); all[p*count+i] != want {
+					return fmt.Errorf("AllGather block %d element %d = %v, want %v", p, i, all[p*count+i], want)
+				}
+			}
+		}
+		rsIn := make([]int32, n*count)
+		for i := range rsIn {
+			rsIn[i] = int32(r + i)
+		}
+		rsOut := make([]int32, count)
+		k.tick()
+		if err := comm.ReduceScatter(ctx, c, rsIn, rsOut, comm.Sum); err != nil {
+			return err
+		}
+		for i := range rsOut {
+			var want int32
+			for p := 0; p < n; p++ {
+				want += int32(p + r*count + i)
+			}
+			if rsOut[i] != want {
+				return fmt.Errorf("ReduceScatter element %d = %d, want %d", i, rsOut[i], want)
+			}
+		}
+		root := n - 1
+		b := make([]int64, count)
+		if r == root {
+			for i := range b {
+				b[i] = val(root, i)
+			}
+		}
+		k.tick()
+		if err := comm.Broadcast(ctx, c, b, b, root); err != nil {
+			return err
+		}
+		for i := range b {
+			if b[i] != val(root, i) {
+				return fmt.Errorf("Broadcast element %d = %d", i, b[i])
+			}
+		}
+		red := make([]int64, count)
+		k.tick()
+		if err := comm.Reduce(ctx, c, b, red, comm.Sum, root); err != nil {
+			return err
+		}
+		if r == root {
+			for i := range red {
+				if red[i] != int64(n)*val(root, i) {
+					return fmt.Errorf("Reduce element %d = %d", i, red[i])
+				}
+			}
+		}
+		a2a := make([]uint8, n*count)
+		for i := range a2a {
+			a2a[i] = uint8(r*31 + i)
+		}
+		k.tick()
+		if err := comm.AllToAll(ctx, c, a2a, a2a); err != nil {
+			return err
+		}
+		for p := 0; p < n; p++ {
+			for i := 0; i < count; i++ {
+				if want := uint8(p*31 + r*count + i); a2a[p*count+i] != want {
+					return fmt.Errorf("AllToAll block %d element %d = %d, want %d", p, i, a2a[p*count+i], want)
+				}
+			}
+		}
+	}
+	k.tick()
+	return c.Barrier(ctx)
+}

@@ -1,0 +1,64 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Every collective of the matrix (a representative subset of types and
+// sizes, checked exactly by collcheck) across 2, 3 and 4 processes.
+func TestCollectivesOverSharedMemory(t *testing.T) {
+	for _, np := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			res := run(t, 2*time.Minute, []string{"GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=INIT"},
+				bins.run, "-np", fmt.Sprint(np), bins.collcheck)
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			for r := 0; r < np; r++ {
+				mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of %d ok", r, np))
+				for p := 0; p < np; p++ {
+					if p != r {
+						mustContain(t, res.out, fmt.Sprintf("rank %d -> %d via SHM", r, p))
+					}
+				}
+			}
+			if strings.Contains(res.out, "via TCP") {
+				t.Fatalf("same-host ranks used TCP:\n%s", res.out)
+			}
+		})
+	}
+}
+
+func TestCollectivesOverTCP(t *testing.T) {
+	for _, np := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			res := run(t, 2*time.Minute, []string{"GCCL_SHM_DISABLE=1", "GCCL_SOCKET_IFNAME=lo", "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=INIT"},
+				bins.run, "-np", fmt.Sprint(np), bins.collcheck)
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			for r := 0; r < np; r++ {
+				mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of %d ok", r, np))
+				for p := 0; p < np; p++ {
+					if p != r {
+						mustContain(t, res.out, fmt.Sprintf("rank %d -> %d via TCP", r, p))
+					}
+				}
+			}
+			// Same-host peers over TCP is a downgrade, and says why.
+			mustContain(t, res.out, "WARN", "instead of SHM (GCCL_SHM_DISABLE=1)")
+		})
+	}
+}
+
+func TestStrictRefusesDowngrade(t *testing.T) {
+	res := run(t, time.Minute, []string{"GCCL_SHM_DISABLE=1", "GCCL_STRICT=1", "GCCL_SOCKET_IFNAME=lo"},
+		bins.run, "-np", "2", bins.collcheck)
+	if res.code == 0 {
+		t.Fatalf("GCCL_STRICT=1 accepted a downgrade:\n%s", res.out)
+	}
+	mustContain(t, res.out, "GCCL_STRICT=1")
+}
