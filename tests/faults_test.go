@@ -193,4 +193,3 @@ func TestVersionMismatchRefused(t *testing.T) {
 		t.Fatalf("rank 0 initialised without rank 1:\n%s", out)
 	}
 }
-
