@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/logx"
 )
 
 func TestTypedAllReduce(t *testing.T) {
@@ -448,5 +449,61 @@ func TestSplit(t *testing.T) {
 	}
 	if _, err := cs[0].Split(bg, -7, 0); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("negative color: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWatchdogNamesLateRanks(t *testing.T) {
+	var logs syncBuffer
+	cs := world(t, 4, &comm.Config{Watchdog: 50 * time.Millisecond, Timeout: time.Second,
+		Logger: logx.New(&logs, "WARN", "")})
+	// Ranks 0 and 1 enter AllReduce #1; ranks 2 and 3 never do.
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := make([]float32, 8)
+			errs[r] = comm.AllReduce(bg, cs[r], x, x, comm.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrTimeout) && !errors.Is(err, comm.ErrPeerLost) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "ranks [2 3] have not reached it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no watchdog report naming ranks 2 and 3:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mustContainLine(t, logs.String(), "watchdog: AllReduce #1 has waited")
+}
+
+func mustContainLine(t *testing.T, s, want string) {
+	t.Helper()
+	if !strings.Contains(s, want) {
+		t.Fatalf("missing %q in:\n%s", want, s)
 	}
 }

@@ -346,6 +346,7 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	a.plan = c.plan(cl.coll, cl.root, a.count*a.esz)
 	x := &c.exec
 	x.begin(ctx, cl.name(), transport.MakeTag(kind, cl.seq))
+	c.reached.Store(cl.seq)
 	return x.runPlan(a)
 }
 

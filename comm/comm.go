@@ -48,6 +48,11 @@ type Config struct {
 	// fails with ErrTimeout and aborts the Comm. Zero means DefaultTimeout
 	// (or GCCL_TIMEOUT, in seconds); negative means wait forever.
 	Timeout time.Duration
+	// Watchdog is how long a collective waits before gccl logs which ranks
+	// have not reached it (a hang diagnosis; the operation keeps waiting
+	// until Timeout). Zero means 10 s (or GCCL_WATCHDOG, in seconds);
+	// negative turns it off.
+	Watchdog time.Duration
 	// SlotSize and SlotCount size the slot rings between ranks: the
 	// pipeline chunk, and how many chunks may be in flight per connection.
 	// Zero means the transport's default.
@@ -74,7 +79,11 @@ type Comm struct {
 	splitSeq   uint64
 	log        *slog.Logger
 	timeout    time.Duration
+	watchdog   time.Duration
 	algoPref   algo.Algorithm // 0: the tuner decides
+
+	reached  atomic.Uint64 // sequence number of the last collective entered
+	laggards func(seq uint64) ([]int, error)
 
 	state   atomic.Int32
 	failure atomic.Pointer[error]
@@ -128,6 +137,9 @@ func InitLocal(n int, cfg *Config) ([]*Comm, error) {
 		}
 		comms[r].world = w
 	}
+	for _, c := range comms {
+		c.laggards = localLaggards(comms)
+	}
 	return comms, nil
 }
 
@@ -157,6 +169,17 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 				return nil, invalid("GCCL_TIMEOUT=%q is not a number of seconds", s)
 			}
 			c.timeout = time.Duration(sec * float64(time.Second))
+		}
+	}
+	c.watchdog = cfg.Watchdog
+	if c.watchdog == 0 {
+		c.watchdog = 10 * time.Second
+		if s := os.Getenv("GCCL_WATCHDOG"); s != "" {
+			sec, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, invalid("GCCL_WATCHDOG=%q is not a number of seconds", s)
+			}
+			c.watchdog = time.Duration(sec * float64(time.Second))
 		}
 	}
 	pref := cfg.Algo

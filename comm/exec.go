@@ -43,6 +43,7 @@ type executor struct {
 	c        *Comm
 	ctx      context.Context
 	deadline time.Time // zero until the operation first sleeps
+	watchAt  time.Time // when the watchdog reports laggards; zero if off or done
 	tag      transport.Tag
 	op       string
 	bo       spin.Backoff
@@ -50,7 +51,7 @@ type executor struct {
 
 // begin prepares the executor for an operation.
 func (x *executor) begin(ctx context.Context, op string, tag transport.Tag) {
-	x.ctx, x.op, x.tag, x.deadline = ctx, op, tag, time.Time{}
+	x.ctx, x.op, x.tag, x.deadline, x.watchAt = ctx, op, tag, time.Time{}, time.Time{}
 }
 
 // wait spins, yields and finally sleeps until the endpoint's state changes
@@ -61,11 +62,26 @@ func (x *executor) wait(seen uint64) error {
 		return nil
 	}
 	ep := x.c.ep
-	if x.deadline.IsZero() && x.c.timeout > 0 {
-		x.deadline = time.Now().Add(x.c.timeout)
+	if x.deadline.IsZero() {
+		now := time.Now()
+		if x.c.timeout > 0 {
+			x.deadline = now.Add(x.c.timeout)
+		}
+		if x.c.watchdog > 0 && x.tag.Kind() != tagP2P {
+			x.watchAt = now.Add(x.c.watchdog)
+		}
 	}
-	if err := ep.Wait(x.ctx, seen, x.deadline); err != nil {
+	until := x.deadline
+	if !x.watchAt.IsZero() && (until.IsZero() || x.watchAt.Before(until)) {
+		until = x.watchAt
+	}
+	if err := ep.Wait(x.ctx, seen, until); err != nil {
 		switch {
+		case errors.Is(err, transport.ErrTimeout) && until.Equal(x.watchAt):
+			// Not the operation's deadline: the watchdog's turn.
+			x.c.reportLaggards(x.op, x.tag.Seq(), x.c.watchdog)
+			x.watchAt = time.Time{}
+			return nil
 		case errors.Is(err, transport.ErrTimeout):
 			return fmt.Errorf("%w after waiting %v for peers", ErrTimeout, x.c.timeout)
 		case errors.Is(err, transport.ErrClosed):

@@ -206,6 +206,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config) (c *Com
 		c.log.Warn(line, "subsys", "INIT")
 	}
 	c.boot = client
+	c.laggards = c.bootstrapLaggards
 	go c.watchLost(client)
 	return c, nil
 }

@@ -193,3 +193,18 @@ func TestVersionMismatchRefused(t *testing.T) {
 		t.Fatalf("rank 0 initialised without rank 1:\n%s", out)
 	}
 }
+
+func TestWatchdogNamesTheRankThatNeverArrived(t *testing.T) {
+	// Rank 1 stops just before the 30th collective (the large in-place
+	// all-reduce); the watchdog of the ranks waiting in it names rank 1,
+	// then the heartbeat timeout fails them.
+	env := func(int) []string { return []string{"GCCL_WATCHDOG=0.5"} }
+	p := startRanks(t, 3, []int{0, 1, 2}, collcheckArgv("-stall-at", "29", "-victim", "1"), env)
+	for _, r := range []int{0, 2} {
+		code, out := p.waitExit(t, r, 30*time.Second)
+		if code == 0 {
+			t.Fatalf("rank %d succeeded:\n%s", r, out)
+		}
+		mustContain(t, out, "watchdog: AllReduce #30 has waited", "ranks [1] have not reached it")
+	}
+}

@@ -1,0 +1,86 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// reportLaggards logs, once an operation has waited long, which ranks have
+// not reached it: the first question of any hang diagnosis. It runs in the
+// background so the wait goes on undisturbed.
+func (c *Comm) reportLaggards(op string, seq uint64, waited time.Duration) {
+	if c.laggards == nil {
+		return
+	}
+	go func() {
+		late, err := c.laggards(seq)
+		switch {
+		case err != nil:
+			c.log.Warn(fmt.Sprintf("watchdog: %s #%d has waited %v; cannot tell which ranks are late: %v", op, seq, waited, err), "subsys", "COLL")
+		case len(late) == 0:
+			c.log.Warn(fmt.Sprintf("watchdog: %s #%d has waited %v; every rank has reached it (a peer may be stalled inside it)", op, seq, waited), "subsys", "COLL")
+		default:
+			c.log.Warn(fmt.Sprintf("watchdog: %s #%d has waited %v; ranks %v have not reached it", op, seq, waited, late), "subsys", "COLL")
+		}
+	}()
+}
+
+// localLaggards reads in-process peers' progress directly.
+func localLaggards(comms []*Comm) func(uint64) ([]int, error) {
+	return func(seq uint64) ([]int, error) {
+		var late []int
+		for r, c := range comms {
+			if c.reached.Load() < seq {
+				late = append(late, r)
+			}
+		}
+		return late, nil
+	}
+}
+
+// bootstrapLaggards asks the rendezvous: every rank that waits long marks
+// the operation as reached there, and ranks whose mark does not appear soon
+// have not reached it (or are busy elsewhere without waiting).
+func (c *Comm) bootstrapLaggards(seq uint64) ([]int, error) {
+	key := func(r int) string { return "gccl/watchdog/" + strconv.FormatUint(seq, 10) + "/" + strconv.Itoa(r) }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.boot.Set(ctx, key(c.rank), nil); err != nil {
+		return nil, err
+	}
+	// Give the other waiting ranks time to mark it too.
+	time.Sleep(time.Second)
+	var mu sync.Mutex
+	var late []int
+	var wg sync.WaitGroup
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gctx, gcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer gcancel()
+			if _, err := c.boot.Get(gctx, key(r)); err != nil {
+				mu.Lock()
+				late = append(late, r)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return sortInts(late), nil
+}
+
+func sortInts(s []int) []int {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}
