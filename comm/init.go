@@ -51,7 +51,7 @@ func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := connect(ctx, client, cfg)
+	c, err := connect(ctx, client, cfg, client.JobID())
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -62,7 +62,7 @@ func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 // connect builds a rank's transports over a joined bootstrap client: it
 // publishes this rank's descriptor, gathers everyone's, picks a transport per
 // peer and connects.
-func connect(ctx context.Context, client *bootstrap.Client, cfg *Config) (c *Comm, err error) {
+func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID string) (c *Comm, err error) {
 	rank, size := client.Rank(), client.Size()
 	slotSize, slotCount := cfg.SlotSize, cfg.SlotCount
 	if slotSize == 0 {
@@ -109,7 +109,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config) (c *Com
 	var bell transport.Bell
 	var mb *shm.Mailbox
 	if len(local) > 0 {
-		mb, err = shm.Create(client.JobID(), rank, size, local, shm.Config{SlotSize: slotSize, SlotCount: slotCount})
+		mb, err = shm.Create(jobID, rank, size, local, shm.Config{SlotSize: slotSize, SlotCount: slotCount})
 		if err != nil {
 			if strict {
 				return nil, fmt.Errorf("%w: shared memory: %w (GCCL_STRICT=1)", ErrNotSupported, err)
@@ -127,7 +127,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config) (c *Com
 	}
 	var ln *tcp.Listener
 	if remote {
-		token := sha256.Sum256([]byte("gccl-tcp:" + client.JobID()))
+		token := sha256.Sum256([]byte("gccl-tcp:" + jobID))
 		ln, err = tcp.Listen(rank, size, tcp.Config{SlotSize: slotSize, SlotCount: slotCount, Bell: bell, Token: token[:]})
 		if err != nil {
 			return nil, fmt.Errorf("%w: tcp listen: %w", ErrNotSupported, err)
@@ -220,6 +220,23 @@ func parseInfos(blobs [][]byte) ([]peerInfo, error) {
 		}
 	}
 	return infos, nil
+}
+
+// splitRemote makes the communicator of one color of a multi-process Split,
+// over the parent's rendezvous connection. Its shared-memory names carry the
+// split's number and color, so sibling communicators never collide.
+func (c *Comm) splitRemote(ctx context.Context, color, key int) (*Comm, error) {
+	sub, err := c.boot.Split(ctx, color, key)
+	if err != nil {
+		return nil, err
+	}
+	jobID := fmt.Sprintf("%s-s%dc%d", c.boot.JobID(), c.splitSeq, color)
+	nc, err := connect(ctx, sub, &c.cfg, jobID)
+	if err != nil {
+		sub.Close()
+		return nil, err
+	}
+	return nc, nil
 }
 
 // watchLost aborts the Comm when the bootstrap reports a lost or aborting

@@ -27,6 +27,12 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	}
 	c.splitSeq++
 	if color == NoColor {
+		if c.boot != nil {
+			// The rendezvous's split is collective: take part, get nothing.
+			if _, err := c.boot.Split(ctx, NoColor, key); err != nil {
+				return nil, err
+			}
+		}
 		return nil, nil
 	}
 	var members []int
@@ -42,8 +48,11 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 			newRank = i
 		}
 	}
+	if c.boot != nil {
+		return c.splitRemote(ctx, color, key)
+	}
 	if c.world == nil {
-		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Split of a multi-process communicator", ErrNotSupported)}
+		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Split of this communicator", ErrNotSupported)}
 	}
 	w, err := localSplit(c.world, c.splitSeq, color, len(members), &c.cfg)
 	if err != nil {

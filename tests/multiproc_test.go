@@ -62,3 +62,15 @@ func TestStrictRefusesDowngrade(t *testing.T) {
 	}
 	mustContain(t, res.out, "GCCL_STRICT=1")
 }
+
+func TestSplitAcrossProcesses(t *testing.T) {
+	for _, env := range [][]string{nil, {"GCCL_SHM_DISABLE=1", "GCCL_SOCKET_IFNAME=lo"}} {
+		res := run(t, 2*time.Minute, env, bins.run, "-np", "5", bins.collcheck, "-split", "-large", "1000")
+		if res.code != 0 {
+			t.Fatalf("env %v: exit %d:\n%s", env, res.code, res.out)
+		}
+		for r := 0; r < 5; r++ {
+			mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of 5 ok", r))
+		}
+	}
+}

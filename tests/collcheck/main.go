@@ -27,6 +27,7 @@ func main() {
 	stallAt := flag.Int("stall-at", -1, "the victim stops (SIGSTOP) at this collective (-1: never)")
 	victim := flag.Int("victim", 1, "rank that dies or stalls")
 	timeout := flag.Duration("timeout", time.Minute, "whole-run deadline")
+	split := flag.Bool("split", false, "also check Split: even and odd ranks form two communicators")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -41,6 +42,12 @@ func main() {
 	for it := 0; it < *iters; it++ {
 		if err := ck.round(*large); err != nil {
 			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
+	}
+	if *split {
+		if err := checkSplit(ctx, c); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: rank %d: split: %v\n", c.Rank(), err)
 			os.Exit(1)
 		}
 	}
@@ -185,5 +192,37 @@ func (k *checker) round(large int) error {
 		}
 	}
 	k.tick()
+	return c.Barrier(ctx)
+}
+
+// checkSplit splits the job by rank parity (keys reversing the order), checks
+// an all-reduce in each half and that the halves' ranks follow the keys.
+func checkSplit(ctx context.Context, c *comm.Comm) error {
+	r := c.Rank()
+	sub, err := c.Split(ctx, r%2, -r)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	x := []int64{int64(r)}
+	if err := comm.AllReduce(ctx, sub, x, x, comm.Sum); err != nil {
+		return err
+	}
+	var want int64
+	for p := r % 2; p < c.Size(); p += 2 {
+		want += int64(p)
+	}
+	if x[0] != want {
+		return fmt.Errorf("sum over ranks of parity %d = %d, want %d", r%2, x[0], want)
+	}
+	ranks := make([]int64, sub.Size())
+	if err := comm.AllGather(ctx, sub, []int64{int64(r)}, ranks); err != nil {
+		return err
+	}
+	for i := 1; i < len(ranks); i++ {
+		if ranks[i] > ranks[i-1] {
+			return fmt.Errorf("sub-communicator ranks %v do not follow the keys", ranks)
+		}
+	}
 	return c.Barrier(ctx)
 }
