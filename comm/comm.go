@@ -316,3 +316,7 @@ func (c *Comm) enter() error {
 }
 
 func (c *Comm) leave() { c.busy.Store(false) }
+
+// Via names the transport that carries this rank's traffic to peer:
+// "INPROC", "SHM" or "TCP".
+func (c *Comm) Via(peer int) string { return transport.Via(c.ep, peer) }
