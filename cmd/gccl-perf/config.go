@@ -75,7 +75,8 @@ const (
 // config is a parsed command line.
 type config struct {
 	test       *collective
-	ranks      int   // -g: in-process ranks
+	ranks      int   // -g: in-process ranks (nccl-tests' GPUs per process)
+	procs      int   // processes: -np, or the size of the job this process is a rank of
 	minBytes   int64 // -b
 	maxBytes   int64 // -e
 	stepBytes  int64 // -i
@@ -91,8 +92,14 @@ type config struct {
 	roots      []int      // -r, with "all" expanded; [-1] for tests without one
 	jsonPath   string     // -J
 	args       []string   // the command line, for the header and the JSON
-	help       bool       // -h: print usage and do nothing else
+	// rankArgs is args without -np: the command line of each rank that
+	// -np launches.
+	rankArgs []string
+	help     bool // -h: print usage and do nothing else
 }
+
+// worldSize is the number of ranks in the whole run.
+func (c *config) worldSize() int { return c.ranks * c.procs }
 
 // usageError is a command-line mistake: gccl-perf prints it with a usage
 // hint and exits with status 2.
@@ -115,6 +122,7 @@ type flagDef struct {
 type rawChoices struct {
 	datatype, op, root string
 	procs, threads     int
+	register           int // -R
 }
 
 var flagDefs = []flagDef{
@@ -149,6 +157,7 @@ var flagDefs = []flagDef{
 		return nil
 	}},
 	{"J", "json", func(c *config, _ *rawChoices, v string) error { c.jsonPath = v; return nil }},
+	{"R", "local_register", func(_ *config, r *rawChoices, v string) error { return parseChoice(v, 2, &r.register) }},
 }
 
 func findFlag(name string, long bool) *flagDef {
@@ -161,10 +170,16 @@ func findFlag(name string, long bool) *flagDef {
 	return nil
 }
 
-// parseArgs parses `<test> [flags]` (flags may also come before the test).
-// Options take a value as the next argument or attached: -b 8, -b8,
-// --minbytes 8, --minbytes=8; -np takes its value the mpirun way, -np 2.
-func parseArgs(args []string) (*config, error) {
+// parseArgs parses the command line of a process that is not a rank of a
+// multi-process job.
+func parseArgs(args []string) (*config, error) { return parseArgsInJob(args, 1) }
+
+// parseArgsInJob parses `<test> [flags]` (flags may also come before the
+// test) for a process that is one of jobProcs ranks started by a launcher
+// (1: no launcher). Options take a value as the next argument or attached:
+// -b 8, -b8, --minbytes 8, --minbytes=8; -np takes its value the mpirun
+// way, -np 2.
+func parseArgsInJob(args []string, jobProcs int) (*config, error) {
 	c := &config{
 		ranks: 1, minBytes: 32 << 20, maxBytes: 32 << 20, stepBytes: 1 << 20,
 		iters: 20, warmup: 5, aggIters: 1, check: 1, average: averageMean,
@@ -172,7 +187,7 @@ func parseArgs(args []string) (*config, error) {
 	}
 	raw := &rawChoices{datatype: "float", op: "sum", root: "0", procs: 1, threads: 1}
 	for i := 0; i < len(args); i++ {
-		arg := args[i]
+		arg, first := args[i], i
 		if arg == "-h" || arg == "--help" {
 			c.help = true
 			return c, nil
@@ -186,6 +201,7 @@ func parseArgs(args []string) (*config, error) {
 				return nil, err
 			}
 			c.test = t
+			c.rankArgs = append(c.rankArgs, arg)
 			continue
 		}
 		var f *flagDef
@@ -215,11 +231,14 @@ func parseArgs(args []string) (*config, error) {
 		if err := f.set(c, raw, value); err != nil {
 			return nil, usagef("invalid value %q for %s: %v", value, flagName(f), err)
 		}
+		if f.short != "np" {
+			c.rankArgs = append(c.rankArgs, args[first:i+1]...)
+		}
 	}
 	if c.test == nil {
 		return nil, usagef("missing test: one of %s", strings.Join(testNames(), ", "))
 	}
-	if err := c.resolve(raw); err != nil {
+	if err := c.resolve(raw, jobProcs); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -232,10 +251,23 @@ func flagName(f *flagDef) string {
 	return "-" + f.short + "/--" + f.long
 }
 
-// resolve checks the flags against each other and expands "all".
-func (c *config) resolve(raw *rawChoices) error {
-	if raw.procs > 1 {
-		return usagef("-np %d: launching several processes is not yet supported: use -g %d for in-process ranks", raw.procs, raw.procs)
+// resolve checks the flags against each other and against the job this
+// process belongs to (jobProcs processes; 1: none), and expands "all".
+func (c *config) resolve(raw *rawChoices, jobProcs int) error {
+	c.procs = raw.procs
+	if jobProcs > 1 {
+		if raw.procs > 1 {
+			return usagef("-np %d inside a job of %d processes: the launcher has started the ranks already; drop -np", raw.procs, jobProcs)
+		}
+		c.procs = jobProcs
+	}
+	if c.procs > 1 && c.ranks > 1 {
+		// nccl-tests' -g is GPUs per process; several in-process ranks per
+		// process would need a second level of rank numbering.
+		return usagef("-g %d with %d processes: several in-process ranks per process are not supported yet; use -g 1 with processes or -g N alone", c.ranks, c.procs)
+	}
+	if raw.register > 0 {
+		return usagef("-R %d: registered buffers are not supported yet (comm.Comm has no Alloc to register them with); use -R 0", raw.register)
 	}
 	if raw.threads > 1 {
 		return usagef("-t %d: only one thread drives the ranks; use -g N for N in-process ranks", raw.threads)
@@ -261,7 +293,7 @@ func (c *config) resolve(raw *rawChoices) error {
 	}
 	c.roots = []int{-1}
 	if c.test.rooted {
-		if c.roots, err = parseRoots(raw.root, c.ranks); err != nil {
+		if c.roots, err = parseRoots(raw.root, c.worldSize()); err != nil {
 			return err
 		}
 	}

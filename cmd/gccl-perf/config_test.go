@@ -128,7 +128,11 @@ func TestParseArgsErrors(t *testing.T) {
 		{"all_reduce -o xor", `unknown op "xor"`},
 		{"broadcast -g 2 -r 2", `invalid root "2": want a rank in [0,2)`},
 		{"broadcast -r x", `invalid root "x"`},
-		{"all_reduce -np 4", "not yet supported: use -g 4 for in-process ranks"},
+		{"all_reduce -np 4 -g 2", "-g 2 with 4 processes: several in-process ranks per process are not supported yet"},
+		{"all_reduce -R 1", "-R 1: registered buffers are not supported yet"},
+		{"all_reduce -R 2", "not supported yet"},
+		{"all_reduce -R 3", "from 0 to 2"},
+		{"broadcast -np 2 -r 2", `invalid root "2": want a rank in [0,2)`},
 		{"all_reduce -t 2", "only one thread"},
 	} {
 		_, err := parseArgs(strings.Fields(tc.args))
@@ -185,6 +189,52 @@ func TestSizes(t *testing.T) {
 	} {
 		if got := sizes(tc.min, tc.max, tc.step, tc.factor); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("sizes(%d, %d, %d, %d) = %v, want %v", tc.min, tc.max, tc.step, tc.factor, got, tc.want)
+		}
+	}
+}
+
+// The ranks that -np starts get the command line without -np, whatever its
+// spelling, and everything else unchanged.
+func TestParseArgsRankArgs(t *testing.T) {
+	for _, args := range []string{
+		"all_reduce -np 2 -b 8 -e8K",
+		"-np=2 all_reduce -b 8 -e8K",
+		"all_reduce -b 8 --np 2 -e8K",
+		"all_reduce -b 8 -e8K --np=2",
+	} {
+		c, err := parseArgs(strings.Fields(args))
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if got := strings.Join(c.rankArgs, " "); got != "all_reduce -b 8 -e8K" {
+			t.Errorf("%q: rank arguments %q", args, got)
+		}
+		if c.procs != 2 || c.worldSize() != 2 {
+			t.Errorf("%q: %d processes, world of %d; want 2 and 2", args, c.procs, c.worldSize())
+		}
+	}
+}
+
+// A rank of a job takes its process count from the job, so that roots
+// range over the whole job, and refuses flags that would start ranks again
+// or put several ranks in it.
+func TestParseArgsInJob(t *testing.T) {
+	c, err := parseArgsInJob(strings.Fields("broadcast -r all"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.procs != 3 || c.ranks != 1 || !reflect.DeepEqual(c.roots, []int{0, 1, 2}) {
+		t.Errorf("in a job of 3: procs %d, ranks %d, roots %v", c.procs, c.ranks, c.roots)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"all_reduce -np 3", "-np 3 inside a job of 3 processes"},
+		{"all_reduce -g 2", "-g 2 with 3 processes"},
+		{"reduce -r 3", `invalid root "3": want a rank in [0,3)`},
+	} {
+		_, err := parseArgsInJob(strings.Fields(tc.args), 3)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q in a job of 3: error %v, want a usage error saying %q", tc.args, err, tc.want)
 		}
 	}
 }

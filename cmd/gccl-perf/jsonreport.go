@@ -4,18 +4,25 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"runtime"
+	"time"
 )
 
 // jsonReport is the -J output: the table plus what is needed to compare runs
-// (library version, rank count, transport, machine, Go version, date).
+// (library version, ranks and processes, transports, machine, Go version,
+// date).
 type jsonReport struct {
-	Library     string     `json:"library"`
-	Version     string     `json:"version"`
-	Test        string     `json:"test"`
-	CommandLine string     `json:"command_line"`
-	Ranks       int        `json:"ranks"`
+	Library     string `json:"library"`
+	Version     string `json:"version"`
+	Test        string `json:"test"`
+	CommandLine string `json:"command_line"`
+	Ranks       int    `json:"ranks"`
+	Processes   int    `json:"processes"`
+	// Transport names the job's transports, joined by "+": "INPROC", "SHM",
+	// "TCP", "SHM+TCP". Devices has each rank's transport to each peer.
 	Transport   string     `json:"transport"`
-	Hostname    string     `json:"hostname"`
+	Devices     []rankInfo `json:"devices"`
+	Hostname    string     `json:"hostname"` // the host of rank 0, which writes the report
 	CPUModel    string     `json:"cpu_model"`
 	NumCPU      int        `json:"num_cpu"`
 	GoVersion   string     `json:"go_version"`
@@ -41,6 +48,29 @@ type jsonConfig struct {
 	Check       int    `json:"check"`
 	Blocking    bool   `json:"blocking"`
 	Average     string `json:"average"` // rank0, mean, min or max
+}
+
+// results is what a benchmark found: the table's rows and the footer.
+type results struct {
+	rows        []row
+	outOfBounds int
+	avgBusBW    float64
+}
+
+// newJSONReport assembles the report of a finished run.
+func newJSONReport(cfg *config, env *environment, commandLine string, devices []rankInfo, res *results) *jsonReport {
+	return &jsonReport{
+		Library: "gccl", Version: version, Test: cfg.test.name, CommandLine: commandLine,
+		Ranks: cfg.worldSize(), Processes: cfg.procs, Transport: jobTransports(devices), Devices: devices,
+		Hostname: env.hostname, CPUModel: env.cpuModel, NumCPU: env.numCPU, GoVersion: env.goVersion,
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Date: env.now().Format(time.RFC3339),
+		Settings: jsonConfig{
+			MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, StepBytes: cfg.stepBytes, StepFactor: cfg.stepFactor,
+			Iters: cfg.iters, WarmupIters: cfg.warmup, AggIters: cfg.aggIters, Check: cfg.check,
+			Blocking: cfg.blocking, Average: cfg.average.String(),
+		},
+		Rows: res.rows, OutOfBounds: res.outOfBounds, AvgBusBW: res.avgBusBW, Passed: res.outOfBounds == 0,
+	}
 }
 
 func (a averageMode) String() string {

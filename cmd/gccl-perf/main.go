@@ -3,15 +3,17 @@
 // flags, table, bus-bandwidth factors and footer, so that its numbers read
 // like (and compare with) NCCL's.
 //
-//	gccl-perf all_reduce -g 4 -b 8 -e 128M -f 2
+//	gccl-perf all_reduce -np 2 -b 8 -e 64M -f 4
 //
-// runs an all-reduce on 4 in-process ranks for every power of two from 8
-// bytes to 128 MiB. `gccl-perf -h` lists the tests and flags.
+// runs an all-reduce on 2 processes of this host, which talk over shared
+// memory, for every power of four from 8 bytes to 64 MiB. -g N runs N ranks
+// inside one process instead; under gccl-run, torchrun, mpirun or srun,
+// gccl-perf is one rank of the launcher's job. `gccl-perf -h` lists the
+// tests and flags.
 package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -26,9 +28,6 @@ import (
 // version is the gccl version the reports name.
 const version = "0.1.0-dev"
 
-// transportName is how ranks reach each other: today always within the process.
-const transportName = "INPROC"
-
 const usage = `Usage: gccl-perf <test> [flags]
 
 Measures gccl's collectives like nccl-tests measures NCCL's.
@@ -37,9 +36,17 @@ Tests: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall,
        gather, scatter, sendrecv (rank r sends to r+1 and receives from r-1).
        nccl-tests binary names (all_reduce_perf, ...) work too.
 
+Ranks: -g N runs N ranks inside this process. -np N starts N processes of
+gccl-perf on this host, one rank each, talking over shared memory (or TCP
+with GCCL_SHM_DISABLE=1); rank 0 prints the results. Started by gccl-run,
+torchrun, mpirun or srun, gccl-perf is one rank of that job instead (with
+-g 1, the default).
+
 Flags take a value: -b 8, -b8, --minbytes 8 or --minbytes=8. Sizes accept
 K, M and G suffixes (powers of 1024).
   -g, --ngpus <n>            in-process ranks (default 1)
+  -np <n>                    processes to start, one rank each (default 1);
+                             -g must then be 1
   -b, --minbytes <size>      smallest size (default 32M)
   -e, --maxbytes <size>      largest size (default 32M)
   -i, --stepbytes <size>     increment between sizes (default 1M)
@@ -61,18 +68,24 @@ K, M and G suffixes (powers of 1024).
                              1: blocking calls (default 0)
   -a, --average <0|1|2|3>    reported time: rank 0's, the mean, the minimum
                              or the maximum across ranks (default 1)
-  -J, --json <file>          also write the results as JSON
+  -J, --json <file>          also write the results as JSON (rank 0 writes
+                             it, with every rank's transport to each peer)
+  -R, --local_register <n>   registered buffers: only 0 for now; 1 and 2
+                             fail until gccl can allocate registered memory
   -t, --nthreads <n>         accepted for compatibility; must be 1
-  -np <n>                    processes; only 1 until the shared-memory
-                             transport comes (use -g for ranks)
   -h, --help                 this text
 
 Exit status: 0 when every check passed, 1 when results were wrong or a
-collective failed, 2 for a bad command line.
+collective or a rank failed, 2 for a bad command line.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, hostEnvironment()))
+	env, err := hostEnvironment()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gccl-perf: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, env))
 }
 
 // environment is what a run takes from outside its flags: the machine's
@@ -87,25 +100,40 @@ type environment struct {
 	now        func() time.Time // the report's date
 	timer      timeSource
 	commConfig comm.Config
+	// job is the multi-process job this process is a rank of, if any.
+	job jobInfo
+	// launchedAs is the command line of the gccl-perf -np that started this
+	// rank, for the header and the JSON; "" when started otherwise.
+	launchedAs string
 	// afterCheckOp, a test hook, sees (and may corrupt) rank's output of a
 	// check pass before it is compared.
 	afterCheckOp func(rank int, inPlace bool, out []byte)
 }
 
-func hostEnvironment() *environment {
+func hostEnvironment() (*environment, error) {
 	hostname, err := os.Hostname()
 	if err != nil {
 		hostname = "unknown"
 	}
-	return &environment{
-		hostname:  hostname,
-		pid:       os.Getpid(),
-		cpuModel:  cpuModel("/proc/cpuinfo"),
-		numCPU:    runtime.NumCPU(),
-		goVersion: runtime.Version(),
-		now:       time.Now,
-		timer:     wallClock,
+	env := &environment{
+		hostname:   hostname,
+		pid:        os.Getpid(),
+		cpuModel:   cpuModel("/proc/cpuinfo"),
+		numCPU:     runtime.NumCPU(),
+		goVersion:  runtime.Version(),
+		now:        time.Now,
+		timer:      wallClock,
+		job:        detectJob(),
+		launchedAs: os.Getenv(launchedAsVar),
 	}
+	if spec := os.Getenv(testFaultVar); spec != "" {
+		fault, err := parseTestFault(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: %v", testFaultVar, spec, err)
+		}
+		env.afterCheckOp = fault.hook(os.Stderr)
+	}
+	return env, nil
 }
 
 // cpuModel returns the first "model name" of a /proc/cpuinfo-style file,
@@ -126,7 +154,11 @@ func cpuModel(path string) string {
 
 // run is the whole program behind main, returning the exit status.
 func run(args []string, stdout, stderr io.Writer, env *environment) int {
-	cfg, err := parseArgs(args)
+	jobProcs := 1
+	if env.job.found {
+		jobProcs = env.job.size
+	}
+	cfg, err := parseArgsInJob(args, jobProcs)
 	if err != nil {
 		fmt.Fprintf(stderr, "gccl-perf: %v\nRun gccl-perf -h for usage.\n", err)
 		return 2
@@ -135,56 +167,17 @@ func run(args []string, stdout, stderr io.Writer, env *environment) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	commandLine := commandLine(args)
-	writeHeader(stdout, headerInfo{commandLine: commandLine, cfg: cfg, hostname: env.hostname, pid: env.pid, transport: transportName})
-
-	commCfg := env.commConfig
-	comms, err := comm.InitLocal(cfg.ranks, &commCfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "gccl-perf: creating %d ranks: %v\n", cfg.ranks, err)
+	if env.job.err != nil {
+		fmt.Fprintf(stderr, "gccl-perf: the environment names a multi-process job that cannot be joined: %v\n", env.job.err)
 		return 1
 	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
-
-	writeTableHeader(stdout)
-	var rows []row
-	rn := &runner{ctx: context.Background(), cfg: cfg, env: env, comms: comms}
-	if err := rn.benchmark(func(r *row) {
-		writeRow(stdout, r)
-		rows = append(rows, *r)
-	}); err != nil {
-		fmt.Fprintf(stderr, "gccl-perf: %v\n", err)
-		return 1
+	switch {
+	case env.job.found:
+		return runAsRank(cfg, env, stdout, stderr)
+	case cfg.procs > 1:
+		return launchRanks(cfg, stdout, stderr)
 	}
-	outOfBounds, avgBusBW := summarize(rows)
-	writeFooter(stdout, outOfBounds, avgBusBW)
-
-	if cfg.jsonPath != "" {
-		rep := &jsonReport{
-			Library: "gccl", Version: version, Test: cfg.test.name, CommandLine: commandLine,
-			Ranks: cfg.ranks, Transport: transportName, Hostname: env.hostname,
-			CPUModel: env.cpuModel, NumCPU: env.numCPU, GoVersion: env.goVersion,
-			GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Date: env.now().Format(time.RFC3339),
-			Settings: jsonConfig{
-				MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, StepBytes: cfg.stepBytes, StepFactor: cfg.stepFactor,
-				Iters: cfg.iters, WarmupIters: cfg.warmup, AggIters: cfg.aggIters, Check: cfg.check,
-				Blocking: cfg.blocking, Average: cfg.average.String(),
-			},
-			Rows: rows, OutOfBounds: outOfBounds, AvgBusBW: avgBusBW, Passed: outOfBounds == 0,
-		}
-		if err := writeJSONFile(cfg.jsonPath, rep); err != nil {
-			fmt.Fprintf(stderr, "gccl-perf: writing %s: %v\n", cfg.jsonPath, err)
-			return 1
-		}
-	}
-	if outOfBounds > 0 {
-		return 1
-	}
-	return 0
+	return runInProcess(cfg, env, stdout, stderr)
 }
 
 // commandLine renders the invocation for the header, quoting arguments

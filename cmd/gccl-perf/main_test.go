@@ -238,7 +238,8 @@ func TestCheckDisabledPrintsNA(t *testing.T) {
 
 func TestCommandLineErrors(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
-		{"all_reduce -np 2", "not yet supported: use -g 2 for in-process ranks"},
+		{"all_reduce -np 2 -g 2", "-g 2 with 2 processes: several in-process ranks per process are not supported yet"},
+		{"all_reduce -R 1", "-R 1: registered buffers are not supported yet"},
 		{"all_reduce -b 1X", `invalid value "1X" for -b/--minbytes`},
 		{"nonsense", `unknown test "nonsense"`},
 	} {

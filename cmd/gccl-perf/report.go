@@ -34,9 +34,7 @@ type row struct {
 type headerInfo struct {
 	commandLine string
 	cfg         *config
-	hostname    string
-	pid         int
-	transport   string
+	devices     []rankInfo // every rank of the job
 }
 
 func writeHeader(w io.Writer, h headerInfo) {
@@ -52,8 +50,20 @@ func writeHeader(w io.Writer, h headerInfo) {
 		fmt.Fprintf(w, "# Blocking Enabled: each rank waits for every collective before issuing the next\n")
 	}
 	fmt.Fprintf(w, "#\n# Using devices\n")
-	for r := range c.ranks {
-		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] %s\n", r, 0, h.pid, h.hostname, r, h.transport)
+	for _, d := range h.devices {
+		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] %s\n",
+			d.Rank, 0, d.Pid, d.Host, d.Device, strings.Join(d.transports(), "+"))
+	}
+	// In one process every pair is INPROC; across processes the pairs are
+	// what a reader needs to interpret the numbers.
+	if c.procs > 1 {
+		for i, l := range transportLines(h.devices) {
+			label := "Transports:"
+			if i > 0 {
+				label = ""
+			}
+			fmt.Fprintf(w, "#  %-11s %s\n", label, l)
+		}
 	}
 	fmt.Fprintf(w, "#\n")
 }

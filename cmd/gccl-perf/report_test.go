@@ -51,7 +51,7 @@ func TestTableGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	writeHeader(&buf, headerInfo{commandLine: commandLine(cfg.args), cfg: cfg, hostname: "node-7", pid: 31337, transport: "INPROC"})
+	writeHeader(&buf, headerInfo{commandLine: commandLine(cfg.args), cfg: cfg, devices: inProcessDevices(3, 31337, "node-7")})
 	writeTableHeader(&buf)
 	for i := range fixedRows {
 		writeRow(&buf, &fixedRows[i])
@@ -59,6 +59,37 @@ func TestTableGolden(t *testing.T) {
 	outOfBounds, avg := summarize(fixedRows)
 	writeFooter(&buf, outOfBounds, avg)
 	checkGolden(t, "table.golden", buf.Bytes())
+}
+
+// The header of a job of 4 processes on two hosts: shared memory inside a
+// host, TCP across.
+func TestMultiProcessHeaderGolden(t *testing.T) {
+	cfg, err := parseArgsInJob(strings.Fields("all_gather -b 1K -e 1M -f 2"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := devicesWithVia(",SHM,TCP,TCP", "SHM,,TCP,TCP", "TCP,TCP,,SHM", "TCP,TCP,SHM,")
+	for r := range devices {
+		devices[r].Host = []string{"node-a", "node-b"}[r/2]
+		devices[r].Device = r % 2
+	}
+	var buf bytes.Buffer
+	writeHeader(&buf, headerInfo{commandLine: commandLine(cfg.args), cfg: cfg, devices: devices})
+	checkGolden(t, "header_np4.golden", buf.Bytes())
+}
+
+// inProcessDevices describes n ranks of one process.
+func inProcessDevices(n, pid int, host string) []rankInfo {
+	devices := make([]rankInfo, n)
+	for r := range devices {
+		devices[r] = rankInfo{Rank: r, Pid: pid, Host: host, Device: r, Via: make([]string, n)}
+		for p := range n {
+			if p != r {
+				devices[r].Via[p] = "INPROC"
+			}
+		}
+	}
+	return devices
 }
 
 func TestSummarize(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -30,17 +31,44 @@ func wallClock(_ measurement, loop func() error) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// runner drives the ranks through a benchmark. Each phase (warm-up, timed
-// loop, check pass) runs one goroutine per rank and returns when every rank
-// is done, so the main goroutine can combine the ranks' results and print.
+// rankState is one of this process's ranks: its communicator, its rank in
+// the whole job, and its buffers.
+type rankState struct {
+	comm  *comm.Comm
+	rank  int
+	local int // index among this process's ranks
+	// One send and one receive buffer, maxBytes each (every layout fits:
+	// rounding only shrinks), reused for every size like nccl-tests.
+	send, recv []byte
+}
+
+// runner drives this process's ranks through a benchmark. Each phase
+// (warm-up, timed loop, check pass) runs one goroutine per local rank and
+// returns when every one is done; per-rank results (times, wrong counts)
+// are then combined over the whole job, across processes through the
+// communicator itself, so the main goroutine can print.
 type runner struct {
 	ctx   context.Context
 	cfg   *config
 	env   *environment
-	comms []*comm.Comm
-	// One send and one receive buffer per rank, maxBytes each (every layout
-	// fits: rounding only shrinks), reused for every size like nccl-tests.
-	send, recv [][]byte
+	ranks []*rankState // this process's ranks
+	n     int          // ranks in the whole job
+	// world is this process's rank when the job spans several processes,
+	// and combines results across them; nil when every rank is local.
+	world *comm.Comm
+}
+
+// newRunner prepares a benchmark on comms, this process's ranks. When the
+// job has ranks in other processes, comms must be this process's only rank.
+func newRunner(ctx context.Context, cfg *config, env *environment, comms []*comm.Comm) *runner {
+	rn := &runner{ctx: ctx, cfg: cfg, env: env, n: comms[0].Size()}
+	for i, c := range comms {
+		rn.ranks = append(rn.ranks, &rankState{comm: c, rank: c.Rank(), local: i})
+	}
+	if len(comms) < rn.n {
+		rn.world = comms[0]
+	}
+	return rn
 }
 
 // point is one benchmarked case: a type, op and root at one size.
@@ -53,7 +81,7 @@ type point struct {
 }
 
 func (rn *runner) newPoint(dt dataType, op redOp, root int, size int64) *point {
-	n := rn.cfg.ranks
+	n := rn.n
 	count := int(size / int64(dt.dt.Size()))
 	return &point{dt: dt, op: op, root: root, lay: rn.cfg.test.layoutFor(count, n), spec: newCheckSpec(dt.dt, op.kind, n)}
 }
@@ -61,11 +89,9 @@ func (rn *runner) newPoint(dt dataType, op redOp, root int, size int64) *point {
 // benchmark runs every type, op and root the flags ask for, over every size,
 // and hands each finished row to emit.
 func (rn *runner) benchmark(emit func(*row)) error {
-	n := rn.cfg.ranks
-	rn.send, rn.recv = make([][]byte, n), make([][]byte, n)
-	for r := range n {
-		rn.send[r] = make([]byte, rn.cfg.maxBytes)
-		rn.recv[r] = make([]byte, rn.cfg.maxBytes)
+	for _, rs := range rn.ranks {
+		rs.send = make([]byte, rn.cfg.maxBytes)
+		rs.recv = make([]byte, rn.cfg.maxBytes)
 	}
 	c := rn.cfg
 	for _, dt := range c.dataTypes {
@@ -73,10 +99,10 @@ func (rn *runner) benchmark(emit func(*row)) error {
 		// their pages before anything is timed); timed loops then work on
 		// whatever earlier operations left there. Check passes write their
 		// own inputs.
-		spec := newCheckSpec(dt.dt, opNone, c.ranks)
-		if err := rn.parallel(func(rank int) error {
-			spec.fillInput(rank, rn.send[rank])
-			spec.fillInput(rank, rn.recv[rank])
+		spec := newCheckSpec(dt.dt, opNone, rn.n)
+		if err := rn.parallel(func(rs *rankState) error {
+			spec.fillInput(rs.rank, rs.send)
+			spec.fillInput(rs.rank, rs.recv)
 			return nil
 		}); err != nil {
 			return err
@@ -119,11 +145,11 @@ func (rn *runner) benchCase(dt dataType, op redOp, root int, emit func(*row)) er
 	return nil
 }
 
-// views returns rank's send and receive memory for the iter-th operation.
+// views returns rs's send and receive memory for the iter-th operation.
 // Like nccl-tests, successive operations move through the buffers (by the
 // size of one operation's footprint, wrapping at maxBytes), so that a small
 // size is not timed on memory left hot in cache by the previous operation.
-func (rn *runner) views(rank int, p *point, inPlace bool, iter int) (send, recv []byte) {
+func (rn *runner) views(rs *rankState, p *point, inPlace bool, iter int) (send, recv []byte) {
 	ts := int64(p.dt.dt.Size())
 	footprint := p.lay.sizeBytes(int(ts))
 	shift := int64(0)
@@ -132,17 +158,17 @@ func (rn *runner) views(rank int, p *point, inPlace bool, iter int) (send, recv 
 	}
 	sendBytes, recvBytes := int64(p.lay.sendCount)*ts, int64(p.lay.recvCount)*ts
 	if !inPlace {
-		return rn.send[rank][shift : shift+sendBytes], rn.recv[rank][shift : shift+recvBytes]
+		return rs.send[shift : shift+sendBytes], rs.recv[shift : shift+recvBytes]
 	}
-	base := rn.recv[rank][shift:]
-	so := int64(p.lay.sendInPlaceOffset*rank) * ts
-	ro := int64(p.lay.recvInPlaceOffset*rank) * ts
+	base := rs.recv[shift:]
+	so := int64(p.lay.sendInPlaceOffset*rs.rank) * ts
+	ro := int64(p.lay.recvInPlaceOffset*rs.rank) * ts
 	return base[so : so+sendBytes], base[ro : ro+recvBytes]
 }
 
 // opArgsFor wraps memory as Buffers once, ahead of any timed loop.
 func (rn *runner) opArgsFor(rank int, p *point, send, recv []byte) *opArgs {
-	n := rn.cfg.ranks
+	n := rn.n
 	return &opArgs{
 		send: comm.HostBytesOf(p.dt.dt, send), recv: comm.HostBytesOf(p.dt.dt, recv),
 		op: p.op.commOp(rank), root: p.root,
@@ -150,22 +176,22 @@ func (rn *runner) opArgsFor(rank int, p *point, send, recv []byte) *opArgs {
 	}
 }
 
-// opSequence prepares count operations of rank, each on its own views.
-func (rn *runner) opSequence(rank int, p *point, inPlace bool, count int) []*opArgs {
+// opSequence prepares count operations of rs, each on its own views.
+func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) []*opArgs {
 	ops := make([]*opArgs, count)
 	for i := range ops {
-		send, recv := rn.views(rank, p, inPlace, i)
-		ops[i] = rn.opArgsFor(rank, p, send, recv)
+		send, recv := rn.views(rs, p, inPlace, i)
+		ops[i] = rn.opArgsFor(rs.rank, p, send, recv)
 	}
 	return ops
 }
 
-// issue runs ops in order on rank: with -z 1 each call blocks; otherwise all
+// issue runs ops in order on rs: with -z 1 each call blocks; otherwise all
 // are issued as async requests and then waited for, the way nccl-tests
 // launches a whole loop onto a stream before synchronizing. reqs is scratch
 // space of len(ops), so that the timed loop allocates nothing.
-func (rn *runner) issue(rank int, ops []*opArgs, reqs []*comm.Request) error {
-	c, t := rn.comms[rank], rn.cfg.test
+func (rn *runner) issue(rs *rankState, ops []*opArgs, reqs []*comm.Request) error {
+	c, t := rs.comm, rn.cfg.test
 	if rn.cfg.blocking {
 		for _, a := range ops {
 			if err := t.run(rn.ctx, c, a); err != nil {
@@ -190,8 +216,8 @@ func (rn *runner) warmUp(p *point) error {
 	if w == 0 {
 		return nil
 	}
-	return rn.parallel(func(rank int) error {
-		return rn.issue(rank, rn.opSequence(rank, p, false, w), make([]*comm.Request, w))
+	return rn.parallel(func(rs *rankState) error {
+		return rn.issue(rs, rn.opSequence(rs, p, false, w), make([]*comm.Request, w))
 	})
 }
 
@@ -200,34 +226,39 @@ func (rn *runner) warmUp(p *point) error {
 func (rn *runner) measure(p *point, inPlace bool) (placementResult, error) {
 	c := rn.cfg
 	total := c.iters * c.aggIters
-	times := make([]time.Duration, c.ranks)
-	err := rn.parallel(func(rank int) error {
-		ops := rn.opSequence(rank, p, inPlace, total)
+	times := make([]time.Duration, len(rn.ranks))
+	err := rn.parallel(func(rs *rankState) error {
+		ops := rn.opSequence(rs, p, inPlace, total)
 		reqs := make([]*comm.Request, total)
 		// One untimed operation, then line the ranks up, so that the timed
 		// loop starts together and pays no first-use costs.
-		if err := rn.issue(rank, ops[:1], reqs); err != nil {
+		if err := rn.issue(rs, ops[:1], reqs); err != nil {
 			return err
 		}
-		if err := rn.comms[rank].Barrier(rn.ctx); err != nil {
+		if err := rs.comm.Barrier(rn.ctx); err != nil {
 			return err
 		}
-		m := measurement{rank: rank, bytes: p.lay.sizeBytes(p.dt.dt.Size()), inPlace: inPlace, ops: total}
-		d, err := rn.env.timer(m, func() error { return rn.issue(rank, ops, reqs) })
-		times[rank] = d
+		m := measurement{rank: rs.rank, bytes: p.lay.sizeBytes(p.dt.dt.Size()), inPlace: inPlace, ops: total}
+		d, err := rn.env.timer(m, func() error { return rn.issue(rs, ops, reqs) })
+		times[rs.local] = d
 		return err
 	})
 	if err != nil {
 		return placementResult{}, err
 	}
-	sec := combineTimes(times, c.average).Seconds() / float64(total)
+	jobTime, err := rn.jobTime(times)
+	if err != nil {
+		return placementResult{}, err
+	}
+	sec := jobTime.Seconds() / float64(total)
 	res := placementResult{TimeUs: sec * 1e6, Checked: c.check > 0}
 	if sec > 0 {
-		res.AlgBW = float64(c.test.algBytes(p.lay, p.dt.dt.Size(), c.ranks)) / 1e9 / sec
-		res.BusBW = res.AlgBW * busBW(c.test.name, c.ranks)
+		res.AlgBW = float64(c.test.algBytes(p.lay, p.dt.dt.Size(), rn.n)) / 1e9 / sec
+		res.BusBW = res.AlgBW * busBW(c.test.name, rn.n)
 	}
 	// Like nccl-tests, -c N runs up to N check passes and stops at the first
-	// that finds wrong elements.
+	// that finds wrong elements. Every process sees the job's count, so all
+	// stop at the same pass.
 	for range c.check {
 		if res.Wrong, err = rn.checkPass(p, inPlace); err != nil || res.Wrong > 0 {
 			break
@@ -237,31 +268,60 @@ func (rn *runner) measure(p *point, inPlace bool) (placementResult, error) {
 }
 
 // checkPass runs p once on fresh inputs and poisoned outputs and returns the
-// wrong elements summed over ranks.
+// wrong elements summed over every rank of the job.
 func (rn *runner) checkPass(p *point, inPlace bool) (int64, error) {
-	wrong := make([]int64, rn.cfg.ranks)
-	err := rn.parallel(func(rank int) error {
-		send, recv := rn.views(rank, p, inPlace, 0)
+	wrong := make([]int64, len(rn.ranks))
+	err := rn.parallel(func(rs *rankState) error {
+		send, recv := rn.views(rs, p, inPlace, 0)
 		if inPlace {
-			poison(rn.recv[rank][:p.lay.sizeBytes(p.dt.dt.Size())])
+			poison(rs.recv[:p.lay.sizeBytes(p.dt.dt.Size())])
 		} else {
 			poison(recv)
 		}
-		p.spec.fillInput(rank, send) // after the poison: in place, send lies inside it
-		if err := rn.issue(rank, []*opArgs{rn.opArgsFor(rank, p, send, recv)}, make([]*comm.Request, 1)); err != nil {
+		p.spec.fillInput(rs.rank, send) // after the poison: in place, send lies inside it
+		if err := rn.issue(rs, []*opArgs{rn.opArgsFor(rs.rank, p, send, recv)}, make([]*comm.Request, 1)); err != nil {
 			return err
 		}
 		if rn.env.afterCheckOp != nil {
-			rn.env.afterCheckOp(rank, inPlace, recv)
+			rn.env.afterCheckOp(rs.rank, inPlace, recv)
 		}
-		wrong[rank] = p.spec.countWrong(rn.cfg.test, rank, p.root, p.lay.paramCount, recv)
+		wrong[rs.local] = p.spec.countWrong(rn.cfg.test, rs.rank, p.root, p.lay.paramCount, recv)
 		return nil
 	})
+	if err != nil {
+		return 0, err
+	}
 	var sum int64
 	for _, w := range wrong {
 		sum += w
 	}
-	return sum, err
+	return rn.jobWrong(sum)
+}
+
+// jobTime combines the timed loops of this process's ranks with those of
+// the rest of the job, as -a asks.
+func (rn *runner) jobTime(local []time.Duration) (time.Duration, error) {
+	mode := rn.cfg.average
+	if rn.world == nil {
+		return combineTimes(local, mode), nil
+	}
+	v := []float64{timeContribution(mode, rn.world.Rank(), local[0])}
+	if err := comm.AllReduce(rn.ctx, rn.world, v, v, timeReductionOp(mode)); err != nil {
+		return 0, fmt.Errorf("combining times across ranks: %w", err)
+	}
+	return timeFromReduction(mode, v[0], rn.n), nil
+}
+
+// jobWrong sums this process's wrong-element count over the job.
+func (rn *runner) jobWrong(local int64) (int64, error) {
+	if rn.world == nil {
+		return local, nil
+	}
+	v := []int64{local}
+	if err := comm.AllReduce(rn.ctx, rn.world, v, v, comm.Sum); err != nil {
+		return 0, fmt.Errorf("summing wrong elements across ranks: %w", err)
+	}
+	return v[0], nil
 }
 
 // combineTimes reduces the ranks' times as -a asks.
@@ -281,18 +341,51 @@ func combineTimes(times []time.Duration, mode averageMode) time.Duration {
 	return sum / time.Duration(len(times))
 }
 
-// parallel runs f for every rank at once and waits for all. A rank that
-// fails aborts every Comm, so that its peers return errors instead of
-// waiting for it until the timeout.
-func (rn *runner) parallel(f func(rank int) error) error {
-	errs := make([]error, len(rn.comms))
+// Across processes, -a's combination is one all-reduce of a float64 per
+// rank: rank 0's time and the mean are sums (of rank 0's time alone, or of
+// every rank's), the minimum and the maximum are Min and Max. Times travel
+// as nanoseconds, exact in a float64 up to 104 days.
+
+// timeReductionOp is the all-reduce op that combines rank times as mode asks.
+func timeReductionOp(mode averageMode) comm.Op {
+	switch mode {
+	case averageMin:
+		return comm.Min
+	case averageMax:
+		return comm.Max
+	}
+	return comm.Sum
+}
+
+// timeContribution is what rank puts into the all-reduce for its time d.
+func timeContribution(mode averageMode, rank int, d time.Duration) float64 {
+	if mode == averageRank0 && rank != 0 {
+		return 0
+	}
+	return float64(d)
+}
+
+// timeFromReduction is the combined time given the all-reduced value over
+// n ranks.
+func timeFromReduction(mode averageMode, reduced float64, n int) time.Duration {
+	if mode == averageMean {
+		return time.Duration(reduced) / time.Duration(n) // truncates like combineTimes
+	}
+	return time.Duration(reduced)
+}
+
+// parallel runs f for every local rank at once and waits for all. A rank
+// that fails aborts every local Comm, so that its peers, here and in other
+// processes, return errors instead of waiting for it until the timeout.
+func (rn *runner) parallel(f func(rs *rankState) error) error {
+	errs := make([]error, len(rn.ranks))
 	var wg sync.WaitGroup
-	for r := range rn.comms {
+	for _, rs := range rn.ranks {
 		wg.Go(func() {
-			if err := f(r); err != nil {
-				errs[r] = err
-				for _, c := range rn.comms {
-					c.Abort(err)
+			if err := f(rs); err != nil {
+				errs[rs.local] = err
+				for _, other := range rn.ranks {
+					other.comm.Abort(err)
 				}
 			}
 		})
