@@ -10,7 +10,7 @@ import (
 
 // jsonReport is the -J output: the table plus what is needed to compare runs
 // (library version, ranks and processes, transports, machine, Go version,
-// date).
+// date). gccl-perf plot reads it back.
 type jsonReport struct {
 	Library     string `json:"library"`
 	Version     string `json:"version"`

@@ -8,8 +8,8 @@
 // runs an all-reduce on 2 processes of this host, which talk over shared
 // memory, for every power of four from 8 bytes to 64 MiB. -g N runs N ranks
 // inside one process instead; under gccl-run, torchrun, mpirun or srun,
-// gccl-perf is one rank of the launcher's job. `gccl-perf -h` lists the
-// tests and flags.
+// gccl-perf is one rank of the launcher's job. `gccl-perf plot` charts -J
+// result files. `gccl-perf -h` lists the tests and flags.
 package main
 
 import (
@@ -29,6 +29,7 @@ import (
 const version = "0.1.0-dev"
 
 const usage = `Usage: gccl-perf <test> [flags]
+       gccl-perf plot <file.json>... [-o chart.svg] [flags]
 
 Measures gccl's collectives like nccl-tests measures NCCL's.
 
@@ -74,6 +75,10 @@ K, M and G suffixes (powers of 1024).
                              fail until gccl can allocate registered memory
   -t, --nthreads <n>         accepted for compatibility; must be 1
   -h, --help                 this text
+
+gccl-perf plot draws bus bandwidth and time against size from -J files
+(one series per file, out-of-place solid, in-place dashed); gccl-perf plot
+-h lists its flags.
 
 Exit status: 0 when every check passed, 1 when results were wrong or a
 collective or a rank failed, 2 for a bad command line.
@@ -154,6 +159,9 @@ func cpuModel(path string) string {
 
 // run is the whole program behind main, returning the exit status.
 func run(args []string, stdout, stderr io.Writer, env *environment) int {
+	if len(args) > 0 && args[0] == "plot" {
+		return runPlot(args[1:], stdout, stderr)
+	}
 	jobProcs := 1
 	if env.job.found {
 		jobProcs = env.job.size
