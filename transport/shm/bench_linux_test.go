@@ -223,6 +223,57 @@ func BenchmarkAllReduce2(b *testing.B) {
 	}
 }
 
+// BenchmarkAllReduce2Regions is BenchmarkAllReduce2 on symmetric memory
+// (allReduce2Regions): what comm could do for buffers from Comm.Alloc.
+func BenchmarkAllReduce2Regions(b *testing.B) {
+	c := startChild(b, Config{})
+	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			if err := c.command(cmdAllReduceRegions, uint64(size), uint64(b.N)); err != nil {
+				b.Fatal(err)
+			}
+			var mine, theirs [2]*Region
+			buf := make([]byte, c.ep.SlotSize())
+			for i := range theirs {
+				n, _, err := c.recvInto(buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if theirs[i], err = MapRegion(string(buf[:n]), size); err != nil {
+					b.Fatal(err)
+				}
+				defer theirs[i].Close()
+			}
+			for i := range mine {
+				var err error
+				if mine[i], err = AllocIn(c.dir, "bench", 0, size); err != nil {
+					b.Fatal(err)
+				}
+				defer mine[i].Close()
+				if err := send(c.ep, 1, []byte(mine[i].Name()), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := allReduce2Regions(c.ep, 0, mine, theirs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			// The child's last copy reads our out: let it finish (it
+			// answers the echo after).
+			if err := c.command(cmdEcho, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := c.recvInto(buf); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // BenchmarkAllReduce2OneStep is BenchmarkAllReduce2 for small buffers with
 // one exchange (allReduce2OneStep), the latency floor a tuner can reach.
 func BenchmarkAllReduce2OneStep(b *testing.B) {

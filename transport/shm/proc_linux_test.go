@@ -37,6 +37,7 @@ const (
 	cmdDirtySend                         // payload: n; child rewrites its buffer's first n bytes, then streams them
 	cmdAllReduce                         // payload: size, iterations; child runs that many all-reduces
 	cmdAllReduceOneStep                  // the same with allReduce2OneStep
+	cmdAllReduceRegions                  // payload: size, iterations; then region names both ways; allReduce2Regions
 	cmdData                              // the kind of streamed data
 	cmdHello                             // the child's first message
 )
@@ -280,6 +281,10 @@ func childMain() error {
 					return err
 				}
 			}
+		case cmdAllReduceRegions:
+			if err := serveAllReduceRegions(ep, dir, job, int(a), b, tag); err != nil {
+				return err
+			}
 		case cmdHang:
 			if err := reply(nil); err != nil {
 				return err
@@ -439,6 +444,87 @@ func allReduce2OneStep(ep *Endpoint, me int, in, out []byte) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// serveAllReduceRegions is the child's side of BenchmarkAllReduce2Regions:
+// it makes its in and out regions and sends their names, maps the parent's
+// two, then runs iters all-reduces.
+func serveAllReduceRegions(ep *Endpoint, dir, job string, size int, iters uint64, tag transport.Tag) error {
+	var mine, theirs [2]*Region
+	defer func() {
+		for _, r := range append(mine[:], theirs[:]...) {
+			if r != nil {
+				r.Close()
+			}
+		}
+	}()
+	var err error
+	for i := range mine {
+		if mine[i], err = AllocIn(dir, job, 1, size); err != nil {
+			return err
+		}
+		if err := send(ep, 0, []byte(mine[i].Name()), tag); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, ep.SlotSize())
+	for i := range theirs {
+		n, _, err := recv(ep, 0, buf)
+		if err != nil {
+			return err
+		}
+		if theirs[i], err = MapRegion(string(buf[:n]), size); err != nil {
+			return err
+		}
+	}
+	for i := uint64(0); i < iters; i++ {
+		if err := allReduce2Regions(ep, 1, mine, theirs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allReduce2Regions is the symmetric-memory alternative for large buffers:
+// in and out of both ranks are regions that the other rank maps, so each
+// rank reduces its half straight from the peer's input and then copies the
+// peer's reduced half straight from the peer's output, with no slot copies;
+// the rings only carry the barriers between the steps.
+func allReduce2Regions(ep *Endpoint, me int, mine, theirs [2]*Region) error {
+	in, out := mine[0].Bytes(), mine[1].Bytes()
+	peerIn, peerOut := theirs[0].Bytes(), theirs[1].Bytes()
+	half := len(in) / 8 * 4
+	lo, hi := 0, half // my half
+	if me == 1 {
+		lo, hi = half, len(in)
+	}
+	sum := reduce.Lookup(reduce.Float32, reduce.Sum)
+	barrier := func() error {
+		if err := send(ep, 1-me, nil, 0); err != nil {
+			return err
+		}
+		_, _, err := recv(ep, 1-me, nil)
+		return err
+	}
+	// Both inputs are ready (and the peer is done reading our last out).
+	if err := barrier(); err != nil {
+		return err
+	}
+	if me == 0 {
+		sum(out[lo:hi], in[lo:hi], peerIn[lo:hi])
+	} else {
+		sum(out[lo:hi], peerIn[lo:hi], in[lo:hi])
+	}
+	if err := barrier(); err != nil {
+		return err
+	}
+	// The peer's half of the result, from its out.
+	if me == 0 {
+		copy(out[hi:], peerOut[hi:])
+	} else {
+		copy(out[:lo], peerOut[:lo])
 	}
 	return nil
 }
