@@ -181,7 +181,10 @@ func (mb *Mailbox) Connect(ctx context.Context, peers map[int]Peer) (*Endpoint, 
 		if j < 0 {
 			return fail(fmt.Errorf("shm: mailbox %s of rank %d has no ring for rank %d: the ranks disagree on which ranks share this host", peers[p].Name, p, mb.rank))
 		}
-		l.send = newSender(ep, l, seg, mb.geo.ringOff(j), mb.geo)
+		// Its header may be larger than ours (more rings in the table);
+		// tryMapPeer checked that the file matches this geometry.
+		pg, _ := newGeometry(mb.cfg.SlotSize, mb.cfg.SlotCount, int(hdr.nRings))
+		l.send = newSender(ep, l, seg, pg.ringOff(j), pg)
 		l.recv = newReceiver(ep, l, mb.seg, mb.geo.ringOff(i), mb.geo)
 		if err := l.watch(int(hdr.ownerPid), hdr.pidNS, myNS); err != nil {
 			return fail(err)

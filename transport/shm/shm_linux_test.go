@@ -22,7 +22,7 @@ import (
 func TestFIFOOrderTagsAndSizes(t *testing.T) {
 	const slot = 256
 	eps := world(t, 2, Config{SlotSize: slot, SlotCount: 4})
-	sizes := []int{0, 1, 7, 63, 64, 65, 129, slot - 1, slot}
+	sizes := []int{0, 1, 7, inlineMax, inlineMax + 1, 63, 64, 65, 129, slot - 1, slot}
 	const n = 2000
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -461,11 +461,13 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	s, _ := eps[0].Sender(1)
 	r, _ := eps[1].Receiver(0)
 	a := testing.AllocsPerRun(1000, func() {
-		b, _, _ := s.TryReserve(8)
-		b[0] = 1
-		s.Commit(1)
-		r.TryNext()
-		r.Release()
+		for _, n := range []int{8, 64} { // inline in the slot's line, and in its data area
+			b, _, _ := s.TryReserve(n)
+			b[0] = 1
+			s.Commit(1)
+			r.TryNext()
+			r.Release()
+		}
 		eps[0].Sender(1)
 		eps[1].Receiver(0)
 		r.TryNext() // empty
@@ -900,5 +902,42 @@ func TestGeometryAndNames(t *testing.T) {
 	}
 	if checkJobID("a.b_c-9") != nil || checkJobID("-x") == nil || checkJobID("a b") == nil || checkJobID(strings.Repeat("a", 200)) == nil {
 		t.Error("checkJobID")
+	}
+}
+
+// TestPeerWithLargerHeader: a rank with many local peers has a ring table
+// longer than a page; a peer with few must still find its ring in it.
+func TestPeerWithLargerHeader(t *testing.T) {
+	dir := testDir(t)
+	cfg := Config{SlotSize: 64, SlotCount: 2, Dir: dir}
+	var many []int
+	for p := 1; p <= 1100; p++ {
+		many = append(many, p)
+	}
+	big, err := Create("hdr", 0, 1101, many, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	if big.geo.headerSize <= pageSize {
+		t.Fatalf("header of %d bytes; the test needs more than a page", big.geo.headerSize)
+	}
+	small, err := Create("hdr", 1, 1101, []int{0}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := small.Connect(context.Background(), map[int]Peer{0: {Name: big.Name(), Pid: os.Getpid()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if err := send(ep, 0, []byte("hello"), 7); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 0 cannot connect without its 1100 peers: read its ring for
+	// rank 1 (the first in its table) directly.
+	_, metas, _ := ringParts(big.seg, big.geo.ringOff(0), big.geo)
+	if m := &metas[0]; m.seq.Load() != 1 || m.len != 5 || m.tag != 7 || string(m.inline[:5]) != "hello" {
+		t.Fatalf("rank 0's ring from rank 1: seq %d len %d tag %d", m.seq.Load(), m.len, m.tag)
 	}
 }
