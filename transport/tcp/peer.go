@@ -6,57 +6,71 @@ import (
 	"io"
 	"math/bits"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gccl/gccl/transport"
 )
 
-// peer is the connection with one other rank: its streams, the two rings,
-// and a reader and a writer goroutine per stream. The readers are always
-// parked in the netpoller, so an arriving message or a lost peer rings the
-// bell even while the rank sleeps; a writer only waits for room in its
-// socket when a write could not finish inline.
+// peer is the connection with one other rank: its streams' sockets and the
+// two rings. The owner moves data inline (Commit writes, TryNext reads); the
+// endpoint's watcher goroutine moves it when the owner cannot: it finishes
+// writes that found a socket full, and it reads and rings the bell while the
+// owner sleeps.
+//
+// Each socket's interest in the watcher's epoll set is armed on demand:
+//   - write interest when a write found the socket full;
+//   - read interest on the streams that expect data, while the owner
+//     sleeps (Endpoint.PrepareWait). While the owner polls, nobody else is
+//     woken by arriving data, which on a small machine is worth several µs
+//     per message. A caller that sleeps without PrepareWait is still safe:
+//     until the first PrepareWait, read interest stays armed all the time.
 type peer struct {
-	ep    *Endpoint
-	rank  int
-	conns []*net.TCPConn
-	raws  []syscall.RawConn
-	fds   []int
-	tx    *txRing
-	rx    *rxRing
+	ep   *Endpoint
+	rank int
+	fds  []int
+	tx   *txRing
+	rx   *rxRing
 
 	rxErr atomic.Pointer[failure] // set once the peer can send no more
 	txErr atomic.Pointer[failure] // set once nothing more reaches the peer
-	down  atomic.Bool             // the endpoint closed the sockets: no more I/O
+	down  atomic.Bool             // the endpoint is closing the sockets: no more I/O
+	// rxSleeping: a sleeper announced itself (PrepareWait) and this peer's
+	// receiver has not polled since, so arriving data must wake the watcher.
+	rxSleeping atomic.Bool
 
-	arm      []chan struct{} // per stream: wake its writer
-	quit     chan struct{}   // closed when writers must exit
-	quitOnce sync.Once
-	wg       sync.WaitGroup
+	watches []streamWatch
+}
+
+// streamWatch is one socket's registration in the watcher's epoll set.
+type streamWatch struct {
+	mu    sync.Mutex // serializes re-arming
+	armed uint32     // interest armed in the kernel; 0 once it fired
 }
 
 type failure struct{ err error }
 
 func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, cfg *Config) (*peer, error) {
-	p := &peer{ep: e, rank: rank, conns: conns, quit: make(chan struct{})}
+	p := &peer{ep: e, rank: rank, watches: make([]streamWatch, len(conns))}
 	for _, c := range conns {
 		if err := c.SetNoDelay(true); err != nil {
+			p.closeFDs()
 			return nil, fmt.Errorf("tcp: TCP_NODELAY with rank %d: %w", rank, err)
 		}
-		raw, err := c.SyscallConn()
+		fd, err := detachFD(c)
 		if err != nil {
-			return nil, err
+			p.closeFDs()
+			return nil, fmt.Errorf("tcp: taking over the socket to rank %d: %w", rank, err)
 		}
-		fd, err := sockFD(raw)
-		if err != nil {
-			return nil, err
-		}
-		p.raws = append(p.raws, raw)
 		p.fds = append(p.fds, fd)
-		p.arm = append(p.arm, make(chan struct{}, 1))
+	}
+	for j, fd := range p.fds {
+		if err := e.poll.add(fd, rank, j); err != nil {
+			p.closeFDs()
+			return nil, fmt.Errorf("tcp: watching the socket to rank %d: %w", rank, err)
+		}
 	}
 	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, len(conns), p.readStream)
 	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, len(conns), p.writeStream)
@@ -69,42 +83,72 @@ func (p *peer) writeStream(j int, hdr, payload []byte) (int, error) {
 	return writeFD(p.fds[j], hdr, payload)
 }
 
-func (p *peer) start() {
-	for j := range p.conns {
-		p.wg.Add(2)
-		go p.readLoop(j)
-		go p.writeLoop(j)
+func (p *peer) closeFDs() {
+	for _, fd := range p.fds {
+		closeFD(fd)
+	}
+	p.fds = nil
+}
+
+// readersArmed reports whether arriving data should wake the watcher.
+func (p *peer) readersArmed() bool { return !p.ep.waitHooked.Load() || p.rxSleeping.Load() }
+
+// interest is what socket j should be armed for now.
+func (p *peer) interest(j int) uint32 {
+	var w uint32
+	if p.rxErr.Load() != nil {
+		return 0
+	}
+	if p.rx.want.Load()&(1<<j) != 0 && p.readersArmed() {
+		w |= wantRead
+	}
+	if p.txErr.Load() == nil && p.tx.blocked.Load()&(1<<j) != 0 {
+		w |= wantWrite
+	}
+	return w
+}
+
+// watch arms socket j for the events it needs and is not armed for yet.
+// Extra interest left armed costs at most one spurious event.
+func (p *peer) watch(j int) {
+	s := &p.watches[j]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.down.Load() {
+		return
+	}
+	w := p.interest(j)
+	if w&^s.armed == 0 {
+		return
+	}
+	if err := p.ep.poll.arm(p.fds[j], p.rank, j, w|s.armed); err != nil {
+		p.ep.log.Warn("tcp: cannot watch a socket", "subsys", "NET", "peer", p.rank, "stream", j, "err", err)
+		return
+	}
+	s.armed |= w
+}
+
+// watchAll re-arms every socket of the peer as needed.
+func (p *peer) watchAll() {
+	for j := range p.watches {
+		p.watch(j)
 	}
 }
 
-// readLoop parks in the netpoller until stream j is readable, then polls.
-// Most wake-ups find the data already taken by the owner's inline poll;
-// they cost a little CPU, never latency.
-func (p *peer) readLoop(j int) {
-	defer p.wg.Done()
-	_ = p.raws[j].Read(func(uintptr) bool {
+// onEvent handles what the watcher saw on socket j: the socket is disarmed
+// now (one-shot), so make progress and arm it again as needed.
+func (p *peer) onEvent(ev pollEvent) {
+	s := &p.watches[ev.stream]
+	s.mu.Lock()
+	s.armed = 0
+	s.mu.Unlock()
+	if ev.readable || ev.hangup {
 		p.pollRx(true)
-		return p.down.Load() || p.rxErr.Load() != nil
-	})
-}
-
-// writeLoop finishes the writes that found stream j's socket full.
-func (p *peer) writeLoop(j int) {
-	defer p.wg.Done()
-	for {
-		select {
-		case <-p.quit:
-			return
-		case <-p.arm[j]:
-		}
-		err := p.raws[j].Write(func(uintptr) bool {
-			p.flushTx(j)
-			return p.down.Load() || p.sendErr() != nil || p.tx.blocked.Load()&(1<<j) == 0
-		})
-		if err != nil {
-			return
-		}
 	}
+	if ev.writable || ev.hangup {
+		p.flushTx(true)
+	}
+	p.watchAll()
 }
 
 // pollRx runs receive passes until no request is left. Background passes
@@ -112,18 +156,33 @@ func (p *peer) writeLoop(j int) {
 // not, as the owner looks at the ring right after.
 func (p *peer) pollRx(background bool) {
 	rx := p.rx
+	if !background && rx.excl.busy.Load() {
+		// The watcher is reading. If it lost its processor in a system
+		// call, spinning here would keep it from finishing: yield.
+		runtime.Gosched()
+	}
 	for rx.excl.enter() {
 		if p.down.Load() || p.rxErr.Load() != nil {
 			rx.excl.leave()
 			return
 		}
+		want := rx.want.Load()
 		completed, err := rx.pass()
 		if err != nil {
 			p.failRx(err)
 		}
+		changed := want ^ rx.want.Load()
 		again := rx.excl.leave()
 		if err != nil || (completed && background) {
 			p.ep.bell.Ring()
+		}
+		// Streams that started or stopped expecting data need their read
+		// interest updated, if readers are armed at all. (The watcher
+		// re-arms everything after its own passes.)
+		if !background && changed != 0 && p.readersArmed() {
+			for ; changed != 0; changed &= changed - 1 {
+				p.watch(bits.TrailingZeros64(changed))
+			}
 		}
 		if !again {
 			return
@@ -131,9 +190,9 @@ func (p *peer) pollRx(background bool) {
 	}
 }
 
-// flushTx runs send passes until no request is left. self is the stream
-// whose writer is calling, or -1 for the owner.
-func (p *peer) flushTx(self int) {
+// flushTx runs send passes until no request is left, and arms write
+// interest on the sockets that were full.
+func (p *peer) flushTx(background bool) {
 	tx := p.tx
 	for tx.excl.enter() {
 		if p.down.Load() || p.txErr.Load() != nil {
@@ -146,16 +205,12 @@ func (p *peer) flushTx(self int) {
 		}
 		blocked := tx.blocked.Load()
 		again := tx.excl.leave()
-		if err != nil || (freed && self >= 0) {
+		if err != nil || (freed && background) {
 			p.ep.bell.Ring()
 		}
-		if self >= 0 {
-			blocked &^= 1 << self // that writer waits for room itself
-		}
-		for ; blocked != 0; blocked &= blocked - 1 {
-			select {
-			case p.arm[bits.TrailingZeros64(blocked)] <- struct{}{}:
-			default:
+		if !background {
+			for ; blocked != 0; blocked &= blocked - 1 {
+				p.watch(bits.TrailingZeros64(blocked))
 			}
 		}
 		if !again {
@@ -164,9 +219,8 @@ func (p *peer) flushTx(self int) {
 	}
 }
 
-// failRx records why the peer can send no more and shuts its sockets, so
-// every goroutine parked on them wakes and exits. Called inside rx.excl,
-// so the descriptors are still open.
+// failRx records why the peer can send no more and shuts its sockets.
+// Called inside rx.excl, so the descriptors are still open.
 func (p *peer) failRx(err error) {
 	cause := err
 	if errors.Is(err, io.EOF) {
@@ -175,7 +229,6 @@ func (p *peer) failRx(err error) {
 	if p.rxErr.CompareAndSwap(nil, &failure{peerError(p.rank, cause)}) {
 		p.ep.log.Info(fmt.Sprintf("rank %d lost rank %d", p.ep.rank, p.rank), "subsys", "NET", "err", err)
 	}
-	p.stopWriters()
 	for _, fd := range p.fds {
 		shutdownFD(fd)
 	}
@@ -187,10 +240,7 @@ func (p *peer) failTx(err error) {
 	if p.txErr.CompareAndSwap(nil, &failure{peerError(p.rank, err)}) {
 		p.ep.log.Info(fmt.Sprintf("rank %d cannot send to rank %d", p.ep.rank, p.rank), "subsys", "NET", "err", err)
 	}
-	p.stopWriters()
 }
-
-func (p *peer) stopWriters() { p.quitOnce.Do(func() { close(p.quit) }) }
 
 // sendErr is the error a send to the peer reports, if any.
 func (p *peer) sendErr() error {
@@ -207,7 +257,7 @@ func (p *peer) sendErr() error {
 // the deadline passes.
 func (p *peer) drainTx(deadline time.Time) {
 	for {
-		p.flushTx(-1)
+		p.flushTx(false)
 		if p.tx.idle() || p.sendErr() != nil || time.Now().After(deadline) {
 			return
 		}
@@ -233,19 +283,20 @@ func (p *peer) sendAbort(reason error) {
 	_, _ = writeFD(p.fds[0], frame[:frameHeaderLen], frame[frameHeaderLen:])
 }
 
-// shut closes the peer's sockets once no pass is running, then waits for
-// its goroutines.
+// shut closes the peer's sockets once nothing can touch them: the watcher
+// has stopped, and no pass or re-arm is running.
 func (p *peer) shut() {
+	p.down.Store(true)
+	// Empty critical sections: wait out any watch that saw down unset.
+	for j := range p.watches {
+		p.watches[j].mu.Lock()
+		p.watches[j].mu.Unlock()
+	}
 	p.rx.excl.lock()
 	p.tx.excl.lock()
-	p.down.Store(true)
+	p.closeFDs()
 	p.tx.excl.unlock()
 	p.rx.excl.unlock()
-	p.stopWriters()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.wg.Wait()
 }
 
 // sender and receiver are the halves of a peer; pointer conversions, so
@@ -271,7 +322,7 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if b, ok := p.tx.reserve(n); ok {
 		return b, true, nil
 	}
-	p.flushTx(-1)
+	p.flushTx(false)
 	if b, ok := p.tx.reserve(n); ok {
 		return b, true, nil
 	}
@@ -283,7 +334,7 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 func (s *sender) Commit(tag transport.Tag) {
 	p := (*peer)(s)
 	if p.tx.commit(tag) {
-		p.flushTx(-1)
+		p.flushTx(false)
 	}
 }
 
@@ -294,6 +345,9 @@ func (v *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	p := (*peer)(v)
 	if p.ep.closed.Load() {
 		return nil, 0, false, transport.ErrClosed
+	}
+	if p.rxSleeping.Load() {
+		p.rxSleeping.Store(false) // the receiver polls again
 	}
 	if m, tag, ok := p.rx.peek(); ok {
 		return m, tag, true, nil

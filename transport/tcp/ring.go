@@ -84,6 +84,7 @@ type rxRing struct {
 	head    atomic.Uint64 // messages released by the owner
 	ready   atomic.Uint64 // messages complete, in order
 	stalled atomic.Bool   // stream 0 stopped because every slot is taken
+	want    atomic.Uint64 // bit j: stream j expects data that a pass could take
 	excl    exclusive
 
 	// Owned by the goroutine inside excl.
@@ -93,6 +94,7 @@ type rxRing struct {
 	lo, hi     int    // unconsumed part of stage
 	cur        []cursor
 	eof0       bool // stream 0 ended cleanly at a frame boundary
+	windowStop bool // the last pumpFrames stopped for lack of a slot
 }
 
 // rxStageSize bounds the read-ahead on stream 0. A small message arrives
@@ -100,7 +102,7 @@ type rxRing struct {
 const rxStageSize = 8 << 10
 
 func newRxRing(slotSize, slotCount, streams int, read func(int, []byte) (int, error)) *rxRing {
-	return &rxRing{
+	r := &rxRing{
 		slotSize: slotSize, slotCount: slotCount, streams: streams,
 		data:  make([]byte, slotSize*slotCount),
 		lens:  make([]int, slotCount),
@@ -110,6 +112,8 @@ func newRxRing(slotSize, slotCount, streams int, read func(int, []byte) (int, er
 		stage: make([]byte, rxStageSize),
 		cur:   make([]cursor, streams),
 	}
+	r.want.Store(1)
+	return r
 }
 
 // abortError is how a peer's abort frame surfaces.
@@ -166,6 +170,20 @@ func (r *rxRing) pass() (completed bool, err error) {
 	if err == nil && r.eof0 && r.stripesIdle() {
 		err = io.EOF
 	}
+	var want uint64
+	if err == nil {
+		if !r.eof0 && !r.windowStop {
+			want = 1
+		}
+		for j := 1; j < r.streams; j++ {
+			if r.cur[j].active {
+				want |= 1 << j
+			}
+		}
+	}
+	if want != r.want.Load() {
+		r.want.Store(want)
+	}
 	return r.readyLocal != before, err
 }
 
@@ -181,6 +199,7 @@ func (r *rxRing) stripesIdle() bool {
 // pumpFrames reads stream 0: headers and the stream-0 pieces of messages.
 func (r *rxRing) pumpFrames() error {
 	c := &r.cur[0]
+	r.windowStop = false
 	for {
 		if c.active {
 			if r.lo < r.hi {
@@ -211,6 +230,7 @@ func (r *rxRing) pumpFrames() error {
 		}
 		if r.hi-r.lo < frameHeaderLen {
 			if r.windowFull() {
+				r.windowStop = true
 				return nil
 			}
 			if r.lo > 0 {
@@ -242,6 +262,7 @@ func (r *rxRing) pumpFrames() error {
 			return r.readAbort(int(h.length))
 		}
 		if r.windowFull() {
+			r.windowStop = true
 			return nil
 		}
 		r.lo += frameHeaderLen

@@ -455,8 +455,9 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 }
 
 // Endpoint is one rank's TCP attachment to its peers. It implements
-// transport.Endpoint; one goroutine at a time uses its Senders and
-// Receivers, as the executor does.
+// transport.Endpoint; one goroutine at a time (the owner) uses its Senders
+// and Receivers, as the executor does. A single watcher goroutine serves all
+// peers in the background.
 type Endpoint struct {
 	rank, size int
 	slotSize   int
@@ -464,15 +465,28 @@ type Endpoint struct {
 	ownBell    bool
 	log        *slog.Logger
 	peers      []*peer // by rank; nil for self and peers not connected
+	poll       *poller
+	watcher    sync.WaitGroup
+	stopping   atomic.Bool
 	closeOnce  sync.Once
 	closed     atomic.Bool
+	waitHooked atomic.Bool // PrepareWait was called: sleepers announce themselves
 }
 
 func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
 	cfg := &l.cfg
 	e := &Endpoint{rank: l.rank, size: l.size, slotSize: cfg.SlotSize, bell: cfg.Bell, log: l.log, peers: make([]*peer, l.size)}
-	if e.bell == nil {
-		e.bell, e.ownBell = transport.NewDoorbell(), true
+	closeConns := func(from int) {
+		for _, cs := range conns[from:] {
+			for _, c := range cs {
+				c.Close()
+			}
+		}
+	}
+	var err error
+	if e.poll, err = newPoller(); err != nil {
+		closeConns(0)
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	for p, cs := range conns {
 		if cs == nil {
@@ -480,30 +494,55 @@ func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
 		}
 		pr, err := newPeer(e, p, cs, cfg)
 		if err != nil {
+			closeConns(p)
 			for _, q := range e.peers {
 				if q != nil {
 					q.shut()
 				}
 			}
-			for _, c := range cs {
-				c.Close()
-			}
-			for _, rest := range conns[p+1:] {
-				for _, c := range rest {
-					c.Close()
-				}
-			}
+			e.poll.close()
 			return nil, err
 		}
 		e.peers[p] = pr
 		e.log.Info(fmt.Sprintf("rank %d <-> %d via TCP/%s, %d streams", l.rank, p, l.iface.Name, len(cs)), "subsys", "NET")
 	}
+	if e.bell == nil {
+		e.bell, e.ownBell = transport.NewDoorbell(), true
+	}
+	e.watcher.Add(1)
+	go e.watch()
 	for _, p := range e.peers {
 		if p != nil {
-			p.start()
+			p.watchAll()
 		}
 	}
 	return e, nil
+}
+
+// watch is the watcher goroutine: it sleeps in epoll until a socket needs
+// service, then moves data for its peer.
+func (e *Endpoint) watch() {
+	defer e.watcher.Done()
+	var events []pollEvent
+	for {
+		var err error
+		events, err = e.poll.wait(events[:0])
+		if err != nil {
+			e.log.Error("tcp: the socket watcher failed; peers are served only while this rank polls", "subsys", "NET", "err", err)
+			return
+		}
+		for _, ev := range events {
+			if ev.wake {
+				if e.stopping.Load() {
+					return
+				}
+				continue
+			}
+			if ev.peer >= 0 && ev.peer < len(e.peers) && e.peers[ev.peer] != nil {
+				e.peers[ev.peer].onEvent(ev)
+			}
+		}
+	}
 }
 
 func (e *Endpoint) Rank() int     { return e.rank }
@@ -543,12 +582,33 @@ func (e *Endpoint) Receiver(p int) (transport.Receiver, error) {
 	return (*receiver)(pr), nil
 }
 
-// Wait sleeps on the rank's bell.
+// Wait sleeps on the rank's bell, after PrepareWait.
 func (e *Endpoint) Wait(ctx context.Context, seen uint64, deadline time.Time) error {
 	if e.closed.Load() {
 		return transport.ErrClosed
 	}
+	e.PrepareWait()
 	return e.bell.Wait(ctx, seen, deadline)
+}
+
+// PrepareWait arms the background reading that rings the bell when data
+// arrives. Whoever sleeps on the bell calls it first (Wait does); while
+// receivers poll instead, arriving data wakes nobody. A caller that sleeps
+// on the bell some other way never needs to call it: until the first call,
+// reading stays armed at all times, which is always safe but costs a thread
+// wake-up per message.
+func (e *Endpoint) PrepareWait() {
+	if !e.waitHooked.Load() {
+		e.waitHooked.Store(true)
+	}
+	for _, p := range e.peers {
+		if p != nil {
+			// Stored before re-arming, and read by every re-arm under the
+			// socket's lock, so a sleeper's sockets always end up armed.
+			p.rxSleeping.Store(true)
+			p.watchAll()
+		}
+	}
 }
 
 // Close writes out what was committed (waiting at most a few seconds for
@@ -585,11 +645,15 @@ func (e *Endpoint) shut(reason error) {
 				}
 			}
 		}
+		e.stopping.Store(true)
+		e.poll.wake()
+		e.watcher.Wait()
 		for _, p := range e.peers {
 			if p != nil {
 				p.shut()
 			}
 		}
+		e.poll.close()
 		// Wake the rank if it sleeps, so it sees ErrClosed.
 		e.bell.Ring()
 		if e.ownBell {
