@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +311,42 @@ func BenchmarkHotPath(b *testing.B) {
 		r.TryNext()
 		r.Release()
 	}
+}
+
+// BenchmarkCacheLineFloor is the machine's floor for a one-way hand-off
+// between two cores: two threads pass a counter through one cache line each
+// way (ns/op is a round trip, one-way-ns half of it). PingPong's 8-byte
+// one-way latency is compared with it.
+func BenchmarkCacheLineFloor(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs two cores")
+	}
+	type line struct {
+		v atomic.Uint64
+		_ [120]byte
+	}
+	var ping, pong line
+	n := uint64(b.N)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i := uint64(1); i <= n; i++ {
+			for ping.v.Load() != i {
+			}
+			pong.v.Store(i)
+		}
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ResetTimer()
+	for i := uint64(1); i <= n; i++ {
+		ping.v.Store(i)
+		for pong.v.Load() != i {
+		}
+	}
+	b.StopTimer()
+	<-done
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "one-way-ns")
 }
