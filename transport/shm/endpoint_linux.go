@@ -173,7 +173,7 @@ func (e *Endpoint) poll() bool {
 			l.seenState, changed = st, true
 		}
 	}
-	return e.checkLiveness(false) || changed
+	return e.checkLiveness() || changed
 }
 
 // idle is called by Try calls that found nothing to do. A caller that only
@@ -181,16 +181,16 @@ func (e *Endpoint) poll() bool {
 func (e *Endpoint) idle() {
 	e.idleTries++
 	if e.idleTries%4096 == 0 {
-		e.checkLiveness(false)
+		e.checkLiveness()
 	}
 }
 
-// checkLiveness looks, at most every LivenessInterval unless forced, for
-// peers whose process has exited, marks them dead and reports whether it
-// found any.
-func (e *Endpoint) checkLiveness(force bool) bool {
+// checkLiveness looks, at most every LivenessInterval, for peers whose
+// process has exited, marks them dead and reports whether it found any. Only
+// the owner calls it (from Try calls and Wait).
+func (e *Endpoint) checkLiveness() bool {
 	now := time.Now()
-	if !force && now.Before(e.nextLiveness) {
+	if now.Before(e.nextLiveness) {
 		return false
 	}
 	e.livenessMu.Lock()
