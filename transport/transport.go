@@ -63,9 +63,10 @@ type Endpoint interface {
 	// connecting on first use. Later calls return the same value.
 	Sender(peer int) (Sender, error)
 	Receiver(peer int) (Receiver, error)
-	// Seq is a counter that changes whenever a connection of this endpoint
-	// may have changed state (a message arrived, a slot was freed, a peer
-	// went away). Read it before trying; pass it to Wait.
+	// Seq is a counter for Wait: read it before trying, pass it to Wait.
+	// It need not change while the rank is awake (shared-memory peers only
+	// ring a sleeping rank), so a caller must try again after every return
+	// from Wait rather than compare Seq values to detect progress.
 	Seq() uint64
 	// Wait blocks until Seq differs from seen, ctx ends, the deadline passes
 	// (zero means none) or the endpoint is closed. It may return early.
