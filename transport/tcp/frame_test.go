@@ -96,28 +96,36 @@ type memPipe struct {
 	closed bool // the writer has gone: reads of an empty queue see EOF
 	script []byte
 	pos    int
-	slow   int
+	slow   map[int]int // per stream and direction: stalls in a row
 }
 
-// budget is how many bytes the next transfer may move; 0 means EAGAIN.
-// Stalls and tiny transfers (which split headers) come at most 8 times in
-// a row, so a scripted run always progresses.
-func (m *memPipe) budget() int {
-	if len(m.script) == 0 || m.slow >= 8 {
-		m.slow = 0
+// budget is how many bytes the next read (write false) or write of stream
+// j may move; 0 means EAGAIN. Stalls and tiny transfers (which split
+// headers) come at most 8 times in a row for each stream and direction, so
+// a scripted run always progresses.
+func (m *memPipe) budget(j int, write bool) int {
+	k := 2 * j
+	if write {
+		k++
+	}
+	if m.slow == nil {
+		m.slow = map[int]int{}
+	}
+	if len(m.script) == 0 || m.slow[k] >= 8 {
+		m.slow[k] = 0
 		return 1 << 20
 	}
 	b := m.script[m.pos%len(m.script)]
 	m.pos++
 	switch {
 	case b%5 == 0:
-		m.slow++
+		m.slow[k]++
 		return 0
 	case b < 16:
-		m.slow++
+		m.slow[k]++
 		return int(b)
 	}
-	m.slow = 0
+	m.slow[k] = 0
 	return 1 + int(b)*997%(64<<10)
 }
 
@@ -129,7 +137,7 @@ func (m *memPipe) read(j int, p []byte) (int, error) {
 		}
 		return 0, errWouldBlock
 	}
-	k := m.budget()
+	k := m.budget(j, false)
 	if k == 0 {
 		return 0, errWouldBlock
 	}
@@ -139,7 +147,7 @@ func (m *memPipe) read(j int, p []byte) (int, error) {
 }
 
 func (m *memPipe) write(j int, hdr, payload []byte) (int, error) {
-	k := m.budget()
+	k := m.budget(j, true)
 	if k == 0 {
 		return 0, errWouldBlock
 	}

@@ -168,3 +168,63 @@ func pattern(src, seq, n int) []byte {
 	}
 	return b
 }
+
+// pump sends sizes[i]-byte messages i = 0, 1, ... to peer and checks the
+// same sequence coming back from it, from one goroutine, the way a rank's
+// executor works: progress on whichever side can move, sleep on the
+// endpoint when neither can. gate, if not nil, limits when each side may
+// move, to create backpressure.
+func pump(ep transport.Endpoint, rank, peer int, sizes []int, gate func(sent, got int) (send, recv bool)) error {
+	s, err := ep.Sender(peer)
+	if err != nil {
+		return err
+	}
+	rc, err := ep.Receiver(peer)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(testTimeout)
+	sent, got := 0, 0
+	for sent < len(sizes) || got < len(sizes) {
+		seen := ep.Seq()
+		canSend, canRecv := true, true
+		if gate != nil {
+			canSend, canRecv = gate(sent, got)
+		}
+		progress := false
+		if sent < len(sizes) && canSend {
+			n := sizes[sent]
+			b, ok, err := s.TryReserve(n)
+			if err != nil {
+				return err
+			}
+			if ok {
+				copy(b, pattern(rank, sent, n))
+				s.Commit(transport.MakeTag(uint8(rank+1), uint64(sent)))
+				sent++
+				progress = true
+			}
+		}
+		if got < len(sizes) && canRecv {
+			m, tag, ok, err := rc.TryNext()
+			if err != nil {
+				return err
+			}
+			if ok {
+				n := sizes[got]
+				if want := transport.MakeTag(uint8(peer+1), uint64(got)); tag != want || !bytes.Equal(m, pattern(peer, got, n)) {
+					return fmt.Errorf("rank %d message %d from %d: tag %#x, %d bytes; want tag %#x, %d bytes of the pattern", rank, got, peer, uint64(tag), len(m), uint64(want), n)
+				}
+				rc.Release()
+				got++
+				progress = true
+			}
+		}
+		if !progress {
+			if err := ep.Wait(context.Background(), seen, deadline); err != nil {
+				return fmt.Errorf("rank %d after %d sent, %d received: %w", rank, sent, got, err)
+			}
+		}
+	}
+	return nil
+}

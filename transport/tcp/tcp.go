@@ -7,19 +7,24 @@
 // rank of each pair dials, and both sides prove they hold the job token
 // (HMAC challenge-response, so the token never crosses the wire).
 //
-// The data path follows transport's slot model. A Sender hands out local
-// staging slots; Commit writes the slot straight to the socket from the
-// caller's goroutine when the socket has room, and a background writer
-// finishes the job when it has not. A Receiver's messages land straight in
-// local receive slots: TryNext reads the socket itself (non-blocking) when
-// nothing is buffered, so a rank that spins waiting for a message sees it
-// without any goroutine hop, and background readers parked in the netpoller
-// fill the slots and ring the rank's Bell while the rank sleeps. A full set
+// The data path follows transport's slot model, and the rank's own goroutine
+// moves the data. A Sender hands out local staging slots; Commit writes the
+// slot straight to the socket when the socket has room. A Receiver's
+// messages land straight in local receive slots: TryNext reads the socket
+// itself (non-blocking) when nothing is buffered, so a rank that spins
+// waiting for a message gets it with no goroutine or thread hop. A full set
 // of receive slots stops the reading, which pushes back on the sender
 // through TCP flow control.
 //
+// After the handshake the sockets leave Go's netpoller, which would wake an
+// idle runtime thread for every arriving segment. One watcher goroutine per
+// endpoint sleeps in epoll instead, and is armed only when needed: to finish
+// writes that found a socket full, and to read and ring the rank's Bell
+// while the rank sleeps (see Endpoint.PrepareWait).
+//
 // Wire format: every message is a 16-byte header (length, kind, tag) and the
-// payload; see frame.go. Steady state allocates nothing.
+// payload; see frame.go. Steady state allocates nothing. The transport runs
+// on Linux; elsewhere Listen reports that it is not supported.
 package tcp
 
 import (
@@ -226,6 +231,15 @@ func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*E
 	_ = l.ln.SetDeadline(time.Unix(1, 0)) // ends Accept
 	s.wg.Wait()
 	_ = l.ln.SetDeadline(time.Time{})
+	if err == nil {
+		// A handshake can still fail after its claim (writing the
+		// verdict), now that every goroutine is done it is final.
+		s.mu.Lock()
+		if missing := s.missing(); missing != "" {
+			err = fmt.Errorf("tcp: rank %d connecting: a handshake failed at the last step (still missing %s)", l.rank, missing)
+		}
+		s.mu.Unlock()
+	}
 	if err != nil {
 		s.closeAll()
 		return nil, err

@@ -44,34 +44,15 @@ func TestFIFOTagsAndSizes(t *testing.T) {
 					plan[i] = sizes[rng.IntN(len(sizes))]
 				}
 			}
-			// Both directions at once, each rank sending from one goroutine
-			// and receiving on another.
+			// Both directions at once, each rank from one goroutine.
 			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			for r := 0; r < 2; r++ {
-				e, peer := eps[r], 1-r
-				wg.Add(2)
+			errs := make(chan error, 2)
+			for r, e := range eps {
+				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for i, n := range plan {
-						if err := trySend(e, peer, pattern(r, i, n), transport.MakeTag(uint8(r+1), uint64(i))); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-				go func() {
-					defer wg.Done()
-					for i, n := range plan {
-						m, tag, err := tryRecv(e, peer)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if tag != transport.MakeTag(uint8(peer+1), uint64(i)) || !bytes.Equal(m, pattern(peer, i, n)) {
-							errs <- fmt.Errorf("rank %d message %d: tag %#x, %d bytes; want tag %#x, %d bytes of the pattern", r, i, uint64(tag), len(m), uint64(transport.MakeTag(uint8(peer+1), uint64(i))), n)
-							return
-						}
+					if err := pump(e, r, 1-r, plan, nil); err != nil {
+						errs <- err
 					}
 				}()
 			}
