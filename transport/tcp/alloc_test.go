@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/gccl/gccl/transport"
@@ -52,5 +53,38 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		if a := testing.AllocsPerRun(500, round); a != 0 {
 			t.Errorf("%d-byte messages: %v allocations per round trip", n, a)
 		}
+	}
+}
+
+// TestSleepPathAllocatesNothing covers the other way a message arrives:
+// the receiver announces a sleep (PrepareWait arms its socket), and the
+// watcher reads the message and rings the bell.
+func TestSleepPathAllocatesNothing(t *testing.T) {
+	eps := connectWorld(t, 2, testConfig(64<<10, 2, 2))
+	s, _ := eps[0].Sender(1)
+	r, _ := eps[1].Receiver(0)
+	round := func() {
+		seen := eps[1].Seq()
+		eps[1].PrepareWait()
+		b, ok, err := s.TryReserve(100)
+		if !ok || err != nil {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		b[0] = 1
+		s.Commit(1)
+		// Wait for the watcher to take the message, without polling.
+		for eps[1].Seq() == seen {
+			runtime.Gosched()
+		}
+		if _, _, ok, err := r.TryNext(); !ok || err != nil {
+			t.Fatalf("next after the bell: %v %v", ok, err)
+		}
+		r.Release()
+	}
+	for range 50 {
+		round()
+	}
+	if a := testing.AllocsPerRun(300, round); a != 0 {
+		t.Errorf("%v allocations per message on the sleep path", a)
 	}
 }
