@@ -151,15 +151,43 @@ func Listen(rank, size int, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	iface := ifs[0]
-	lc := net.ListenConfig{Control: setSocketBuffers}
-	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(iface.Addr(), 0).String())
+	iface, addr, err := pickAddr(ifs, os.Getenv("GCCL_SOCKET_FAMILY"))
 	if err != nil {
-		return nil, fmt.Errorf("tcp: listening on %s (%s): %w", iface.Name, iface.Addr(), err)
+		return nil, err
+	}
+	lc := net.ListenConfig{Control: setSocketBuffers}
+	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(addr, 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listening on %s (%s): %w", iface.Name, addr, err)
 	}
 	l := &Listener{rank: rank, size: size, cfg: c, log: c.Logger.With("rank", rank), ln: ln.(*net.TCPListener), iface: iface}
-	l.log.Info(fmt.Sprintf("NET/Socket : Using [0]%s:%s", iface.Name, iface.Addr()), "subsys", "NET", "listen", l.Addr())
+	l.log.Info(fmt.Sprintf("NET/Socket : Using [0]%s:%s", iface.Name, addr), "subsys", "NET", "listen", l.Addr())
 	return l, nil
+}
+
+// pickAddr chooses the interface and address to listen on: the first
+// selected interface's preferred address (IPv4 first), or with family
+// "AF_INET" or "AF_INET6" (GCCL_SOCKET_FAMILY, as NCCL_SOCKET_FAMILY) the
+// first address of that family.
+func pickAddr(ifs []Interface, family string) (Interface, netip.Addr, error) {
+	want := func(netip.Addr) bool { return true }
+	switch family {
+	case "":
+	case "AF_INET":
+		want = netip.Addr.Is4
+	case "AF_INET6":
+		want = func(a netip.Addr) bool { return a.Is6() }
+	default:
+		return Interface{}, netip.Addr{}, fmt.Errorf("tcp: GCCL_SOCKET_FAMILY=%q (want AF_INET or AF_INET6)", family)
+	}
+	for _, it := range ifs {
+		for _, a := range it.Addrs {
+			if want(a) {
+				return it, a, nil
+			}
+		}
+	}
+	return Interface{}, netip.Addr{}, fmt.Errorf("tcp: no selected interface has an %s address", family)
 }
 
 // Addr is the address peers dial (host:port), to publish via the bootstrap.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+
 	"strings"
 	"sync"
 	"testing"
@@ -555,4 +556,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestPickAddr(t *testing.T) {
+	ifs := []Interface{fakeIf("eth0", true, "2001:db8::2"), fakeIf("eth1", true, "10.0.1.2", "2001:db8::3")}
+	for _, c := range []struct{ family, want string }{
+		{"", "2001:db8::2"}, {"AF_INET", "10.0.1.2"}, {"AF_INET6", "2001:db8::2"}, {"AF_UNIX", ""},
+	} {
+		_, a, err := pickAddr(ifs, c.family)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("family %q accepted", c.family)
+			}
+			continue
+		}
+		if err != nil || a.String() != c.want {
+			t.Errorf("family %q picked %v (%v), want %s", c.family, a, err, c.want)
+		}
+	}
 }

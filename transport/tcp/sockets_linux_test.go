@@ -1,6 +1,9 @@
 package tcp
 
 import (
+	"bytes"
+	"net/netip"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -44,5 +47,23 @@ func TestStripingUsesEveryStream(t *testing.T) {
 	after = received()
 	if d := after[0] - before[0]; d != stripeMin-1+frameHeaderLen || after[1] != before[1] || after[2] != before[2] {
 		t.Errorf("a message below the striping threshold moved %v bytes per stream", [3]uint64{after[0] - before[0], after[1] - before[1], after[2] - before[2]})
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	if ifs, err := SelectInterfaces("=lo"); err != nil || !slices.ContainsFunc(ifs[0].Addrs, netip.Addr.Is6) {
+		t.Skip("no IPv6 loopback address here")
+	}
+	t.Setenv("GCCL_SOCKET_FAMILY", "AF_INET6")
+	eps := connectWorld(t, 2, testConfig(stripeMin*2, 2, 2))
+	for j, fd := range eps[0].peers[1].fds {
+		sa, err := unix.Getsockname(fd)
+		if _, v6 := sa.(*unix.SockaddrInet6); err != nil || !v6 {
+			t.Fatalf("stream %d is bound to %#v (%v), want IPv6", j, sa, err)
+		}
+	}
+	send(t, eps[0], 1, pattern(0, 0, stripeMin*2), 9)
+	if m, tag := recv(t, eps[1], 0); tag != 9 || !bytes.Equal(m, pattern(0, 0, stripeMin*2)) {
+		t.Fatal("striped message over IPv6 corrupt")
 	}
 }
