@@ -50,6 +50,7 @@ const (
 	opPingPong
 	opAllReduce
 	opStream
+	opExchange
 )
 
 const controlKind = 0xff
@@ -198,7 +199,7 @@ func benchPeer(cfgString string) error {
 		if op == opQuit {
 			return nil
 		}
-		if op == opAllReduce && (bufs == nil || len(bufs.in) != size) {
+		if (op == opAllReduce || op == opExchange) && (bufs == nil || len(bufs.in) != size) {
 			bufs = &allReduceBufs{in: make([]byte, size), out: make([]byte, size)}
 		}
 		runPattern(w, 1, op, size, iters, bufs)
@@ -313,6 +314,17 @@ func runPattern(w *waiter, rank int, op byte, size, iters int, bufs *allReduceBu
 			w.reserve(peer, 0)
 			w.commit(peer, 1)
 		}
+	case opExchange:
+		// One-step all-reduce for small buffers: send all of it, reduce what
+		// the peer sent into the output.
+		for i := 0; i < iters; i++ {
+			s := w.reserve(peer, size)
+			copy(s, bufs.in)
+			w.commit(peer, 3)
+			m := w.next(peer)
+			sum32(bufs.out, m, bufs.in)
+			w.release(peer)
+		}
 	case opAllReduce:
 		for i := 0; i < iters; i++ {
 			allReduce2(w, rank, bufs, slot)
@@ -365,7 +377,7 @@ func drive(b *testing.B, op byte, size int) {
 	ep := benchPairs.get(b, cfg)
 	w := newWaiter(ep)
 	var bufs *allReduceBufs
-	if op == opAllReduce {
+	if op == opAllReduce || op == opExchange {
 		bufs = &allReduceBufs{in: make([]byte, size), out: make([]byte, size)}
 	}
 	run := func(iters int) {
@@ -424,6 +436,19 @@ func BenchmarkAllReduce2(b *testing.B) {
 			}
 			b.SetBytes(int64(n))
 			drive(b, opAllReduce, n)
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/op")
+		})
+	}
+}
+
+// BenchmarkExchange2: one op is a two-rank all-reduce done in one step, as
+// a tuner would for small buffers: each rank sends its whole buffer and
+// reduces the peer's into its output.
+func BenchmarkExchange2(b *testing.B) {
+	for _, n := range []int{8, 4 << 10, 64 << 10} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			drive(b, opExchange, n)
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/op")
 		})
 	}
