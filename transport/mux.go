@@ -110,7 +110,16 @@ func (m *Mux) Receiver(peer int) (Receiver, error) {
 	return ep.Receiver(peer)
 }
 
+// Wait lets every route that needs it prepare for the rank to sleep (TCP
+// arms its background reader only then, so that a polling rank is not
+// woken by every packet), then sleeps on the bell. Only one goroutine at a
+// time may wait on an endpoint.
 func (m *Mux) Wait(ctx context.Context, seen uint64, deadline time.Time) error {
+	for _, ep := range m.subs {
+		if p, ok := ep.(interface{ PrepareWait() }); ok {
+			p.PrepareWait()
+		}
+	}
 	return m.bell.Wait(ctx, seen, deadline)
 }
 

@@ -70,6 +70,7 @@ type Endpoint interface {
 	Seq() uint64
 	// Wait blocks until Seq differs from seen, ctx ends, the deadline passes
 	// (zero means none) or the endpoint is closed. It may return early.
+	// Only one goroutine at a time may wait on an endpoint (its owner).
 	Wait(ctx context.Context, seen uint64, deadline time.Time) error
 	// Close releases the endpoint; peers see ErrPeerClosed on connections
 	// to it once they have drained what it sent.

@@ -7,11 +7,21 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// TestSleepThroughMux drives the endpoints through transport.Mux, whose
-// Wait sleeps on the bell without calling the endpoint's Wait or
-// PrepareWait. Readers must then stay armed on their own: every sleeping
-// rank is woken by arriving data, striped and small, with backpressure.
+// hidePrepare hides the endpoint's PrepareWait from the Mux, as a bell-only
+// sleeper that never calls it would.
+type hidePrepare struct{ transport.Endpoint }
+
+// TestSleepThroughMux drives the endpoints through transport.Mux, once with
+// PrepareWait hidden (the rank sleeps on the bell alone, so readers must
+// stay armed on their own) and once as comm uses it (the Mux prepares the
+// endpoint before sleeping). Every sleeping rank must be woken by arriving
+// data, striped and small, with backpressure.
 func TestSleepThroughMux(t *testing.T) {
+	t.Run("bell-only", func(t *testing.T) { sleepThroughMux(t, true) })
+	t.Run("prepared", func(t *testing.T) { sleepThroughMux(t, false) })
+}
+
+func sleepThroughMux(t *testing.T, hidden bool) {
 	const slotSize = stripeMin * 2
 	cfg := testConfig(slotSize, 2, 2)
 	eps := connectWorld(t, 2, cfg)
@@ -19,6 +29,9 @@ func TestSleepThroughMux(t *testing.T) {
 	for r, e := range eps {
 		routes := make([]transport.Endpoint, 2)
 		routes[1-r] = e
+		if hidden {
+			routes[1-r] = hidePrepare{e}
+		}
 		m, err := transport.NewMux(r, 2, slotSize, e.bell, routes)
 		if err != nil {
 			t.Fatal(err)
@@ -48,7 +61,7 @@ func TestSleepThroughMux(t *testing.T) {
 		t.Error(err)
 	}
 	for _, e := range eps {
-		if e.waitHooked.Load() {
+		if hidden && e.waitHooked.Load() {
 			t.Error("PrepareWait was called through the Mux; the test no longer covers readers that stay armed")
 		}
 	}
