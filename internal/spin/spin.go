@@ -23,7 +23,14 @@ const (
 )
 
 // Backoff is the state of one wait; the zero value starts spinning.
-type Backoff struct{ n int }
+type Backoff struct {
+	n int
+	// OSYield makes the yield phase give the core to other processes
+	// (sched_yield), not only to other goroutines: peers that are processes
+	// sharing this core cannot run while this thread spins in the Go
+	// scheduler.
+	OSYield bool
+}
 
 // Reset starts the next wait from the beginning.
 func (b *Backoff) Reset() { b.n = 0 }
@@ -36,7 +43,11 @@ func (b *Backoff) Spin() bool {
 		Pause(pausePerRound)
 		return true
 	case b.n <= PauseRounds+YieldRounds:
-		runtime.Gosched()
+		if b.OSYield {
+			osYield()
+		} else {
+			runtime.Gosched()
+		}
 		return true
 	}
 	return false

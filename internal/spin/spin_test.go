@@ -25,3 +25,14 @@ func TestPauseAllocatesNothing(t *testing.T) {
 		t.Fatalf("Pause allocates %v", a)
 	}
 }
+
+func TestOSYieldBackoffEndsSpinning(t *testing.T) {
+	b := Backoff{OSYield: true}
+	n := 0
+	for b.Spin() {
+		n++
+	}
+	if n != PauseRounds+YieldRounds {
+		t.Fatalf("spun %d rounds, want %d", n, PauseRounds+YieldRounds)
+	}
+}
