@@ -110,7 +110,7 @@ const (
 	Ring     Algorithm = iota + 1 // ring, or a pipelined chain for rooted collectives
 	Tree                          // double binary tree
 	Pairwise                      // pairwise exchange (all-to-all)
-	Direct                        // the root talks to every rank directly (gather, scatter)
+	Direct                        // ranks talk to each other directly (gather, scatter, two-rank all-reduce)
 )
 
 func (a Algorithm) String() string {
@@ -292,12 +292,22 @@ type Plan struct {
 	Root    int // rooted collectives only; 0 otherwise
 	NBlocks int
 	Phases  [][]Step
+	// Unscaled marks a plan that reads a rank's In more than once (to send
+	// it and to reduce it locally, say). Its reductions are only correct
+	// for ops without pre-scaling: each read would scale In again, and an
+	// in-place scaling would change it under the next read. The executor
+	// refuses to run it with PreMulSum or floating-point Avg.
+	Unscaled bool
 }
 
 // String prints the plan in the stable form used by golden files.
 func (p *Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s n=%d rank=%d root=%d blocks=%d\n", p.Coll, p.Algo, p.NRanks, p.Rank, p.Root, p.NBlocks)
+	fmt.Fprintf(&b, "%s %s n=%d rank=%d root=%d blocks=%d", p.Coll, p.Algo, p.NRanks, p.Rank, p.Root, p.NBlocks)
+	if p.Unscaled {
+		b.WriteString(" unscaled")
+	}
+	b.WriteString("\n")
 	for i, ph := range p.Phases {
 		fmt.Fprintf(&b, "  phase %d\n", i)
 		for _, s := range ph {

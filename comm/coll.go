@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/internal/reduce"
@@ -343,7 +344,10 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	if cl.coll.Reducing() {
 		c.setOp(a, cl)
 	}
-	a.plan = c.plan(cl.coll, cl.root, a.count*a.esz)
+	a.plan = c.plan(cl.coll, cl.root, a.count*a.esz, a.premul)
+	if a.plan.Unscaled && a.premul {
+		return fmt.Errorf("gccl: internal error: plan %v %v reads inputs twice but %v pre-scales them", a.plan.Coll, a.plan.Algo, cl.op)
+	}
 	x := &c.exec
 	x.begin(ctx, cl.name(), transport.MakeTag(kind, cl.seq))
 	c.reached.Store(cl.seq)

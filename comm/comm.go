@@ -198,9 +198,6 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())
 	c.exec.c = c
-	// Peers in other processes need the core, not just the Go scheduler,
-	// when ranks outnumber cores.
-	c.exec.bo.OSYield = ep.Name() != "INPROC"
 	c.log.Debug("communicator ready", "subsys", "INIT", "size", c.size, "transport", ep.Name())
 	return c, nil
 }

@@ -11,8 +11,19 @@ import (
 // over more hops. The topology-aware cost model will replace this constant.
 const treeMaxBytes = 256 << 10
 
+// exchangeMaxBytes is the all-reduce size up to which two ranks exchange
+// their inputs once instead of running a ring: one one-way hop instead of
+// two. The transports' benchmarks put the crossover above 64 KiB on shm and
+// TCP alike.
+const exchangeMaxBytes = 64 << 10
+
 // choose picks the algorithm for a collective of the given size in bytes.
-func (c *Comm) choose(coll algo.Collective, bytes int) algo.Algorithm {
+// scaled says whether the op pre-scales inputs (PreMulSum, float Avg),
+// which rules out plans that read a rank's input twice.
+func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorithm {
+	if coll == algo.AllReduce && c.algoPref == 0 && c.size == 2 && !scaled && bytes <= exchangeMaxBytes {
+		return algo.Direct
+	}
 	switch coll {
 	case algo.AllToAll:
 		return algo.Pairwise
@@ -30,8 +41,8 @@ func (c *Comm) choose(coll algo.Collective, bytes int) algo.Algorithm {
 }
 
 // plan returns the cached plan for a collective on this rank.
-func (c *Comm) plan(coll algo.Collective, root, bytes int) *algo.Plan {
-	k := planKey{coll: coll, alg: c.choose(coll, bytes), root: root}
+func (c *Comm) plan(coll algo.Collective, root, bytes int, scaled bool) *algo.Plan {
+	k := planKey{coll: coll, alg: c.choose(coll, bytes, scaled), root: root}
 	if p := c.plans[k]; p != nil {
 		return p
 	}
@@ -54,6 +65,9 @@ func generate(k planKey, n, r int) *algo.Plan {
 	case algo.Pairwise:
 		return algo.PairwiseAllToAll(n, r)
 	case algo.Direct:
+		if k.coll == algo.AllReduce {
+			return algo.ExchangeAllReduce(n, r)
+		}
 		if k.coll == algo.Gather {
 			return algo.DirectGather(n, r, k.root)
 		}

@@ -113,7 +113,7 @@ func checkPlans(plans []*algo.Plan) error {
 		if p.Rank != r || p.NRanks != n {
 			return fmt.Errorf("sim: plan %d is for rank %d of %d, want rank %d of %d", r, p.Rank, p.NRanks, r, n)
 		}
-		if p.Coll != first.Coll || p.Algo != first.Algo || p.Root != first.Root || p.NBlocks != first.NBlocks {
+		if p.Coll != first.Coll || p.Algo != first.Algo || p.Root != first.Root || p.NBlocks != first.NBlocks || p.Unscaled != first.Unscaled {
 			return fmt.Errorf("sim: rank %d plan %s %s root=%d blocks=%d differs from rank 0's %s %s root=%d blocks=%d",
 				r, p.Coll, p.Algo, p.Root, p.NBlocks, first.Coll, first.Algo, first.Root, first.NBlocks)
 		}
@@ -194,13 +194,16 @@ type rankState struct {
 }
 
 type sim struct {
-	n       int
-	coll    algo.Collective
-	root    int
-	nblocks int
-	opts    Options
-	ranks   []*rankState
-	queues  []fifo // by sender*n + receiver
+	n    int
+	coll algo.Collective
+	// unscaled plans may read In more than once (see algo.Plan.Unscaled);
+	// contributions are still counted, so a double count is still caught.
+	unscaled bool
+	root     int
+	nblocks  int
+	opts     Options
+	ranks    []*rankState
+	queues   []fifo // by sender*n + receiver
 }
 
 // fifo is one directed connection's messages in flight, oldest first.
@@ -230,7 +233,7 @@ func (s *sim) queue(from, to int) *fifo { return &s.queues[from*s.n+to] }
 
 func newSim(plans []*algo.Plan, opts Options) *sim {
 	p0 := plans[0]
-	s := &sim{n: len(plans), coll: p0.Coll, root: p0.Root, nblocks: p0.NBlocks, opts: opts, queues: make([]fifo, len(plans)*len(plans))}
+	s := &sim{n: len(plans), coll: p0.Coll, unscaled: p0.Unscaled, root: p0.Root, nblocks: p0.NBlocks, opts: opts, queues: make([]fifo, len(plans)*len(plans))}
 	for r, p := range plans {
 		rs := &rankState{rank: r, plan: p, tmp: make([]*value, p.NBlocks)}
 		rs.out = make([][]*value, p.NBlocks)
@@ -503,7 +506,7 @@ func (s *sim) read(rs *rankState, ref algo.Ref) (*value, error) {
 	}
 	switch ref.Buf {
 	case algo.In:
-		if s.coll.Reducing() {
+		if s.coll.Reducing() && !s.unscaled {
 			// The executor pre-scales every read of In.
 			if rs.inRead[ref.Block][rs.chunk] {
 				return nil, fmt.Errorf("reads %v a second time (its contribution would be pre-scaled twice)", ref)
