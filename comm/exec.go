@@ -244,7 +244,7 @@ func (a *collArgs) chunkLen(b, off, chunk int) int {
 	return n
 }
 
-// fromIn reports whether a local operand is a rank's own input in a reducing
+// scaled reports whether a local operand is a rank's own input in a reducing
 // collective, which is where PreMulSum's scaling applies.
 func (a *collArgs) scaled(r algo.Ref) bool { return a.premul && r.Buf == algo.In }
 

@@ -168,10 +168,11 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		}
 	}
 	if len(shmPeers) > 0 {
-		sep, err := mb.Connect(ctx, shmPeers)
-		if err != nil {
-			return nil, err
+		sep, cerr := mb.Connect(ctx, shmPeers)
+		if cerr != nil {
+			return nil, cerr
 		}
+		// err here is the named result: peers learn why Init failed.
 		cleanup = append(cleanup, func() { sep.Abort(err) })
 		for p := range shmPeers {
 			routes[p] = sep
@@ -186,9 +187,9 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		mb.Unlink()
 	}
 	if len(tcpPeers) > 0 {
-		tep, err := ln.Connect(ctx, tcpPeers, addrs)
-		if err != nil {
-			return nil, err
+		tep, cerr := ln.Connect(ctx, tcpPeers, addrs)
+		if cerr != nil {
+			return nil, cerr
 		}
 		cleanup = append(cleanup, func() { tep.Abort(err) })
 		for _, p := range tcpPeers {

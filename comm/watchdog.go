@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,14 +74,6 @@ func (c *Comm) bootstrapLaggards(seq uint64) ([]int, error) {
 		}()
 	}
 	wg.Wait()
-	return sortInts(late), nil
-}
-
-func sortInts(s []int) []int {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
+	slices.Sort(late)
+	return late, nil
 }
