@@ -54,12 +54,24 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	for r := range b {
 		b[r] = bufs{make([]float32, count), make([]float32, count), make([]float32, n*count), make([]float32, count)}
 	}
+	sym := allocAll(t, cs, comm.Float32, 2*count)
+	symIn, symOut := make([][]float32, n), make([][]float32, n)
+	for r := range sym {
+		s, err := comm.SymSlice[float32](sym[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		symIn[r], symOut[r] = s[:count], s[count:]
+	}
 	ops := map[string]func(c *comm.Comm) error{
 		"AllReduce": func(c *comm.Comm) error {
 			return comm.AllReduce(bg, c, b[c.Rank()].in, b[c.Rank()].out, comm.Sum)
 		},
 		"AllReduce/avg/small": func(c *comm.Comm) error {
 			return comm.AllReduce(bg, c, b[c.Rank()].in[:7], b[c.Rank()].out[:7], comm.Avg)
+		},
+		"AllReduce/symmetric": func(c *comm.Comm) error {
+			return comm.AllReduce(bg, c, symIn[c.Rank()], symOut[c.Rank()], comm.Avg)
 		},
 		"ReduceScatter": func(c *comm.Comm) error {
 			return comm.ReduceScatter(bg, c, b[c.Rank()].big, b[c.Rank()].small, comm.Max)
@@ -103,7 +115,12 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 // BenchmarkAllReduce runs every rank in its own goroutine for b.N
 // back-to-back all-reduces, as a training loop would: no per-iteration
 // synchronisation beyond the collective itself.
-func BenchmarkAllReduce(b *testing.B) {
+func BenchmarkAllReduce(b *testing.B) { benchmarkAllReduce(b, false) }
+
+// BenchmarkAllReduceSymmetric is BenchmarkAllReduce on buffers from Alloc.
+func BenchmarkAllReduceSymmetric(b *testing.B) { benchmarkAllReduce(b, true) }
+
+func benchmarkAllReduce(b *testing.B, sym bool) {
 	for _, n := range []int{2, 4} {
 		for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
 			b.Run(fmt.Sprintf("n=%d/bytes=%d", n, size), func(b *testing.B) {
@@ -111,6 +128,11 @@ func BenchmarkAllReduce(b *testing.B) {
 				bufs := make([][]float32, n)
 				for r := range bufs {
 					bufs[r] = make([]float32, size/4)
+				}
+				if sym {
+					for r, sb := range allocAll(b, cs, comm.Float32, size/4) {
+						bufs[r], _ = comm.SymSlice[float32](sb)
+					}
 				}
 				b.SetBytes(int64(size))
 				b.ReportAllocs()

@@ -344,6 +344,11 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	if cl.coll.Reducing() {
 		c.setOp(a, cl)
 	}
+	if cl.coll == algo.AllReduce && !cl.barrier {
+		if done, err := c.trySymAllReduce(ctx, a, cl); done {
+			return err
+		}
+	}
 	a.plan = c.plan(cl.coll, cl.root, a.count*a.esz, a.premul)
 	if a.plan.Unscaled && a.premul {
 		return fmt.Errorf("gccl: internal error: plan %v %v reads inputs twice but %v pre-scales them", a.plan.Coll, a.plan.Algo, cl.op)

@@ -24,6 +24,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,6 +106,15 @@ type Comm struct {
 
 	async asyncState
 	boot  *bootstrap.Client // multi-process communicators only
+	jobID string            // names shared memory (multi-process only)
+
+	// Symmetric memory (symmetric.go): live Alloc regions, and per peer
+	// where the running symmetric operation finds its buffers.
+	allocSeq uint32
+	symMu    sync.Mutex
+	syms     atomic.Pointer[symTable]
+	symPeers []symPeer
+	symOps   atomic.Uint64 // symmetric all-reduces run (tests, debugging)
 }
 
 type planKey struct {
@@ -155,6 +165,7 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 		recvSeq:   make([]uint64, ep.Size()),
 		senders:   make([]transport.Sender, ep.Size()),
 		receivers: make([]transport.Receiver, ep.Size()),
+		symPeers:  make([]symPeer, ep.Size()),
 		plans:     map[planKey]*algo.Plan{},
 	}
 	if c.log == nil {
@@ -291,10 +302,15 @@ func (c *Comm) Abort(err error) {
 // collective: each rank closes its own Comm.
 func (c *Comm) Close() error {
 	if !c.state.CompareAndSwap(stateOpen, stateClosed) {
+		// Aborted or closed before: what may remain is symmetric memory,
+		// released once no async operation can touch it.
+		c.async.stop(c)
+		c.freeAllSym()
 		return nil
 	}
 	c.async.drain()
 	c.async.stop(c)
+	c.freeAllSym()
 	err := c.ep.Close()
 	if c.boot != nil {
 		if berr := c.boot.Close(); err == nil {

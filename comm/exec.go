@@ -169,6 +169,8 @@ func tagKindName(k uint8) string {
 		return "Barrier"
 	case tagP2P:
 		return "Send/Recv"
+	case tagSymArrive, tagSymDepart:
+		return "AllReduce on symmetric memory"
 	}
 	return algo.Collective(k).String()
 }

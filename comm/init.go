@@ -220,6 +220,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
 	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
 	c.boot = client
+	c.jobID = jobID
 	c.laggards = c.bootstrapLaggards
 	go c.watchLost(client)
 	return c, nil

@@ -1,0 +1,243 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/gccl/gccl/transport"
+)
+
+// The symmetric-memory all-reduce. When both buffers of a large all-reduce
+// lie in memory from Alloc and every peer's copy is addressable, each rank
+// reduces its 1/n slice straight from the peers' inputs and writes the
+// result straight into the peers' outputs; nothing goes through slot rings.
+// Per rank that is n reads and n writes of N/n bytes, about half the memory
+// traffic of the ring's reduce-scatter + all-gather through slots, and no
+// copy in or out of a slot.
+//
+// Two small message rounds over the ordinary transport frame it:
+//   - arrival: each rank tells every peer where its buffers are (Alloc
+//     number and offset), and the count, type and op; a rank starts reading
+//     a peer's input only after that peer's arrival, and checks that the
+//     peer's buffers are regions it has mapped and that the operation is the
+//     same, else ErrMismatch.
+//   - departure: each rank tells every peer it has written its slice; a rank
+//     returns only when every peer has, so its output is complete, and no
+//     peer still reads its input.
+//
+// Using the transport for the rounds, rather than flags in shared memory,
+// gives them the executor's waits, timeouts, watchdog and failure handling,
+// and makes a rank that took this path while a peer took the ring fail with
+// ErrMismatch instead of hanging. A slice of any input is read by one rank
+// only, and a slice of any output is written by one rank only, so in-place
+// calls are safe: each rank reads a chunk before anyone writes it.
+
+// Tag kinds of the two rounds.
+const (
+	tagSymArrive uint8 = 34
+	tagSymDepart uint8 = 35
+)
+
+// symMinBytes is the smallest all-reduce that takes the symmetric path; below
+// it the two message rounds cost more than the slot copies they save.
+const symMinBytes = 64 << 10
+
+// symChunkBytes is how much of its slice a rank reduces and scatters at a
+// time: small enough that the result is still in cache when it is copied to
+// the peers.
+const symChunkBytes = 128 << 10
+
+// symRecord is what a rank announces on arrival.
+type symRecord struct {
+	inID, outID   uint32
+	inOff, outOff uint64
+	count         uint64
+	dt, op        uint8
+	scalar        float64 // the rank's own pre-multiplier (PreMulSum, Avg)
+}
+
+const symRecordLen = 42
+
+func (r *symRecord) put(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], r.inID)
+	binary.LittleEndian.PutUint32(b[4:], r.outID)
+	binary.LittleEndian.PutUint64(b[8:], r.inOff)
+	binary.LittleEndian.PutUint64(b[16:], r.outOff)
+	binary.LittleEndian.PutUint64(b[24:], r.count)
+	b[32], b[33] = r.dt, r.op
+	binary.LittleEndian.PutUint64(b[34:], math.Float64bits(r.scalar))
+}
+
+func (r *symRecord) get(b []byte) {
+	r.inID = binary.LittleEndian.Uint32(b[0:])
+	r.outID = binary.LittleEndian.Uint32(b[4:])
+	r.inOff = binary.LittleEndian.Uint64(b[8:])
+	r.outOff = binary.LittleEndian.Uint64(b[16:])
+	r.count = binary.LittleEndian.Uint64(b[24:])
+	r.dt, r.op = b[32], b[33]
+	r.scalar = math.Float64frombits(binary.LittleEndian.Uint64(b[34:]))
+}
+
+// symPeer is where one peer's buffers are for the running operation.
+type symPeer struct {
+	in, out []byte
+	scalar  float64
+}
+
+// trySymAllReduce runs a prepared all-reduce on symmetric memory if its
+// buffers allow it, and reports whether it did.
+func (c *Comm) trySymAllReduce(ctx context.Context, a *collArgs, cl *call) (bool, error) {
+	if c.size < 2 || c.algoPref != 0 || len(a.out) < symMinBytes || c.syms.Load() == nil {
+		return false, nil
+	}
+	inReg, inOff, ok := c.findSym(a.in)
+	if !ok || !inReg.all {
+		return false, nil
+	}
+	outReg, outOff, ok := c.findSym(a.out)
+	if !ok || !outReg.all {
+		return false, nil
+	}
+	c.symOps.Add(1)
+	x := &c.exec
+	x.begin(ctx, cl.name(), transport.MakeTag(tagSymArrive, cl.seq))
+	c.reached.Store(cl.seq)
+	me := symRecord{
+		inID: inReg.id, outID: outReg.id, inOff: uint64(inOff), outOff: uint64(outOff),
+		count: uint64(a.count), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), scalar: a.s,
+	}
+	if err := c.symArrive(&me); err != nil {
+		return true, err
+	}
+	c.symReduceScatterWrite(a, &me)
+	x.tag = transport.MakeTag(tagSymDepart, cl.seq)
+	return true, c.symRound(c.barrier[:1])
+}
+
+// symArrive exchanges arrival records and resolves every peer's buffers.
+func (c *Comm) symArrive(me *symRecord) error {
+	var msg [symRecordLen]byte
+	me.put(msg[:])
+	if err := c.symRound(msg[:]); err != nil {
+		return err
+	}
+	c.symPeers[c.rank] = symPeer{scalar: me.scalar}
+	return nil
+}
+
+// symRound sends msg to every peer and receives theirs. In the arrival
+// round (tagSymArrive) the messages are records, checked and resolved as
+// they come; in the departure round they are one byte and say nothing.
+func (c *Comm) symRound(msg []byte) error {
+	x := &c.exec
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size
+		slot, s, err := x.reserve(p, len(msg))
+		if err != nil {
+			return err
+		}
+		copy(slot, msg)
+		s.Commit(x.tag)
+	}
+	for i := 1; i < c.size; i++ {
+		p := (c.rank - i + c.size) % c.size
+		m, r, err := x.next(p, len(msg), x.tag)
+		if err != nil {
+			return err
+		}
+		if x.tag.Kind() == tagSymArrive {
+			err = c.symResolve(p, m, msg)
+		}
+		r.Release()
+		if err != nil {
+			return &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+		}
+	}
+	return nil
+}
+
+// symResolve checks peer p's arrival record against this rank's and finds
+// p's buffers in this rank's views of the regions it names.
+func (c *Comm) symResolve(p int, msg, mine []byte) error {
+	var me, rec symRecord
+	me.get(mine)
+	rec.get(msg)
+	if rec.count != me.count || rec.dt != me.dt || rec.op != me.op {
+		return fmt.Errorf("%w: peer runs AllReduce of %d %v with op %v on symmetric memory, this rank %d %v with op %v",
+			ErrMismatch, rec.count, DataType(rec.dt), Op{Kind: OpKind(rec.op)}, me.count, DataType(me.dt), Op{Kind: OpKind(me.op)})
+	}
+	bytes := rec.count * uint64(DataType(rec.dt).Size())
+	in, err := c.symPeerBytes(p, rec.inID, rec.inOff, bytes)
+	if err != nil {
+		return err
+	}
+	out, err := c.symPeerBytes(p, rec.outID, rec.outOff, bytes)
+	if err != nil {
+		return err
+	}
+	c.symPeers[p] = symPeer{in: in, out: out, scalar: rec.scalar}
+	return nil
+}
+
+func (c *Comm) symPeerBytes(p int, id uint32, off, n uint64) ([]byte, error) {
+	r := c.symByID(id)
+	if r == nil || r.peers[p] == nil {
+		return nil, fmt.Errorf("%w: peer's buffer is in symmetric allocation #%d, which this rank has not mapped (freed, or never allocated)", ErrMismatch, id)
+	}
+	if off > uint64(r.size) || n > uint64(r.size)-off {
+		return nil, fmt.Errorf("%w: peer's buffer [%d, +%d) lies outside symmetric allocation #%d of %d bytes", ErrMismatch, off, n, id, r.size)
+	}
+	return r.peers[p][off : off+n], nil
+}
+
+// symSlice returns rank r's slice of count elements, in elements, cut on
+// 64-byte boundaries so every rank's kernels start aligned.
+func symSlice(count, esz, r, n int) (lo, hi int) {
+	unit := 64 / esz
+	units := (count + unit - 1) / unit
+	lo = units * r / n * unit
+	hi = min(units*(r+1)/n*unit, count)
+	return min(lo, count), hi
+}
+
+// symReduceScatterWrite reduces this rank's slice from every rank's input, in
+// a fixed order (own input first, then the peers by rank), and writes the
+// result to every rank's output, a cache-sized chunk at a time.
+func (c *Comm) symReduceScatterWrite(a *collArgs, me *symRecord) {
+	esz := a.esz
+	lo, hi := symSlice(a.count, esz, c.rank, c.size)
+	step := max(symChunkBytes/esz, 1)
+	for s := lo; s < hi; s += step {
+		e := min(s+step, hi)
+		b, f := s*esz, e*esz
+		dst := a.out[b:f]
+		own := a.in[b:f]
+		switch {
+		case a.premul:
+			a.scale(dst, own, me.scalar)
+		case !sameMem(dst, own):
+			copy(dst, own)
+		}
+		for p := range c.size {
+			if p == c.rank {
+				continue
+			}
+			src := c.symPeers[p].in[b:f]
+			if a.premul {
+				a.axpy(dst, dst, src, c.symPeers[p].scalar)
+			} else {
+				a.red(dst, dst, src)
+			}
+		}
+		if a.post {
+			a.div(dst, dst, c.size)
+		}
+		for p := range c.size {
+			if p != c.rank {
+				copy(c.symPeers[p].out[b:f], dst)
+			}
+		}
+	}
+}

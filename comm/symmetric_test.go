@@ -1,0 +1,263 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/gccl/gccl/comm"
+)
+
+// allocAll runs Alloc on every rank of cs and returns the buffers.
+func allocAll(t testing.TB, cs []*comm.Comm, dt comm.DataType, count int) []*comm.SymBuffer {
+	t.Helper()
+	bufs := make([]*comm.SymBuffer, len(cs))
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) (err error) {
+		bufs[c.Rank()], err = c.Alloc(bg, dt, count)
+		return err
+	}))
+	return bufs
+}
+
+// TestSymmetricAllReduce checks the symmetric-memory all-reduce against the
+// matrix's reference, for every type and op, in and out of place, at
+// unaligned offsets inside the allocations, and that it was the path taken.
+func TestSymmetricAllReduce(t *testing.T) {
+	ranks := []int{2, 3, 4, 5}
+	if testing.Short() || raceEnabled {
+		ranks = []int{2, 3}
+	}
+	for _, n := range ranks {
+		cs := world(t, n, nil)
+		for _, dt := range comm.DataTypes {
+			esz := dt.Size()
+			// Odd counts above the threshold; the region leaves room for an
+			// input at an odd element offset and a separate output.
+			cnt := (comm.SymMinBytes/esz + 1000) | 1
+			const skew = 3
+			bufs := allocAll(t, cs, dt, 2*cnt+2*skew)
+			for _, op := range matrixOps() {
+				ins := make([][]byte, n)
+				for p := range ins {
+					ins[p] = make([]byte, cnt*esz)
+					fill(dt, op, n, p, ins[p])
+				}
+				ref := expect(dt, op, ins)
+				for _, inPlace := range []bool{false, true} {
+					name := fmt.Sprintf("n=%d/%v/%v/inplace=%v", n, dt, op, inPlace)
+					before := make([]uint64, n)
+					for r, c := range cs {
+						before[r] = comm.SymOps(c)
+					}
+					errs := onAll(t, cs, func(c *comm.Comm) error {
+						r := c.Rank()
+						mem := bufs[r].HostBytes()
+						// Rank-dependent offsets: peers find each other's
+						// buffers from the arrival records, not by assuming
+						// the same layout.
+						in := mem[(r%2)*esz:][:cnt*esz]
+						out := in
+						if !inPlace {
+							out = mem[(cnt+skew+r%3)*esz:][:cnt*esz]
+						}
+						copy(in, ins[r])
+						if err := c.AllReduce(bg, comm.HostBytesOf(dt, in), comm.HostBytesOf(dt, out), op); err != nil {
+							return err
+						}
+						for j := 0; j < cnt; j++ {
+							if err := ref.check(out, j, j); err != nil {
+								return err
+							}
+						}
+						if !inPlace && !bytes.Equal(in, ins[r]) {
+							return fmt.Errorf("send buffer modified")
+						}
+						return nil
+					})
+					for r, err := range errs {
+						if err != nil {
+							t.Fatalf("%s: rank %d: %v", name, r, err)
+						}
+						if got := comm.SymOps(cs[r]) - before[r]; got != 1 {
+							t.Fatalf("%s: rank %d ran %d symmetric all-reduces, want 1", name, r, got)
+						}
+					}
+				}
+			}
+			for _, b := range bufs {
+				if err := b.Free(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// TestSymmetricAllReduceIdenticalOnEveryRank: each slice is reduced once and
+// copied, so every rank gets the same bits even where float rounding depends
+// on the order.
+func TestSymmetricAllReduceIdenticalOnEveryRank(t *testing.T) {
+	const n = 3
+	cs := world(t, n, nil)
+	cnt := comm.SymMinBytes
+	bufs := allocAll(t, cs, comm.Float32, cnt)
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		s, err := comm.SymSlice[float32](bufs[c.Rank()])
+		if err != nil {
+			return err
+		}
+		for i := range s {
+			s[i] = float32(hash(c.Rank(), i, 1)%1000) * 1.37e-3
+		}
+		return comm.AllReduce(bg, c, s, s, comm.Sum)
+	}))
+	for r := 1; r < n; r++ {
+		if !bytes.Equal(bufs[r].HostBytes(), bufs[0].HostBytes()) {
+			t.Fatalf("rank %d's result differs from rank 0's", r)
+		}
+	}
+}
+
+// TestSymmetricSmallUsesTransport: below the threshold the two message
+// rounds cost more than they save, so the ordinary path runs.
+func TestSymmetricSmallUsesTransport(t *testing.T) {
+	cs := world(t, 2, nil)
+	bufs := allocAll(t, cs, comm.Int32, 1000)
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		s, _ := comm.SymSlice[int32](bufs[c.Rank()])
+		for i := range s {
+			s[i] = int32(i * (c.Rank() + 1))
+		}
+		if err := comm.AllReduce(bg, c, s, s, comm.Sum); err != nil {
+			return err
+		}
+		for i, v := range s {
+			if v != int32(3*i) {
+				return fmt.Errorf("element %d = %d, want %d", i, v, 3*i)
+			}
+		}
+		if k := comm.SymOps(c); k != 0 {
+			return fmt.Errorf("%d symmetric all-reduces for 4000 bytes", k)
+		}
+		return nil
+	}))
+}
+
+// TestSymmetricMixedWithHeapFailsCleanly: one rank on symmetric memory, its
+// peer on the heap; both must fail with ErrMismatch, not hang or compute.
+func TestSymmetricMixedWithHeapFailsCleanly(t *testing.T) {
+	cs := world(t, 2, nil)
+	cnt := comm.SymMinBytes
+	bufs := allocAll(t, cs, comm.Float32, cnt)
+	errs := onAll(t, cs, func(c *comm.Comm) error {
+		if c.Rank() == 0 {
+			s, _ := comm.SymSlice[float32](bufs[0])
+			return comm.AllReduce(bg, c, s, s, comm.Sum)
+		}
+		heap := make([]float32, cnt)
+		return comm.AllReduce(bg, c, heap, heap, comm.Sum)
+	})
+	// The rank that sees the other's message first reports the mismatch and
+	// aborts; its peer may see that abort first.
+	mismatch := false
+	for r, err := range errs {
+		mismatch = mismatch || errors.Is(err, comm.ErrMismatch)
+		if !errors.Is(err, comm.ErrMismatch) && !errors.Is(err, comm.ErrPeerLost) {
+			t.Errorf("rank %d: %v, want ErrMismatch or ErrPeerLost", r, err)
+		}
+	}
+	if !mismatch {
+		t.Errorf("no rank reported ErrMismatch: %v", errs)
+	}
+}
+
+// TestSymmetricMismatchedCounts: the arrival records carry the count.
+func TestSymmetricMismatchedCounts(t *testing.T) {
+	cs := world(t, 2, nil)
+	cnt := 2 * comm.SymMinBytes
+	bufs := allocAll(t, cs, comm.Float32, cnt)
+	errs := onAll(t, cs, func(c *comm.Comm) error {
+		s, _ := comm.SymSlice[float32](bufs[c.Rank()])
+		return comm.AllReduce(bg, c, s[:cnt-c.Rank()], s[:cnt-c.Rank()], comm.Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) {
+			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+}
+
+func TestAllocArguments(t *testing.T) {
+	t.Run("zero", func(t *testing.T) {
+		cs := world(t, 2, nil)
+		errs := onAll(t, cs, func(c *comm.Comm) error {
+			_, err := c.Alloc(bg, comm.Float32, 0)
+			return err
+		})
+		for r, err := range errs {
+			if !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("rank %d: %v, want ErrInvalidArgument", r, err)
+			}
+		}
+	})
+	t.Run("one rank bad", func(t *testing.T) {
+		// Every rank learns that the Alloc failed, not only the bad one.
+		cs := world(t, 3, nil)
+		errs := onAll(t, cs, func(c *comm.Comm) error {
+			cnt := 100
+			if c.Rank() == 1 {
+				cnt = -1
+			}
+			_, err := c.Alloc(bg, comm.Float32, cnt)
+			return err
+		})
+		for r, err := range errs {
+			var oe *comm.OpError
+			if r != 1 && (!errors.As(err, &oe) || oe.Peer != 1) {
+				t.Errorf("rank %d: %v, want an error naming peer 1", r, err)
+			}
+		}
+		if !errors.Is(errs[1], comm.ErrInvalidArgument) {
+			t.Errorf("rank 1: %v, want ErrInvalidArgument", errs[1])
+		}
+	})
+	t.Run("different counts", func(t *testing.T) {
+		cs := world(t, 2, nil)
+		errs := onAll(t, cs, func(c *comm.Comm) error {
+			_, err := c.Alloc(bg, comm.Float32, 100+c.Rank())
+			return err
+		})
+		for r, err := range errs {
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+			}
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		cs := world(t, 2, nil)
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		if _, err := cs[0].Alloc(ctx, comm.Float32, 10); !errors.Is(err, context.Canceled) {
+			t.Errorf("Alloc with a cancelled context: %v", err)
+		}
+	})
+	t.Run("type", func(t *testing.T) {
+		cs := world(t, 1, nil)
+		b, err := cs[0].Alloc(bg, comm.Float32, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := comm.SymSlice[int32](b); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("SymSlice with the wrong type: %v", err)
+		}
+		b.Free()
+		if b.HostBytes() != nil {
+			t.Error("HostBytes after Free is not nil")
+		}
+		if _, err := comm.SymSlice[float32](b); err == nil {
+			t.Error("SymSlice after Free succeeded")
+		}
+	})
+}
