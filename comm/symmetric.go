@@ -42,6 +42,12 @@ func (b *SymBuffer) HostBytes() []byte {
 	return b.reg.mine[:b.n*b.dt.Size()]
 }
 
+// Mapped reports whether this rank can address every peer's copy of the
+// buffer, so that collectives on it may read and write peers' memory
+// directly. It is false when some peer is on another host or reached over
+// the network (GCCL_SHM_DISABLE=1); the buffer then works like any other.
+func (b *SymBuffer) Mapped() bool { return b.reg != nil && !b.reg.freed && b.reg.all }
+
 // SymSlice returns b's memory as a []T, or an error when T is not b's type
 // or b was freed. The slice is valid until Free; passing it (or part of it)
 // to a collective counts as passing b.

@@ -110,12 +110,21 @@ func assertLost(t *testing.T, r, code int, out string) {
 }
 
 func TestKilledRankFailsSurvivors(t *testing.T) {
-	for _, tc := range []struct{ name, env string }{{"shm", ""}, {"tcp", "GCCL_SHM_DISABLE=1"}} {
+	for _, tc := range []struct{ name, env, flag string }{
+		{"shm", "", ""},
+		{"tcp", "GCCL_SHM_DISABLE=1", ""},
+		// Survivors read the dead rank's mapped memory: no EOF there.
+		{"shm-symmetric", "", "-sym"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := func(int) []string { return []string{tc.env, "GCCL_SOCKET_IFNAME=lo"} }
 			// Every rank loops on large all-reduces; rank 1 is killed -9
 			// in the middle of one.
-			p := startRanks(t, 3, []int{0, 1, 2}, collcheckArgv("-iters", "100000", "-large", "2000003", "-timeout", "5m"), env)
+			args := []string{"-iters", "100000", "-large", "2000003", "-timeout", "5m"}
+			if tc.flag != "" {
+				args = append(args, tc.flag)
+			}
+			p := startRanks(t, 3, []int{0, 1, 2}, collcheckArgv(args...), env)
 			time.Sleep(1500 * time.Millisecond)
 			start := time.Now()
 			p.cmds[1].Process.Signal(syscall.SIGKILL)

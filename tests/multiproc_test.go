@@ -54,6 +54,32 @@ func TestCollectivesOverTCP(t *testing.T) {
 	}
 }
 
+// Large all-reduces on buffers from Comm.Alloc: read straight from the
+// peers' mapped memory over shm, through the transport over tcp.
+func TestSymmetricMemoryAcrossProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		mapped bool
+	}{
+		{"shm", nil, true},
+		{"tcp", []string{"GCCL_SHM_DISABLE=1", "GCCL_SOCKET_IFNAME=lo"}, false},
+	} {
+		for _, np := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/np=%d", tc.name, np), func(t *testing.T) {
+				res := run(t, 2*time.Minute, tc.env, bins.run, "-np", fmt.Sprint(np), bins.collcheck, "-sym", "-iters", "2", "-large", "300001")
+				if res.code != 0 {
+					t.Fatalf("exit %d:\n%s", res.code, res.out)
+				}
+				for r := 0; r < np; r++ {
+					mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of %d ok", r, np),
+						fmt.Sprintf("collcheck: rank %d: symmetric buffers mapped by every peer: %v", r, tc.mapped))
+				}
+			})
+		}
+	}
+}
+
 func TestStrictRefusesDowngrade(t *testing.T) {
 	res := run(t, time.Minute, []string{"GCCL_SHM_DISABLE=1", "GCCL_STRICT=1", "GCCL_SOCKET_IFNAME=lo"},
 		bins.run, "-np", "2", bins.collcheck)

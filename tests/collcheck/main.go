@@ -28,6 +28,7 @@ func main() {
 	victim := flag.Int("victim", 1, "rank that dies or stalls")
 	timeout := flag.Duration("timeout", time.Minute, "whole-run deadline")
 	split := flag.Bool("split", false, "also check Split: even and odd ranks form two communicators")
+	sym := flag.Bool("sym", false, "run the large all-reduces on buffers from Comm.Alloc (symmetric memory)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -39,6 +40,12 @@ func main() {
 	}
 	defer c.Close()
 	ck := &checker{c: c, ctx: ctx, dieAt: *dieAt, stallAt: *stallAt, victim: *victim}
+	if *sym {
+		if err := ck.allocSym(*large); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
+	}
 	for it := 0; it < *iters; it++ {
 		if err := ck.round(*large); err != nil {
 			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
@@ -60,6 +67,24 @@ type checker struct {
 	n              int
 	dieAt, stallAt int
 	victim         int
+	symIn, symOut  []int64 // in symmetric memory, for the large all-reduces
+}
+
+// allocSym allocates the large all-reduce's buffers with Comm.Alloc and
+// reports whether peers map them.
+func (k *checker) allocSym(large int) error {
+	in, err := k.c.Alloc(k.ctx, comm.Int64, large)
+	if err != nil {
+		return err
+	}
+	out, err := k.c.Alloc(k.ctx, comm.Int64, large)
+	if err != nil {
+		return err
+	}
+	k.symIn, _ = comm.SymSlice[int64](in)
+	k.symOut, _ = comm.SymSlice[int64](out)
+	fmt.Printf("collcheck: rank %d: symmetric buffers mapped by every peer: %v\n", k.c.Rank(), in.Mapped() && out.Mapped())
+	return nil
 }
 
 // tick counts collectives and injects the requested fault.
@@ -83,6 +108,9 @@ func (k *checker) round(large int) error {
 	for _, count := range []int{0, 1, 7, 4097, large} {
 		// AllReduce (int64 sum: exact), in place and out of place.
 		in, out := make([]int64, count), make([]int64, count)
+		if count == large && k.symIn != nil {
+			in, out = k.symIn, k.symOut
+		}
 		for i := range in {
 			in[i] = val(r, i)
 		}
