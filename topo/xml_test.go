@@ -1,0 +1,186 @@
+package topo
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseXMLErrors(t *testing.T) {
+	cases := map[string]string{
+		"empty":          "",
+		"not xml":        "hello",
+		"wrong root":     `<topology/>`,
+		"two roots":      `<system/><system/>`,
+		"unclosed":       `<system><cpu numaid="0">`,
+		"mismatched":     `<system><cpu></pci></system>`,
+		"duplicate attr": `<system><cpu numaid="0" numaid="1"/></system>`,
+		"text outside":   `<system/>trailing`,
+		"namespace":      `<system xmlns:x="u"><x:cpu/></system>`,
+		"too deep":       "<system>" + strings.Repeat("<pci>", maxDepth+1) + strings.Repeat("</pci>", maxDepth+1) + "</system>",
+	}
+	for name, in := range cases {
+		if _, err := ParseXML(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: no error for %q", name, truncate(in))
+		}
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	cases := map[string]string{
+		"no numaid":    `<system><cpu/></system>`,
+		"bad numaid":   `<system><cpu numaid="x"/></system>`,
+		"two numa 0":   `<system><cpu numaid="0"/><cpu numaid="0"/></system>`,
+		"bad affinity": `<system><cpu numaid="0" affinity="zz"/></system>`,
+		"no busid":     `<system><cpu numaid="0"><pci/></cpu></system>`,
+		"bad busid":    `<system><cpu numaid="0"><pci busid="00:1"/></cpu></system>`,
+		"dup busid":    `<system><cpu numaid="0"><pci busid="0000:01:00.0"/><pci busid="0000:01:00.0"/></cpu></system>`,
+		"bad class":    `<system><cpu numaid="0"><pci busid="0000:01:00.0" class="0xqq"/></cpu></system>`,
+		"bad width":    `<system><cpu numaid="0"><pci busid="0000:01:00.0" link_width="-3"/></cpu></system>`,
+		"bad sm":       `<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu sm="x"/></pci></cpu></system>`,
+		"bad nvlink":   `<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu><nvlink target="zz"/></gpu></pci></cpu></system>`,
+		"bad count":    `<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu><nvlink target="0000:02:00.0" count="-1"/></gpu></pci></cpu></system>`,
+		"net no name":  `<system><cpu numaid="0"><pci busid="0000:01:00.0"><nic><net/></nic></pci></cpu></system>`,
+		"bad speed":    `<system><cpu numaid="0"><pci busid="0000:01:00.0"><nic><net name="a" speed="-5"/></nic></pci></cpu></system>`,
+		"dup net":      `<system><cpu numaid="0"><nic><net name="a"/><net name="a"/></nic></cpu></system>`,
+		"bad c2c":      `<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu><c2c bw="x" count="1"/></gpu></pci></cpu></system>`,
+	}
+	for name, in := range cases {
+		doc, err := ParseXML(strings.NewReader(in))
+		if err != nil {
+			t.Fatalf("%s: parse: %v", name, err)
+		}
+		if _, err := Build(doc); err == nil {
+			t.Errorf("%s: no error", name)
+		} else if !strings.HasPrefix(err.Error(), "topo: ") {
+			t.Errorf("%s: error %q lacks the package prefix", name, err)
+		}
+	}
+}
+
+func TestWriteXMLEscapes(t *testing.T) {
+	doc := &Element{Name: "system"}
+	doc.Add("cpu", Attr{"numaid", "0"}, Attr{"vendor", `a<b>&"c"` + "\n\t"})
+	out := MarshalXML(doc)
+	back, err := ParseXML(bytes.NewReader(out))
+	if err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	if got := back.Children[0].Attr("vendor"); got != `a<b>&"c"`+"\n\t" {
+		t.Errorf("vendor came back as %q", got)
+	}
+}
+
+func TestUnknownNVLinkTargetWarns(t *testing.T) {
+	in := `<system><cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="0000:99:00.0" count="2" tclass="0x020000"/></gpu></pci></cpu></system>`
+	doc, err := ParseXML(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Warnings) != 1 || !strings.Contains(g.Warnings[0], "0000:99:00.0") {
+		t.Errorf("warnings %q, want one naming the target", g.Warnings)
+	}
+}
+
+func TestDirectNVLinkAndNVB(t *testing.T) {
+	// Three GPUs in a line over NVLink (0-1, 1-2), all on one socket: 0->2
+	// goes through GPU 1 (NVB) because its NVLinks beat the host bridge.
+	in := `<system><cpu numaid="0" affinity="0000000f" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">
+  <pci busid="0000:01:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="70"><nvlink target="0000:02:00.0" count="2"/></gpu></pci>
+  <pci busid="0000:02:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"><gpu dev="1" sm="70"><nvlink target="0000:01:00.0" count="2"/><nvlink target="0000:03:00.0" count="2"/></gpu></pci>
+  <pci busid="0000:03:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"><gpu dev="2" sm="70"><nvlink target="0000:02:00.0" count="2"/></gpu></pci>
+</cpu></system>`
+	doc, err := ParseXML(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g0, g1, g2 := g.Find(GPU, "0000:01:00.0"), g.Find(GPU, "0000:02:00.0"), g.Find(GPU, "0000:03:00.0")
+	if p := g.Path(g0, g1); p.Type != PathNVL || !near(p.BW, 2*BWNVLinkSM70) {
+		t.Errorf("0->1: %s %.1f, want NVL %.1f", p.Type, p.BW, 2*BWNVLinkSM70)
+	}
+	if p := g.Path(g0, g2); p.Type != PathNVB || p.Hops() != 2 {
+		t.Errorf("0->2: %s over %d hops, want NVB over 2", p.Type, p.Hops())
+	}
+	if p := g.Path(g0, g.Find(CPU, "numa0")); p.Type != PathPHB || !near(p.BW, BWPCIGen3x16) {
+		t.Errorf("0->CPU: %s %.1f, want PHB %.1f", p.Type, p.BW, BWPCIGen3x16)
+	}
+}
+
+func TestPCISwitchLevels(t *testing.T) {
+	// GPU and NIC under two levels of switch: PXB; under one: PIX.
+	in := `<system><cpu numaid="0">
+  <pci busid="0000:10:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+    <pci busid="0000:11:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:12:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="80"/></pci>
+      <pci busid="0000:13:00.0" class="0x020000" link_speed="16.0 GT/s PCIe" link_width="8"><nic><net name="n0" speed="100000"/></nic></pci>
+    </pci>
+    <pci busid="0000:14:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:15:00.0" class="0x020000" link_speed="16.0 GT/s PCIe" link_width="16"><nic><net name="n1" speed="200000"/></nic></pci>
+    </pci>
+  </pci>
+</cpu></system>`
+	doc, err := ParseXML(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := g.Find(GPU, "0000:12:00.0")
+	if p := g.Path(gpu, g.Find(NIC, "0000:13:00.0")); p.Type != PathPIX || !near(p.BW, 12) {
+		t.Errorf("GPU->n0: %s %.1f, want PIX 12", p.Type, p.BW)
+	}
+	if p := g.Path(gpu, g.Find(NIC, "0000:15:00.0")); p.Type != PathPXB || !near(p.BW, 24) {
+		t.Errorf("GPU->n1: %s %.1f, want PXB 24", p.Type, p.BW)
+	}
+	if p := g.Path(gpu, g.Find(NET, "n0")); p.Type != PathPIX || !near(p.BW, 12) {
+		t.Errorf("GPU->net n0: %s %.1f, want PIX 12", p.Type, p.BW)
+	}
+	if nn := g.NearestNICs(gpu); len(nn) != 1 || nn[0].ID != "0000:13:00.0" {
+		t.Errorf("nearest %v, want the PIX NIC", nn)
+	}
+}
+
+func FuzzParseXML(f *testing.F) {
+	for _, name := range fixtureNames {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu><nvlink target="0000:02:00.0" tclass="0x068000"/></gpu></pci></cpu></system>`))
+	f.Add([]byte(`<system><cpu numaid="0"><nic><net name="a" speed="1"/></nic></cpu></system>`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := ParseXML(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		out := MarshalXML(doc)
+		again, err := ParseXML(bytes.NewReader(out))
+		if err != nil {
+			t.Fatalf("written document does not parse: %v\n%s", err, out)
+		}
+		if !bytes.Equal(MarshalXML(again), out) {
+			t.Fatalf("round trip not stable")
+		}
+		g, err := Build(doc)
+		if err != nil {
+			return
+		}
+		for _, gpu := range g.Nodes[GPU] {
+			g.NearestNICs(gpu)
+		}
+	})
+}
