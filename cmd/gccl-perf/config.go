@@ -91,6 +91,7 @@ type config struct {
 	ops        []redOp    // -o, with "all" expanded; [noOp] for tests without one
 	roots      []int      // -r, with "all" expanded; [-1] for tests without one
 	jsonPath   string     // -J
+	register   bool       // -R 1 or 2: buffers from comm.Comm.Alloc
 	args       []string   // the command line, for the header and the JSON
 	// rankArgs is args without -np: the command line of each rank that
 	// -np launches.
@@ -266,9 +267,7 @@ func (c *config) resolve(raw *rawChoices, jobProcs int) error {
 		// process would need a second level of rank numbering.
 		return usagef("-g %d with %d processes: several in-process ranks per process are not supported yet; use -g 1 with processes or -g N alone", c.ranks, c.procs)
 	}
-	if raw.register > 0 {
-		return usagef("-R %d: registered buffers are not supported yet (comm.Comm has no Alloc to register them with); use -R 0", raw.register)
-	}
+	c.register = raw.register > 0
 	if raw.threads > 1 {
 		return usagef("-t %d: only one thread drives the ranks; use -g N for N in-process ranks", raw.threads)
 	}

@@ -71,8 +71,10 @@ K, M and G suffixes (powers of 1024).
                              or the maximum across ranks (default 1)
   -J, --json <file>          also write the results as JSON (rank 0 writes
                              it, with every rank's transport to each peer)
-  -R, --local_register <n>   registered buffers: only 0 for now; 1 and 2
-                             fail until gccl can allocate registered memory
+  -R, --local_register <n>   1 or 2: buffers from comm.Comm.Alloc (symmetric
+                             memory that peers on the host map, so large
+                             all-reduces read peers' buffers directly);
+                             0: Go heap (default)
   -t, --nthreads <n>         accepted for compatibility; must be 1
   -h, --help                 this text
 

@@ -113,6 +113,31 @@ func TestEveryTestEndToEnd(t *testing.T) {
 	}
 }
 
+// -R: every test on buffers from comm.Alloc, at sizes where all-reduce
+// takes the symmetric-memory path, with every check passing.
+func TestRegisteredBuffers(t *testing.T) {
+	for _, coll := range collectives {
+		args := coll.name + " -g 3 -b 1K -e 1M -f 32 -n 2 -w 1 -R 1"
+		out, errOut, status := runMain(t, testEnvironment(), args)
+		if status != 0 {
+			t.Errorf("%s: exit status %d, stderr %s\n%s", args, status, errOut, out)
+			continue
+		}
+		if !strings.Contains(out, "# Registered buffers: send and receive buffers come from comm.Comm.Alloc") {
+			t.Errorf("%s: the header does not say the buffers are registered:\n%s", args, out)
+		}
+		rows := tableRows(out)
+		if len(rows) != 3 {
+			t.Errorf("%s: %d rows, want 3\n%s", args, len(rows), out)
+		}
+		for _, r := range rows {
+			if r[fieldWrongOut] != "0" || r[fieldWrongIn] != "0" {
+				t.Errorf("%s: row %q: #wrong not 0", args, r)
+			}
+		}
+	}
+}
+
 // Every type, op and root against the real library: the check patterns
 // must hold for all of them.
 func TestEveryTypeOpAndRoot(t *testing.T) {
@@ -239,7 +264,6 @@ func TestCheckDisabledPrintsNA(t *testing.T) {
 func TestCommandLineErrors(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"all_reduce -np 2 -g 2", "-g 2 with 2 processes: several in-process ranks per process are not supported yet"},
-		{"all_reduce -R 1", "-R 1: registered buffers are not supported yet"},
 		{"all_reduce -b 1X", `invalid value "1X" for -b/--minbytes`},
 		{"nonsense", `unknown test "nonsense"`},
 	} {

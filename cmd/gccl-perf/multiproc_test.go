@@ -194,6 +194,16 @@ func TestMultiProcessEveryTest(t *testing.T) {
 	}
 }
 
+// -R across processes: the buffers are shared memory that the peer maps.
+func TestMultiProcessRegistered(t *testing.T) {
+	res := perf(t, nil, "all_reduce -np 2 -b 64K -e 4M -f 8 -n 3 -w 1 -R 1")
+	if res.status != 0 {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", res.status, res.stdout, res.stderr)
+	}
+	checkDevices(t, res.stdout, 2, "SHM")
+	checkOneCleanTable(t, res.stdout, 3)
+}
+
 func TestMultiProcessOverTCP(t *testing.T) {
 	res := perf(t, []string{"GCCL_SHM_DISABLE=1", "GCCL_SOCKET_IFNAME=lo"}, "all_reduce -np 2 -b 8 -e 4K -f 8 -n 5")
 	if res.status != 0 {

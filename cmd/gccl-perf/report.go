@@ -49,6 +49,9 @@ func writeHeader(w io.Writer, h headerInfo) {
 	if c.blocking {
 		fmt.Fprintf(w, "# Blocking Enabled: each rank waits for every collective before issuing the next\n")
 	}
+	if c.register {
+		fmt.Fprintf(w, "# Registered buffers: send and receive buffers come from comm.Comm.Alloc (symmetric memory)\n")
+	}
 	fmt.Fprintf(w, "#\n# Using devices\n")
 	for _, d := range h.devices {
 		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] %s\n",

@@ -40,6 +40,21 @@ type rankState struct {
 	// One send and one receive buffer, maxBytes each (every layout fits:
 	// rounding only shrinks), reused for every size like nccl-tests.
 	send, recv []byte
+	// registered holds send's and recv's allocations under -R.
+	registered []*comm.SymBuffer
+}
+
+// allocRegistered makes send and recv buffers from the rank's Alloc.
+func (rs *rankState) allocRegistered(ctx context.Context, size int64) error {
+	for _, dst := range []*[]byte{&rs.send, &rs.recv} {
+		b, err := rs.comm.Alloc(ctx, comm.Uint8, int(max(size, 1)))
+		if err != nil {
+			return err
+		}
+		rs.registered = append(rs.registered, b)
+		*dst = b.HostBytes()[:size]
+	}
+	return nil
 }
 
 // runner drives this process's ranks through a benchmark. Each phase
@@ -89,9 +104,23 @@ func (rn *runner) newPoint(dt dataType, op redOp, root int, size int64) *point {
 // benchmark runs every type, op and root the flags ask for, over every size,
 // and hands each finished row to emit.
 func (rn *runner) benchmark(emit func(*row)) error {
-	for _, rs := range rn.ranks {
-		rs.send = make([]byte, rn.cfg.maxBytes)
-		rs.recv = make([]byte, rn.cfg.maxBytes)
+	if rn.cfg.register {
+		// Alloc is collective: every local rank allocates at once.
+		if err := rn.parallel(func(rs *rankState) error { return rs.allocRegistered(rn.ctx, rn.cfg.maxBytes) }); err != nil {
+			return fmt.Errorf("-R: %w", err)
+		}
+		defer func() {
+			for _, rs := range rn.ranks {
+				for _, b := range rs.registered {
+					b.Free()
+				}
+			}
+		}()
+	} else {
+		for _, rs := range rn.ranks {
+			rs.send = make([]byte, rn.cfg.maxBytes)
+			rs.recv = make([]byte, rn.cfg.maxBytes)
+		}
 	}
 	c := rn.cfg
 	for _, dt := range c.dataTypes {
