@@ -1,0 +1,334 @@
+package p2p
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"unsafe"
+)
+
+// directAlign is the alignment O_DIRECT needs of offsets, lengths and
+// memory on the file systems gccl meets (4 KiB logical blocks cover 512).
+const directAlign = 4096
+
+// FileOptions describe a FILE registration.
+type FileOptions struct {
+	// Offset and Length are the file's bytes the region covers; Length 0
+	// means up to the file's current end.
+	Offset, Length int64
+	// Direct opens the file (also) with O_DIRECT: aligned blocks bypass the
+	// page cache, unaligned ones go through it.
+	Direct bool
+	// Create creates the file if missing and makes it at least
+	// Offset+Length bytes long.
+	Create bool
+}
+
+// fileHandle is a registered file: a buffered descriptor, and an O_DIRECT
+// one when asked for.
+type fileHandle struct {
+	path   string
+	f      *os.File
+	direct *os.File
+	owns   bool
+}
+
+func (h *fileHandle) close() error {
+	var err error
+	if h.direct != nil {
+		err = h.direct.Close()
+	}
+	if h.owns {
+		err = errors.Join(err, h.f.Close())
+	}
+	return err
+}
+
+// RegisterFile registers a range of the file at path.
+func (a *Agent) RegisterFile(path string, opts FileOptions) (*Region, error) {
+	flag := os.O_RDWR
+	if opts.Create {
+		flag |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: RegisterFile: %w", err)
+	}
+	r, err := a.registerFile(f, true, opts)
+	if err != nil {
+		f.Close()
+	}
+	return r, err
+}
+
+// RegisterFileFD registers a range of an open file; f stays the caller's
+// (DeregisterMem does not close it) and must stay open while registered.
+func (a *Agent) RegisterFileFD(f *os.File, opts FileOptions) (*Region, error) {
+	return a.registerFile(f, false, opts)
+}
+
+func (a *Agent) registerFile(f *os.File, owns bool, opts FileOptions) (*Region, error) {
+	if opts.Offset < 0 || opts.Length < 0 || opts.Offset+opts.Length < opts.Offset {
+		return nil, fmt.Errorf("p2p: file range [%d, +%d)", opts.Offset, opts.Length)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("p2p: RegisterFile: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("p2p: RegisterFile: %s is not a regular file", f.Name())
+	}
+	if opts.Length == 0 {
+		opts.Length = st.Size() - opts.Offset
+		if opts.Length <= 0 {
+			return nil, fmt.Errorf("p2p: RegisterFile: %s has no bytes after offset %d (give a Length)", f.Name(), opts.Offset)
+		}
+	}
+	if opts.Create && st.Size() < opts.Offset+opts.Length {
+		if err := f.Truncate(opts.Offset + opts.Length); err != nil {
+			return nil, fmt.Errorf("p2p: RegisterFile: sizing %s: %w", f.Name(), err)
+		}
+	}
+	key := regionKey{typ: FILE, base: uint64(opts.Offset), len: uint64(opts.Length), file: fileIdentity(f, st)}
+	a.mu.Lock()
+	if r, ok := a.cache[key]; ok && r.file.direct != nil == opts.Direct {
+		r.refs++
+		a.mu.Unlock()
+		return r, nil
+	}
+	a.mu.Unlock()
+	h := &fileHandle{path: key.file, f: f, owns: owns}
+	if opts.Direct {
+		if h.direct, err = openDirect(f); err != nil {
+			return nil, fmt.Errorf("p2p: RegisterFile: O_DIRECT on %s: %w", f.Name(), err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		h.close()
+		return nil, ErrClosed
+	}
+	info := regionInfo{Type: FILE, Base: uint64(opts.Offset), Len: uint64(opts.Length)}
+	if opts.Direct {
+		info.Flags = regionDirect
+	}
+	info.ID = a.nextRegion
+	a.nextRegion++
+	r := &Region{a: a, info: info, refs: 1, file: h}
+	a.regions[info.ID] = r
+	a.local.add(info)
+	a.cache[key] = r
+	a.gen++
+	return r, nil
+}
+
+// filePool runs file blocks on queue-depth goroutines, each with its own
+// aligned bounce buffer for O_DIRECT blocks whose memory is not aligned.
+type filePool struct {
+	depth, block int
+	once         sync.Once
+	tasks        chan fileTask
+	wg           sync.WaitGroup
+	bufs         sync.Pool // block-sized buffers for data that arrives over tcp
+}
+
+type fileTask struct {
+	h     *fileHandle
+	write bool
+	mem   []byte
+	off   int64
+	done  *sync.WaitGroup
+	err   *firstError
+}
+
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *firstError) set(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
+}
+
+func newFilePool(depth, block int) *filePool {
+	p := &filePool{depth: depth, block: block}
+	p.bufs.New = func() any { b := make([]byte, block); return &b }
+	return p
+}
+
+func (p *filePool) start() {
+	p.tasks = make(chan fileTask, p.depth)
+	for i := 0; i < p.depth; i++ {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			bounce := alignedBuffer(p.block)
+			for t := range p.tasks {
+				if err := t.h.blockIO(t.write, t.mem, t.off, bounce); err != nil {
+					t.err.set(err)
+				}
+				t.done.Done()
+			}
+		}()
+	}
+}
+
+func (p *filePool) close() {
+	p.once.Do(func() {}) // no start after close
+	if p.tasks != nil {
+		close(p.tasks)
+		p.wg.Wait()
+	}
+}
+
+// run does the blocks of mem <-> file [off, off+len(mem)), depth at a time.
+func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64) error {
+	p.once.Do(p.start)
+	var wg sync.WaitGroup
+	var fe firstError
+	for i, mem := range mems {
+		off := offs[i]
+		for len(mem) > 0 {
+			k := min(len(mem), p.block)
+			wg.Add(1)
+			p.tasks <- fileTask{h: h, write: write, mem: mem[:k], off: off, done: &wg, err: &fe}
+			mem, off = mem[k:], off+int64(k)
+		}
+	}
+	wg.Wait()
+	return fe.err
+}
+
+// blockIO reads or writes one block: through the O_DIRECT descriptor when
+// the file range is aligned (with the bounce buffer if the memory is not),
+// through the page cache otherwise.
+func (h *fileHandle) blockIO(write bool, mem []byte, off int64, bounce []byte) error {
+	if h.direct != nil && off%directAlign == 0 && len(mem)%directAlign == 0 {
+		buf := mem
+		if !aligned(mem) {
+			buf = bounce[:len(mem)]
+			if write {
+				copy(buf, mem)
+			}
+		}
+		if err := fullIO(h.direct, write, buf, off); err != nil {
+			return err
+		}
+		if !write && !aligned(mem) {
+			copy(mem, buf)
+		}
+		return nil
+	}
+	return fullIO(h.f, write, mem, off)
+}
+
+func fullIO(f *os.File, write bool, b []byte, off int64) error {
+	var err error
+	if write {
+		_, err = f.WriteAt(b, off)
+	} else {
+		var n int
+		n, err = f.ReadAt(b, off)
+		if err == io.EOF && n < len(b) {
+			err = fmt.Errorf("p2p: reading %s at %d: %d of %d bytes before the end of the file: %w", f.Name(), off, n, len(b), io.ErrUnexpectedEOF)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("p2p: file I/O: %w", err)
+	}
+	return nil
+}
+
+func aligned(b []byte) bool {
+	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%directAlign == 0
+}
+
+// alignedBuffer returns n bytes aligned for O_DIRECT (Go's heap does not
+// move objects, so the alignment lasts).
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+directAlign)
+	skip := (directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)) % directAlign
+	return b[skip : skip+n : skip+n]
+}
+
+// writeFrom lands n bytes that arrive over a connection in the file at off
+// (a peer's WRITE to this agent's file).
+func (h *fileHandle) writeFrom(r io.Reader, off, n int64, p *filePool) error {
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	buf := *bp
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := io.ReadFull(r, buf[:k]); err != nil {
+			return err
+		}
+		if err := fullIO(h.f, true, buf[:k], off); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
+}
+
+// readTo sends n bytes of the file from off to w (a peer's READ).
+func (h *fileHandle) readTo(w io.Writer, off, n int64, p *filePool) error {
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	buf := *bp
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if err := fullIO(h.f, false, buf[:k], off); err != nil {
+			// The header is sent: keep the stream in sync with zeros; the
+			// data is wrong, so the connection goes.
+			return err
+		}
+		if _, err := w.Write(buf[:k]); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
+}
+
+// runFile is the file backend: this agent's memory to or from its file.
+func (r *Request) runFile() error {
+	start := 0
+	for i := range r.parts {
+		ps := &r.parts[i]
+		segs := r.segs[start:ps.end]
+		// Pieces go to the pool by file handle; a request may span files.
+		byFile := map[*fileHandle]int{}
+		var mems [][][]byte
+		var offs [][]int64
+		var hs []*fileHandle
+		for k := range segs {
+			s := &segs[k]
+			j, ok := byFile[s.rreg.file]
+			if !ok {
+				j = len(hs)
+				byFile[s.rreg.file] = j
+				hs = append(hs, s.rreg.file)
+				mems, offs = append(mems, nil), append(offs, nil)
+			}
+			mems[j] = append(mems[j], s.local.mem[s.loff:s.loff+s.n])
+			offs[j] = append(offs[j], int64(s.raddr))
+		}
+		for j, h := range hs {
+			if err := r.a.files.run(h, r.op == Write, mems[j], offs[j]); err != nil {
+				return err
+			}
+		}
+		if err := r.notifyPart(i); err != nil {
+			return err
+		}
+		start = ps.end
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package p2p
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// Metadata blob, version 1. Integers are little endian; strings are a u16
+// length and bytes. A CRC-32C of everything before it ends the blob, so a
+// truncated or damaged blob is refused before any field is trusted.
+//
+//	magic    8   "GCCLP2P\x00"
+//	version  2   metadataVersion
+//	reserved 2   zero
+//	gen      8   bumped by every (de)registration; a newer blob replaces an older
+//	name     str agent name
+//	host     str host identity (hostname and boot id): same value, same host
+//	addr     str host:port of the agent's listener, "" when it has none
+//	pid      4
+//	token    16  random; a connecting peer must present it (proof it loaded the blob)
+//	probe    8   address of the token in the agent's memory (pvm probe)
+//	count    4   regions, then per region:
+//	  id 4, type 1, flags 1, base 8, len 8, shm str
+//	crc      4
+const (
+	metadataMagic   = "GCCLP2P\x00"
+	metadataVersion = 1
+	maxNameLen      = 256
+	maxStringLen    = 1024
+	maxRegions      = 1 << 20
+	tokenLen        = 16
+	regionRecordMin = 4 + 1 + 1 + 8 + 8 + 2
+)
+
+// agentInfo is a decoded metadata blob.
+type agentInfo struct {
+	Gen     uint64
+	Name    string
+	Host    string
+	Addr    string
+	Pid     uint32
+	Token   [tokenLen]byte
+	Probe   uint64
+	Regions []regionInfo
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func encodeMetadata(m *agentInfo) []byte {
+	b := make([]byte, 0, 128+len(m.Regions)*48)
+	b = append(b, metadataMagic...)
+	b = binary.LittleEndian.AppendUint16(b, metadataVersion)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, m.Gen)
+	b = appendString(b, m.Name)
+	b = appendString(b, m.Host)
+	b = appendString(b, m.Addr)
+	b = binary.LittleEndian.AppendUint32(b, m.Pid)
+	b = append(b, m.Token[:]...)
+	b = binary.LittleEndian.AppendUint64(b, m.Probe)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Regions)))
+	for _, r := range m.Regions {
+		b = binary.LittleEndian.AppendUint32(b, r.ID)
+		b = append(b, byte(r.Type), r.Flags)
+		b = binary.LittleEndian.AppendUint64(b, r.Base)
+		b = binary.LittleEndian.AppendUint64(b, r.Len)
+		b = appendString(b, r.SHM)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// decoder reads fields and remembers the first error; reads after an error
+// return zero values, so parsing code stays linear.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadMetadata}, args...)...)
+	}
+}
+
+func (d *decoder) take(n int, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.fail("%s: need %d bytes, %d left", what, n, len(d.b))
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u8(what string) uint8 {
+	if v := d.take(1, what); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16(what string) uint16 {
+	if v := d.take(2, what); v != nil {
+		return binary.LittleEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (d *decoder) u32(what string) uint32 {
+	if v := d.take(4, what); v != nil {
+		return binary.LittleEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64(what string) uint64 {
+	if v := d.take(8, what); v != nil {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *decoder) str(what string, limit int) string {
+	n := int(d.u16(what))
+	if n > limit {
+		d.fail("%s of %d bytes (at most %d)", what, n, limit)
+		return ""
+	}
+	return string(d.take(n, what))
+}
+
+// decodeMetadata parses a blob from a peer, checking every field it will
+// later rely on.
+func decodeMetadata(blob []byte) (*agentInfo, error) {
+	if len(blob) < len(metadataMagic)+4+4 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrBadMetadata, len(blob))
+	}
+	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
+	if string(body[:len(metadataMagic)]) != metadataMagic {
+		return nil, fmt.Errorf("%w: not a gccl p2p metadata blob", ErrBadMetadata)
+	}
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, fmt.Errorf("%w: checksum %#08x, blob says %#08x (truncated or damaged)", ErrBadMetadata, got, sum)
+	}
+	d := &decoder{b: body[len(metadataMagic):]}
+	if v := d.u16("version"); v != metadataVersion {
+		return nil, fmt.Errorf("%w: version %d (this agent reads version %d)", ErrBadMetadata, v, metadataVersion)
+	}
+	if d.u16("reserved") != 0 {
+		d.fail("reserved field set")
+	}
+	m := &agentInfo{}
+	m.Gen = d.u64("generation")
+	m.Name = d.str("name", maxNameLen)
+	m.Host = d.str("host", maxStringLen)
+	m.Addr = d.str("address", maxStringLen)
+	m.Pid = d.u32("pid")
+	copy(m.Token[:], d.take(tokenLen, "token"))
+	m.Probe = d.u64("probe address")
+	n := d.u32("region count")
+	if d.err == nil && (n > maxRegions || int(n) > len(d.b)/regionRecordMin) {
+		d.fail("%d regions in %d bytes", n, len(d.b))
+	}
+	if d.err == nil {
+		m.Regions = make([]regionInfo, 0, n)
+	}
+	seen := map[uint32]bool{}
+	for i := 0; i < int(n) && d.err == nil; i++ {
+		r := regionInfo{ID: d.u32("region id"), Type: MemType(d.u8("region type")), Flags: d.u8("region flags")}
+		r.Base, r.Len = d.u64("region base"), d.u64("region length")
+		r.SHM = d.str("region segment", maxStringLen)
+		switch {
+		case d.err != nil:
+		case r.Type != DRAM && r.Type != FILE && r.Type != VRAM:
+			d.fail("region %d has memory type %d", r.ID, r.Type)
+		case r.Len == 0 || r.Base+r.Len < r.Base:
+			d.fail("region %d: [%#x, +%d) is empty or wraps", r.ID, r.Base, r.Len)
+		case r.Flags&^(regionSHM|regionDirect) != 0:
+			d.fail("region %d: unknown flags %#x", r.ID, r.Flags)
+		case (r.Flags&regionSHM != 0) != (r.SHM != ""):
+			d.fail("region %d: shared flag and segment name %q disagree", r.ID, r.SHM)
+		case seen[r.ID]:
+			d.fail("region id %d appears twice", r.ID)
+		}
+		seen[r.ID] = true
+		m.Regions = append(m.Regions, r)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err == nil && m.Name == "" {
+		d.fail("empty agent name")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return m, nil
+}

@@ -1,0 +1,596 @@
+package p2p
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const connBufSize = 256 << 10
+
+// errBye is how a peer that closed its agent ends its connections.
+var errBye = fmt.Errorf("%w (orderly close)", ErrRemoteDisconnect)
+
+// peer is one connection to another agent. Either side posts requests on
+// it; each side's reader goroutine serves the other's requests (the
+// target's progress engine) and completes its own. The reader never writes:
+// replies go through the responder goroutine, so two agents reading from
+// each other cannot block each other's readers.
+type peer struct {
+	a    *Agent
+	name string
+	pid  int
+	segs []string // the peer's shared segments, removed if it dies
+
+	conn net.Conn
+	br   *bufio.Reader
+
+	wmu  sync.Mutex // one writer at a time on bw
+	bw   *bufio.Writer
+	hdr  [wireHeaderLen]byte
+	werr error
+
+	mu       sync.Mutex
+	inflight map[uint64]*Request // this side's requests awaiting acks or data
+	refused  map[uint64]string   // the peer's requests with a refused write (target side)
+	failed   error
+
+	respMu   sync.Mutex
+	respCond *sync.Cond
+	resp     []reply
+	respDone bool
+
+	lastRecv atomic.Int64
+	lastSend atomic.Int64
+	closed   chan struct{}
+}
+
+// reply is work for the responder: an ack, a pong or a READ to serve.
+type reply struct {
+	op      op
+	req     uint64
+	aux     uint64
+	region  *Region // readResp: pinned until served
+	offset  uint64
+	length  uint64
+	err     string
+	payload []byte // notif
+}
+
+func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
+	p := &peer{
+		a: a, name: info.Name, pid: int(info.Pid), conn: conn, br: br,
+		bw: bufio.NewWriterSize(conn, connBufSize), inflight: map[uint64]*Request{},
+		refused: map[uint64]string{}, closed: make(chan struct{}),
+	}
+	if info.Host == a.host {
+		for _, r := range info.Regions {
+			if r.SHM != "" {
+				p.segs = append(p.segs, r.SHM)
+			}
+		}
+	}
+	p.respCond = sync.NewCond(&p.respMu)
+	now := time.Now().UnixNano()
+	p.lastRecv.Store(now)
+	p.lastSend.Store(now)
+	return p
+}
+
+// connectPeer returns the connection to info's agent, dialling it if there
+// is none.
+func (a *Agent) connectPeer(ctx context.Context, info *agentInfo) (*peer, error) {
+	a.mu.RLock()
+	p := a.peers[info.Name]
+	a.mu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
+	if info.Addr == "" {
+		return nil, fmt.Errorf("p2p: agent %q has no listener and is not connected", info.Name)
+	}
+	return a.dial(ctx, info.Addr, info.Token)
+}
+
+// Connect exchanges metadata with the agent listening at addr, directly over
+// a socket (no store needed), and returns its name. Both agents then know
+// each other. The peer must not have RequireToken set.
+func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
+	p, err := a.dial(ctx, addr, [tokenLen]byte{})
+	if err != nil {
+		return "", err
+	}
+	return p.name, nil
+}
+
+// dial connects, sends hello (the peer's token and this agent's metadata),
+// and reads the peer's hello.
+func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*peer, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultDialTimeout)
+		defer cancel()
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: connecting to %s: %w", addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	br := bufio.NewReaderSize(conn, connBufSize)
+	if err := writeHello(conn, token, a.LocalMetadata()); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("p2p: hello to %s: %w", addr, err)
+	}
+	info, err := readHello(br, nil)
+	if err == nil && info.Name == a.name {
+		err = errors.New("p2p: connected to itself")
+	}
+	if err == nil && info.Token != token && token != ([tokenLen]byte{}) {
+		err = errors.New("p2p: the agent at that address is not the one whose metadata was loaded")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("p2p: handshake with %s: %w", addr, err)
+	}
+	conn.SetDeadline(time.Time{})
+	return a.startPeer(conn, br, info)
+}
+
+func (a *Agent) acceptLoop() {
+	defer a.wg.Done()
+	for {
+		conn, err := a.ln.Accept()
+		if err != nil {
+			select {
+			case <-a.done:
+			default:
+				a.log.Warn("p2p listener stopped", "err", err)
+			}
+			return
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.accept(conn); err != nil {
+				a.log.Warn("p2p refused a connection", "remote", conn.RemoteAddr().String(), "err", err)
+				conn.Close()
+			}
+		}()
+	}
+}
+
+func (a *Agent) accept(conn net.Conn) error {
+	conn.SetDeadline(time.Now().Add(DefaultDialTimeout))
+	br := bufio.NewReaderSize(conn, connBufSize)
+	var token [tokenLen]byte
+	info, err := readHello(br, &token)
+	if err != nil {
+		return err
+	}
+	if token != a.token && (a.cfg.RequireToken || token != [tokenLen]byte{}) {
+		return errors.New("the peer presented a wrong token (it did not load this agent's metadata)")
+	}
+	if info.Name == a.name {
+		return errors.New("a peer with this agent's own name")
+	}
+	if err := writeHello(conn, info.Token, a.LocalMetadata()); err != nil {
+		return err
+	}
+	conn.SetDeadline(time.Time{})
+	_, err = a.startPeer(conn, br, info)
+	return err
+}
+
+func writeHello(w io.Writer, token [tokenLen]byte, md []byte) error {
+	var h [wireHeaderLen]byte
+	putHeader(h[:], header{op: opHello, length: uint64(tokenLen + len(md))})
+	b := append(append(h[:], token[:]...), md...)
+	_, err := w.Write(b)
+	return err
+}
+
+func readHello(br *bufio.Reader, token *[tokenLen]byte) (*agentInfo, error) {
+	var hb [wireHeaderLen]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return nil, err
+	}
+	h, err := parseHeader(hb[:])
+	if err != nil {
+		return nil, err
+	}
+	if h.op != opHello || h.length < tokenLen {
+		return nil, fmt.Errorf("p2p: expected hello, got %v", h.op)
+	}
+	body := make([]byte, h.length)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	if token != nil {
+		copy(token[:], body[:tokenLen])
+	}
+	return decodeMetadata(body[tokenLen:])
+}
+
+// startPeer loads the peer's metadata (so that both sides know each other
+// after one handshake) and starts the connection's goroutines.
+func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo) (*peer, error) {
+	if _, err := a.loadInfo(info); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	p := newPeer(a, conn, br, info)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		conn.Close()
+		return nil, ErrClosed
+	}
+	a.conns[p] = true
+	sender := a.peers[info.Name]
+	if sender == nil {
+		sender = p
+		a.peers[info.Name] = p
+	} // else both dialled at once: send on the first; this one is served all the same
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+	a.log.Info("p2p connected", "peer", info.Name, "local", conn.LocalAddr().String(), "remote", conn.RemoteAddr().String())
+	return sender, nil
+}
+
+// fail ends the connection once: its requests in flight fail with err, the
+// peer's metadata is dropped (unless the agent is closing), and the shared
+// segments of a peer that died are removed.
+func (p *peer) fail(err error, forget bool) {
+	p.mu.Lock()
+	if p.failed != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.failed = err
+	reqs := p.inflight
+	p.inflight = map[uint64]*Request{}
+	p.mu.Unlock()
+	close(p.closed)
+	p.conn.Close()
+	p.respMu.Lock()
+	p.respDone = true
+	p.respCond.Broadcast()
+	p.respMu.Unlock()
+	for _, r := range reqs {
+		r.finish(err)
+	}
+	a := p.a
+	a.mu.Lock()
+	delete(a.conns, p)
+	if a.peers[p.name] == p {
+		delete(a.peers, p.name)
+		for q := range a.conns { // another connection to the same agent takes over
+			if q.name == p.name {
+				a.peers[p.name] = q
+				break
+			}
+		}
+	}
+	_, stillConnected := a.peers[p.name]
+	a.mu.Unlock()
+	if !forget || stillConnected {
+		return
+	}
+	if errors.Is(err, errBye) {
+		a.log.Info("p2p peer left", "peer", p.name, "failed_requests", len(reqs))
+	} else {
+		a.log.Warn("p2p peer lost", "peer", p.name, "err", err, "failed_requests", len(reqs))
+	}
+	a.Invalidate(p.name)
+	if processGone(p.pid) {
+		for _, s := range p.segs {
+			removeSegment(s)
+		}
+	}
+}
+
+func (p *peer) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
+}
+
+// readLoop is the connection's progress engine.
+func (p *peer) readLoop() {
+	defer p.a.wg.Done()
+	var hb [wireHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(p.br, hb[:]); err != nil {
+			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
+			return
+		}
+		p.lastRecv.Store(time.Now().UnixNano())
+		h, err := parseHeader(hb[:])
+		if err == nil {
+			err = p.handle(h)
+		}
+		if err != nil {
+			if errors.Is(err, errBye) {
+				p.fail(fmt.Errorf("%w: %s closed its agent", errBye, p.name), true)
+				return
+			}
+			if !errors.Is(err, ErrRemoteDisconnect) {
+				p.a.log.Warn("p2p protocol error; dropping the connection", "peer", p.name, "err", err)
+			}
+			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
+			return
+		}
+	}
+}
+
+func (p *peer) handle(h header) error {
+	switch h.op {
+	case opWrite:
+		return p.serveWrite(h)
+	case opReadReq:
+		r, err := p.a.pinRegion(h.region, h.offset, h.length)
+		if err != nil {
+			p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})
+			return nil
+		}
+		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length})
+	case opReadResp:
+		return p.readResp(h)
+	case opCommit:
+		var msg []byte
+		if h.length > 0 {
+			msg = make([]byte, h.length)
+			if _, err := io.ReadFull(p.br, msg); err != nil {
+				return err
+			}
+		}
+		p.mu.Lock()
+		why, bad := p.refused[h.req]
+		if bad && h.flags&flagAck != 0 {
+			delete(p.refused, h.req)
+		}
+		p.mu.Unlock()
+		if h.flags&flagNotify != 0 && !bad {
+			p.a.deliverNotif(p.name, msg)
+		}
+		if h.flags&flagAck != 0 {
+			p.queue(reply{op: opAck, req: h.req, aux: h.aux, err: why})
+		}
+	case opAck:
+		var why string
+		if h.flags&flagError != 0 {
+			b := make([]byte, h.length)
+			if _, err := io.ReadFull(p.br, b); err != nil {
+				return err
+			}
+			why = string(b)
+		}
+		p.mu.Lock()
+		r := p.inflight[h.req]
+		p.mu.Unlock()
+		if r != nil {
+			r.acked(p, h.aux, why)
+		}
+	case opNotif:
+		msg := make([]byte, h.length)
+		if _, err := io.ReadFull(p.br, msg); err != nil {
+			return err
+		}
+		p.a.deliverNotif(p.name, msg)
+	case opPing:
+		p.queue(reply{op: opPong})
+	case opPong:
+	case opInvalidate:
+		if ra, err := p.a.remote(p.name); err == nil {
+			ra.dropRegion(h.region)
+		}
+	case opBye:
+		return errBye
+	case opHello:
+		return errors.New("a second hello")
+	}
+	return nil
+}
+
+// serveWrite lands a WRITE's data in the target region, or drains it if the
+// region does not hold it (the commit then gets a refusal).
+func (p *peer) serveWrite(h header) error {
+	r, err := p.a.pinRegion(h.region, h.offset, h.length)
+	if err != nil {
+		p.mu.Lock()
+		if _, dup := p.refused[h.req]; !dup && len(p.refused) < 1<<16 {
+			p.refused[h.req] = err.Error()
+		}
+		p.mu.Unlock()
+		_, err := io.CopyN(io.Discard, p.br, int64(h.length))
+		return err
+	}
+	defer r.busy.Add(-1)
+	if r.info.Type == FILE {
+		return r.file.writeFrom(p.br, int64(h.offset), int64(h.length), p.a.files)
+	}
+	off := h.offset - r.info.Base
+	_, err = io.ReadFull(p.br, r.mem[off:off+h.length])
+	return err
+}
+
+// readResp lands READ data in the request's local memory.
+func (p *peer) readResp(h header) error {
+	p.mu.Lock()
+	r := p.inflight[h.req]
+	p.mu.Unlock()
+	if h.flags&flagError != 0 {
+		b := make([]byte, h.length)
+		if _, err := io.ReadFull(p.br, b); err != nil {
+			return err
+		}
+		if r != nil {
+			r.finishFrom(p, fmt.Errorf("p2p: %s refused a read: %s", p.name, b))
+		}
+		return nil
+	}
+	var dst []byte
+	if r != nil && h.aux < uint64(len(r.segs)) && r.segs[h.aux].n == h.length {
+		s := &r.segs[h.aux]
+		dst = s.local.mem[s.loff : s.loff+s.n]
+	}
+	if dst == nil {
+		_, err := io.CopyN(io.Discard, p.br, int64(h.length)) // timed out meanwhile, or nonsense
+		return err
+	}
+	if _, err := io.ReadFull(p.br, dst); err != nil {
+		return err
+	}
+	r.segDone(p, int(h.aux))
+	return nil
+}
+
+func (p *peer) queue(r reply) {
+	p.respMu.Lock()
+	if p.respDone {
+		p.respMu.Unlock()
+		if r.region != nil {
+			r.region.busy.Add(-1)
+		}
+		return
+	}
+	p.resp = append(p.resp, r)
+	p.respCond.Signal()
+	p.respMu.Unlock()
+}
+
+// respond writes the replies the reader queued.
+func (p *peer) respond() {
+	defer p.a.wg.Done()
+	var batch []reply
+	for {
+		p.respMu.Lock()
+		for len(p.resp) == 0 && !p.respDone {
+			p.respCond.Wait()
+		}
+		if p.respDone {
+			left := p.resp
+			p.resp = nil
+			p.respMu.Unlock()
+			for _, r := range left {
+				if r.region != nil {
+					r.region.busy.Add(-1)
+				}
+			}
+			return
+		}
+		batch, p.resp = p.resp, batch[:0]
+		p.respMu.Unlock()
+		p.wmu.Lock()
+		var err error
+		for i, r := range batch {
+			if err == nil {
+				err = p.writeReplyLocked(r)
+			}
+			if r.region != nil {
+				r.region.busy.Add(-1)
+			}
+			batch[i] = reply{}
+		}
+		if err == nil {
+			err = p.flushLocked()
+		}
+		p.wmu.Unlock()
+		if err != nil {
+			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
+		}
+	}
+}
+
+func (p *peer) writeReplyLocked(r reply) error {
+	h := header{op: r.op, req: r.req, aux: r.aux}
+	if r.err != "" {
+		h.flags = flagError
+		h.length = uint64(len(r.err))
+		if err := p.frameLocked(h, nil); err != nil {
+			return err
+		}
+		_, err := p.bw.WriteString(r.err)
+		return err
+	}
+	if r.op == opNotif {
+		return p.frameLocked(h, r.payload)
+	}
+	if r.op != opReadResp {
+		return p.frameLocked(h, nil)
+	}
+	h.length = r.length
+	if r.region.info.Type == FILE {
+		if err := p.frameLocked(h, nil); err != nil {
+			return err
+		}
+		return r.region.file.readTo(p.bw, int64(r.offset), int64(r.length), p.a.files)
+	}
+	off := r.offset - r.region.info.Base
+	return p.frameLocked(h, r.region.mem[off:off+r.length])
+}
+
+// frameLocked writes a header and its payload (large payloads go to the
+// socket without a copy). The caller holds wmu.
+func (p *peer) frameLocked(h header, payload []byte) error {
+	if p.werr != nil {
+		return p.werr
+	}
+	if payload != nil {
+		h.length = uint64(len(payload))
+	}
+	putHeader(p.hdr[:], h)
+	if _, err := p.bw.Write(p.hdr[:]); err != nil {
+		p.werr = err
+		return err
+	}
+	if len(payload) > 0 {
+		if _, err := p.bw.Write(payload); err != nil {
+			p.werr = err
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *peer) flushLocked() error {
+	if p.werr != nil {
+		return p.werr
+	}
+	p.conn.SetWriteDeadline(time.Now().Add(p.a.cfg.RequestTimeout))
+	if err := p.bw.Flush(); err != nil {
+		p.werr = err
+		return err
+	}
+	p.lastSend.Store(time.Now().UnixNano())
+	return nil
+}
+
+// control sends a frame with no data between requests.
+func (p *peer) control(h header, payload []byte) error {
+	p.wmu.Lock()
+	err := p.frameLocked(h, payload)
+	if err == nil {
+		err = p.flushLocked()
+	}
+	p.wmu.Unlock()
+	return err
+}
+
+func (p *peer) sendInvalidate(id uint32) { p.control(header{op: opInvalidate, region: id}, nil) }
+
+func (p *peer) sendBye() {
+	p.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	p.control(header{op: opBye}, nil)
+}

@@ -1,0 +1,173 @@
+package p2p
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/gccl/gccl/transport/shm"
+)
+
+// remoteAgent is a loaded peer: its metadata, and on this host the mappings
+// of its shared regions and whether process_vm_readv reaches it.
+type remoteAgent struct {
+	a        *Agent
+	info     *agentInfo
+	table    regionTable
+	sameHost bool
+	pvm      bool
+
+	mu      sync.Mutex
+	maps    map[uint32]*shm.Region // shared regions mapped here, by region ID
+	users   int                    // transfers running on the mappings
+	invalid bool
+}
+
+// newRemoteAgent maps the peer's shared regions (taking over old's mappings
+// of the same segments) and probes process_vm_readv.
+func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
+	ra := &remoteAgent{a: a, info: info, maps: map[uint32]*shm.Region{}}
+	for _, r := range info.Regions {
+		ra.table.add(r)
+	}
+	ra.sameHost = info.Host == a.host
+	if !ra.sameHost {
+		return ra
+	}
+	reuse := map[string]*shm.Region{}
+	if old != nil {
+		old.mu.Lock()
+		for id, m := range old.maps {
+			if r, ok := old.table.byID(id); ok && old.users == 0 {
+				reuse[r.SHM] = m
+				delete(old.maps, id)
+			}
+		}
+		old.mu.Unlock()
+	}
+	if !a.cfg.DisableSHM {
+		for _, r := range info.Regions {
+			if r.Flags&regionSHM == 0 {
+				continue
+			}
+			if !validSegment(r.SHM) {
+				a.log.Warn("p2p ignores a shared region with a segment name Alloc does not make", "peer", info.Name, "segment", r.SHM)
+				continue
+			}
+			if m := reuse[r.SHM]; m != nil && uint64(m.Len()) == r.Len {
+				ra.maps[r.ID] = m
+				delete(reuse, r.SHM)
+				continue
+			}
+			m, err := shm.MapRegion(r.SHM, int(r.Len))
+			if err != nil {
+				a.log.Warn("p2p cannot map a peer's shared region; its transfers fall back to another backend",
+					"peer", info.Name, "region", r.ID, "segment", r.SHM, "err", err)
+				continue
+			}
+			ra.maps[r.ID] = m
+		}
+	}
+	for _, m := range reuse {
+		m.Close()
+	}
+	if !a.cfg.DisablePVM {
+		err := probePVM(int(info.Pid), info.Probe, info.Token[:])
+		ra.pvm = err == nil
+		if err != nil {
+			a.log.Info("p2p process_vm_readv unusable with this peer; its heap regions go over tcp", "peer", info.Name, "err", err)
+		}
+	}
+	return ra
+}
+
+// acquire keeps the mappings until release; it fails once invalidated.
+func (ra *remoteAgent) acquire() bool {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if ra.invalid {
+		return false
+	}
+	ra.users++
+	return true
+}
+
+func (ra *remoteAgent) release() {
+	ra.mu.Lock()
+	ra.users--
+	unmap := ra.invalid && ra.users == 0
+	ra.mu.Unlock()
+	if unmap {
+		ra.unmap()
+	}
+}
+
+// invalidate makes the peer unusable and unmaps its regions once the last
+// transfer using them ends.
+func (ra *remoteAgent) invalidate() {
+	ra.mu.Lock()
+	ra.invalid = true
+	unmap := ra.users == 0
+	ra.mu.Unlock()
+	if unmap {
+		ra.unmap()
+	}
+}
+
+func (ra *remoteAgent) unmap() {
+	ra.mu.Lock()
+	maps := ra.maps
+	ra.maps = map[uint32]*shm.Region{}
+	ra.mu.Unlock()
+	for _, m := range maps {
+		m.Close()
+	}
+}
+
+// dropRegion forgets a region the peer deregistered.
+func (ra *remoteAgent) dropRegion(id uint32) {
+	ra.mu.Lock()
+	ra.table.remove(id)
+	m := ra.maps[id]
+	if ra.users == 0 {
+		delete(ra.maps, id)
+	} else {
+		m = nil // a transfer still copies into it: unmapped with the others
+	}
+	ra.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
+}
+
+// lookup finds the peer's region for a descriptor and, when mapped, its
+// memory here.
+func (ra *remoteAgent) lookup(typ MemType, d Desc) (regionInfo, []byte, error) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	r, err := ra.table.find(typ, d.Addr, d.Len, d.DevID)
+	if err != nil {
+		return r, nil, err
+	}
+	if m := ra.maps[r.ID]; m != nil {
+		return r, m.Bytes(), nil
+	}
+	return r, nil, nil
+}
+
+// validSegment accepts only the names Agent.Alloc makes, in a shared-memory
+// directory, so that metadata cannot make this agent map or remove any
+// other file.
+func validSegment(name string) bool {
+	base := filepath.Base(name)
+	return filepath.IsAbs(name) && filepath.Clean(name) == name &&
+		strings.HasPrefix(base, "gccl-p2p-") && strings.Contains(base, "-buf") && !strings.ContainsAny(base, "/\\")
+}
+
+// removeSegment unlinks a dead peer's shared segment.
+func removeSegment(name string) {
+	if validSegment(name) {
+		os.Remove(name)
+	}
+}

@@ -1,0 +1,48 @@
+package p2p
+
+import (
+	"fmt"
+	"time"
+)
+
+// watchdog fails requests past their deadline, sends keepalives, and drops
+// peers that stayed silent for PeerTimeout.
+func (a *Agent) watchdog() {
+	defer a.wg.Done()
+	tick := min(a.cfg.RequestTimeout, a.cfg.PeerTimeout) / 4
+	tick = max(min(tick, 100*time.Millisecond), time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var expired []*Request
+	for {
+		select {
+		case <-a.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		a.mu.RLock()
+		peers := a.livePeersLocked()
+		a.mu.RUnlock()
+		for _, p := range peers {
+			if silent := time.Duration(now - p.lastRecv.Load()); silent > a.cfg.PeerTimeout {
+				p.fail(fmt.Errorf("%w: %s sent nothing for %v (PeerTimeout)", ErrRemoteDisconnect, p.name, silent.Round(time.Millisecond)), true)
+				continue
+			}
+			if time.Duration(now-p.lastSend.Load()) > a.cfg.PeerTimeout/4 {
+				p.queue(reply{op: opPing})
+			}
+			expired = expired[:0]
+			p.mu.Lock()
+			for _, r := range p.inflight {
+				if now > r.deadline {
+					expired = append(expired, r)
+				}
+			}
+			p.mu.Unlock()
+			for _, r := range expired {
+				r.finish(fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, a.cfg.RequestTimeout))
+			}
+		}
+	}
+}

@@ -1,0 +1,637 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Op is a transfer's direction, seen from the initiator.
+type Op uint8
+
+const (
+	// Read copies the remote descriptors into the local ones.
+	Read Op = 1
+	// Write copies the local descriptors into the remote ones.
+	Write Op = 2
+)
+
+func (o Op) String() string {
+	switch o {
+	case Read:
+		return "READ"
+	case Write:
+		return "WRITE"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Status is where a posted request stands.
+type Status int
+
+const (
+	// StatusDone: the transfer finished (inside Post, for DoneInline).
+	StatusDone Status = iota
+	// StatusInProgress: the transfer runs; poll Status, Wait or use a callback.
+	StatusInProgress
+	// StatusFailed: the transfer failed; the error says why.
+	StatusFailed
+)
+
+func (s Status) String() string {
+	return [...]string{"done", "in progress", "failed"}[s]
+}
+
+// PreparedList is a descriptor list checked once against the registered
+// regions (local) or the peer's metadata (remote), so that requests made
+// from it by index cost no lookups. Local regions stay pinned (busy) until
+// Release.
+type PreparedList struct {
+	a      *Agent
+	peer   string // "" for a local list
+	ra     *remoteAgent
+	typ    MemType
+	descs  []Desc
+	local  []*Region    // per descriptor, local lists and lists on this agent
+	remote []regionInfo // per descriptor, remote lists
+	rmem   [][]byte     // per descriptor's region: mapped memory, or nil
+	pinned []*Region
+	done   atomic.Bool
+}
+
+// PrepareLocal checks list against this agent's regions: the initiator's
+// side of requests.
+func (a *Agent) PrepareLocal(list DescList) (*PreparedList, error) {
+	if list.Type != DRAM {
+		return nil, fmt.Errorf("p2p: local descriptors of type %v: %w (the initiator's side is DRAM)", list.Type, ErrNotSupported)
+	}
+	return a.prepareOwn(list, "")
+}
+
+// prepareOwn resolves descriptors of this agent's own regions.
+func (a *Agent) prepareOwn(list DescList, peer string) (*PreparedList, error) {
+	pl := &PreparedList{a: a, peer: peer, typ: list.Type, descs: append([]Desc(nil), list.Descs...)}
+	pl.local = make([]*Region, len(list.Descs))
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	seen := map[*Region]bool{}
+	for i, d := range list.Descs {
+		info, err := a.local.find(list.Type, d.Addr, d.Len, d.DevID)
+		if err != nil {
+			for _, r := range pl.pinned {
+				r.busy.Add(-1)
+			}
+			return nil, fmt.Errorf("p2p: descriptor %d: %w", i, err)
+		}
+		r := a.regions[info.ID]
+		pl.local[i] = r
+		if !seen[r] {
+			seen[r] = true
+			r.busy.Add(1)
+			pl.pinned = append(pl.pinned, r)
+		}
+	}
+	return pl, nil
+}
+
+// PrepareRemote checks list against peer's metadata (or, when peer is this
+// agent's name, against its own regions: transfers to its files or between
+// its own buffers).
+func (a *Agent) PrepareRemote(peer string, list DescList) (*PreparedList, error) {
+	if list.Type == VRAM {
+		return nil, fmt.Errorf("p2p: VRAM descriptors: %w", ErrNotSupported)
+	}
+	if peer == a.name {
+		return a.prepareOwn(list, peer)
+	}
+	ra, err := a.remote(peer)
+	if err != nil {
+		return nil, err
+	}
+	pl := &PreparedList{a: a, peer: peer, ra: ra, typ: list.Type, descs: append([]Desc(nil), list.Descs...)}
+	pl.remote = make([]regionInfo, len(list.Descs))
+	pl.rmem = make([][]byte, len(list.Descs))
+	for i, d := range list.Descs {
+		r, mem, err := ra.lookup(list.Type, d)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: descriptor %d at %s: %w", i, peer, err)
+		}
+		pl.remote[i], pl.rmem[i] = r, mem
+	}
+	return pl, nil
+}
+
+// Len is the number of descriptors.
+func (pl *PreparedList) Len() int { return len(pl.descs) }
+
+// Release unpins the list's regions. Requests made from it must be released
+// first.
+func (pl *PreparedList) Release() {
+	if pl.done.Swap(true) {
+		return
+	}
+	for _, r := range pl.pinned {
+		r.busy.Add(-1)
+	}
+}
+
+// Part is a piece of a request that notifies the target on its own, so it
+// can start on the first layer while later ones are in flight. It covers
+// the request's descriptors from the previous part's End to End.
+type Part struct {
+	End   int
+	Notif []byte // nil: no notification for this part
+}
+
+// RequestOptions are optional settings of a request.
+type RequestOptions struct {
+	// Notif is delivered to the target after the whole request's data
+	// (ignored when Parts is set).
+	Notif []byte
+	// Parts split the request, each with its own notification.
+	Parts []Part
+	// OnComplete runs once per Post when the request finishes, on the
+	// goroutine that finished it; it must not block.
+	OnComplete func(*Request, error)
+	// Backend forces a backend (BackendAuto: choose).
+	Backend Backend
+}
+
+// segment is a run of merged, contiguous descriptors.
+type segment struct {
+	local *Region // the initiator's DRAM
+	loff  uint64  // offset in local.mem
+	rinfo regionInfo
+	raddr uint64 // address or file offset on the target
+	rmem  []byte // the target's region memory when mapped or local
+	rreg  *Region
+	n     uint64
+}
+
+type partSpec struct {
+	end   int // segments [previous end, end)
+	notif []byte
+	flag  bool // send a notification
+	bytes uint64
+}
+
+// Request is a transfer made once and posted any number of times.
+type Request struct {
+	a       *Agent
+	op      Op
+	peer    string
+	self    bool
+	ra      *remoteAgent
+	local   *PreparedList
+	remote  *PreparedList
+	owns    bool // release the lists with the request
+	segs    []segment
+	parts   []partSpec
+	bytes   uint64
+	backend Backend
+	why     string
+	cb      func(*Request, error)
+
+	state     atomic.Int32
+	id        uint64
+	deadline  int64
+	p         *peer
+	err       error
+	done      chan struct{}
+	partsDone atomic.Int32
+	segsDone  int // tcp READ, reader goroutine only
+	acks      int // tcp WRITE, reader goroutine only
+	released  bool
+}
+
+const (
+	reqIdle int32 = iota
+	reqPosted
+	reqDone
+	reqFailed
+)
+
+// MakeRequest makes a request from descriptors of prepared lists, by index
+// (nil: all of them, in order). Descriptors that are contiguous on both
+// sides merge into one piece.
+func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *PreparedList, remoteIdx []int, opts *RequestOptions) (*Request, error) {
+	if op != Read && op != Write {
+		return nil, fmt.Errorf("p2p: operation %v", op)
+	}
+	if local == nil || remote == nil || local.a != a || remote.a != a || local.peer != "" || remote.peer == "" {
+		return nil, errors.New("p2p: MakeRequest needs a local list and a remote list of this agent")
+	}
+	if local.done.Load() || remote.done.Load() {
+		return nil, errors.New("p2p: MakeRequest with a released list")
+	}
+	if localIdx == nil {
+		localIdx = seq(local.Len())
+	}
+	if remoteIdx == nil {
+		remoteIdx = seq(remote.Len())
+	}
+	if len(localIdx) != len(remoteIdx) {
+		return nil, fmt.Errorf("p2p: %d local descriptors for %d remote ones", len(localIdx), len(remoteIdx))
+	}
+	if opts == nil {
+		opts = &RequestOptions{}
+	}
+	r := &Request{a: a, op: op, peer: remote.peer, self: remote.peer == a.name, ra: remote.ra, local: local, remote: remote, cb: opts.OnComplete}
+	parts := opts.Parts
+	if len(parts) == 0 {
+		parts = []Part{{End: len(localIdx), Notif: opts.Notif}}
+	}
+	prevEnd := 0
+	for pi, part := range parts {
+		if part.End <= prevEnd && !(part.End == 0 && len(localIdx) == 0) || part.End > len(localIdx) {
+			return nil, fmt.Errorf("p2p: part %d ends at descriptor %d (previous part at %d, %d descriptors)", pi, part.End, prevEnd, len(localIdx))
+		}
+		if len(part.Notif) > maxCtrlPayload {
+			return nil, fmt.Errorf("p2p: notification of %d bytes (at most %d)", len(part.Notif), maxCtrlPayload)
+		}
+		ps := partSpec{notif: part.Notif, flag: part.Notif != nil}
+		start := len(r.segs)
+		for k := prevEnd; k < part.End; k++ {
+			li, ri := localIdx[k], remoteIdx[k]
+			if li < 0 || li >= local.Len() || ri < 0 || ri >= remote.Len() {
+				return nil, fmt.Errorf("p2p: index pair %d (%d, %d) out of range", k, li, ri)
+			}
+			ld, rd := local.descs[li], remote.descs[ri]
+			if ld.Len != rd.Len {
+				return nil, fmt.Errorf("p2p: descriptor pair %d: local %d bytes, remote %d", k, ld.Len, rd.Len)
+			}
+			s := segment{local: local.local[li], n: ld.Len, raddr: rd.Addr}
+			s.loff = ld.Addr - s.local.info.Base
+			if r.self {
+				s.rreg = remote.local[ri]
+				s.rinfo = s.rreg.info
+				s.rmem = s.rreg.mem
+			} else {
+				s.rinfo, s.rmem = remote.remote[ri], remote.rmem[ri]
+			}
+			if n := len(r.segs); n > start && mergeable(&r.segs[n-1], &s) {
+				r.segs[n-1].n += s.n
+			} else if s.n > 0 {
+				r.segs = append(r.segs, s)
+			}
+			ps.bytes += s.n
+		}
+		ps.end = len(r.segs)
+		r.bytes += ps.bytes
+		r.parts = append(r.parts, ps)
+		prevEnd = part.End
+	}
+	if prevEnd != len(localIdx) {
+		return nil, fmt.Errorf("p2p: parts cover %d of %d descriptors", prevEnd, len(localIdx))
+	}
+	b, why, err := a.chooseBackend(r, opts.Backend)
+	if err != nil {
+		return nil, err
+	}
+	r.backend, r.why = b, why
+	return r, nil
+}
+
+func mergeable(prev, s *segment) bool {
+	return prev.local == s.local && prev.loff+prev.n == s.loff &&
+		prev.rinfo.ID == s.rinfo.ID && prev.raddr+prev.n == s.raddr
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// CreateRequest prepares both lists and makes a request of all their
+// descriptors; Release releases the lists too.
+func (a *Agent) CreateRequest(op Op, local DescList, peer string, remote DescList, opts *RequestOptions) (*Request, error) {
+	ll, err := a.PrepareLocal(local)
+	if err != nil {
+		return nil, err
+	}
+	rl, err := a.PrepareRemote(peer, remote)
+	if err != nil {
+		ll.Release()
+		return nil, err
+	}
+	r, err := a.MakeRequest(op, ll, nil, rl, nil, opts)
+	if err != nil {
+		ll.Release()
+		rl.Release()
+		return nil, err
+	}
+	r.owns = true
+	return r, nil
+}
+
+// Backend is the chosen backend.
+func (r *Request) Backend() Backend { return r.backend }
+
+// Bytes is the request's size.
+func (r *Request) Bytes() uint64 { return r.bytes }
+
+// Pieces is the number of pieces after merging contiguous descriptors.
+func (r *Request) Pieces() int { return len(r.segs) }
+
+// PartsDone is how many parts have finished in the current post.
+func (r *Request) PartsDone() int { return int(r.partsDone.Load()) }
+
+// EstimateCost is the cost model's time for the request on its backend.
+func (r *Request) EstimateCost() time.Duration {
+	return estimateCost(r.backend, len(r.segs), r.bytes, len(r.parts))
+}
+
+// Post starts the request. It returns StatusDone when the transfer finished
+// inside Post (small transfers to a peer on this host with nothing queued
+// before them), StatusInProgress otherwise. A request may be posted again
+// once it is no longer in progress.
+func (r *Request) Post() (Status, error) {
+	if r.released {
+		return StatusFailed, errors.New("p2p: Post of a released request")
+	}
+	if !r.state.CompareAndSwap(reqIdle, reqPosted) && !r.state.CompareAndSwap(reqDone, reqPosted) && !r.state.CompareAndSwap(reqFailed, reqPosted) {
+		return StatusInProgress, ErrRequestActive
+	}
+	a := r.a
+	r.err, r.p, r.segsDone, r.acks = nil, nil, 0, 0
+	r.partsDone.Store(0)
+	r.id = a.nextReq.Add(1)
+	r.done = make(chan struct{})
+	r.deadline = time.Now().Add(a.cfg.RequestTimeout).UnixNano()
+	if r.ra != nil && !r.ra.acquire() {
+		err := fmt.Errorf("%w: %s (its metadata was invalidated or replaced; prepare again)", ErrRemoteDisconnect, r.peer)
+		r.complete(err, false)
+		return StatusFailed, err
+	}
+	if !r.self {
+		a.mu.RLock()
+		r.p = a.peers[r.peer]
+		a.mu.RUnlock()
+		if r.p == nil {
+			err := fmt.Errorf("%w: %s (no connection)", ErrRemoteDisconnect, r.peer)
+			r.complete(err, true)
+			return StatusFailed, err
+		}
+	}
+	l := a.lane(r.peer)
+	if l == nil {
+		r.complete(ErrClosed, true)
+		return StatusFailed, ErrClosed
+	}
+	inline := r.backend != BackendTCP && r.backend != BackendFile && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
+	if inline && l.runInline(r) {
+		if st := r.state.Load(); st == reqFailed {
+			return StatusFailed, r.err
+		}
+		return StatusDone, nil
+	}
+	if !l.push(r) {
+		r.complete(ErrClosed, true)
+		return StatusFailed, ErrClosed
+	}
+	return StatusInProgress, nil
+}
+
+// Status reports where the last Post stands, without blocking.
+func (r *Request) Status() (Status, error) {
+	switch r.state.Load() {
+	case reqDone:
+		return StatusDone, nil
+	case reqFailed:
+		return StatusFailed, r.err
+	case reqIdle:
+		return StatusFailed, errors.New("p2p: request not posted")
+	}
+	return StatusInProgress, nil
+}
+
+// Wait blocks until the last Post finishes, or ctx ends (the request then
+// goes on).
+func (r *Request) Wait(ctx context.Context) error {
+	switch r.state.Load() {
+	case reqDone:
+		return nil
+	case reqFailed:
+		return r.err
+	case reqIdle:
+		return errors.New("p2p: request not posted")
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Release frees the request (and the lists CreateRequest made). It fails
+// with ErrRequestActive while the request is in progress.
+func (r *Request) Release() error {
+	if r.state.Load() == reqPosted {
+		return ErrRequestActive
+	}
+	if r.released {
+		return nil
+	}
+	r.released = true
+	if r.owns {
+		r.local.Release()
+		r.remote.Release()
+	}
+	return nil
+}
+
+// finish ends the current post with err (nil: success), once.
+func (r *Request) finish(err error) { r.complete(err, true) }
+
+func (r *Request) complete(err error, releaseRemote bool) {
+	st := reqDone
+	if err != nil {
+		st = reqFailed
+	}
+	r.err = err
+	if !r.state.CompareAndSwap(reqPosted, st) {
+		return
+	}
+	if p := r.p; p != nil {
+		p.mu.Lock()
+		if p.inflight[r.id] == r {
+			delete(p.inflight, r.id)
+		}
+		p.mu.Unlock()
+	}
+	if releaseRemote && r.ra != nil {
+		r.ra.release()
+	}
+	close(r.done)
+	if r.cb != nil {
+		r.cb(r, err)
+	}
+}
+
+// finishFrom ends the request if it is still in flight on p.
+func (r *Request) finishFrom(p *peer, err error) {
+	if r.p == p {
+		r.finish(err)
+	}
+}
+
+// notifyPart tells the target part i is done (after its data is visible)
+// and counts it.
+func (r *Request) notifyPart(i int) error {
+	ps := &r.parts[i]
+	if ps.flag {
+		if r.self {
+			r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...))
+		} else if err := r.p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
+			return fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
+		}
+	}
+	r.partsDone.Add(1)
+	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// lane runs the requests to one peer in posting order, so that their
+// notifications arrive in that order.
+type lane struct {
+	a      *Agent
+	mu     sync.Mutex
+	cond   *sync.Cond
+	q      []*Request
+	busy   bool
+	closed bool
+}
+
+func (a *Agent) lane(peer string) *lane {
+	a.mu.RLock()
+	l := a.lanes[peer]
+	a.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	if l = a.lanes[peer]; l == nil {
+		l = &lane{a: a}
+		l.cond = sync.NewCond(&l.mu)
+		a.lanes[peer] = l
+		a.wg.Add(1)
+		go l.run()
+	}
+	return l
+}
+
+// runInline runs r on the caller's goroutine if nothing is queued or
+// running before it.
+func (l *lane) runInline(r *Request) bool {
+	l.mu.Lock()
+	if l.busy || len(l.q) > 0 || l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	l.busy = true
+	l.mu.Unlock()
+	l.a.execute(r)
+	l.mu.Lock()
+	l.busy = false
+	if len(l.q) > 0 {
+		l.cond.Broadcast()
+	}
+	l.mu.Unlock()
+	return true
+}
+
+func (l *lane) push(r *Request) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.q = append(l.q, r)
+	l.cond.Broadcast()
+	return true
+}
+
+func (l *lane) run() {
+	defer l.a.wg.Done()
+	for {
+		l.mu.Lock()
+		for (len(l.q) == 0 || l.busy) && !l.closed {
+			l.cond.Wait()
+		}
+		if l.closed {
+			q := l.q
+			l.q = nil
+			l.mu.Unlock()
+			for _, r := range q {
+				r.finish(ErrClosed)
+			}
+			return
+		}
+		r := l.q[0]
+		l.q[0] = nil
+		l.q = l.q[1:]
+		l.busy = true
+		l.mu.Unlock()
+		l.a.execute(r)
+		l.mu.Lock()
+		l.busy = false
+		l.mu.Unlock()
+	}
+}
+
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// execute runs one posted request on its backend.
+func (a *Agent) execute(r *Request) {
+	if time.Now().UnixNano() > r.deadline {
+		r.finish(fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer))
+		return
+	}
+	if r.p != nil {
+		if err := r.p.err(); err != nil {
+			r.finish(err)
+			return
+		}
+	}
+	a.logBackend(r.peer, r.backend, r.why)
+	var err error
+	switch r.backend {
+	case BackendLocal, BackendSHM:
+		err = r.runCopy()
+	case BackendPVM:
+		err = r.runPVM()
+	case BackendFile:
+		err = r.runFile()
+	case BackendTCP:
+		r.runTCP() // finishes on acks and responses
+		return
+	default:
+		err = fmt.Errorf("p2p: backend %v: %w", r.backend, ErrNotSupported)
+	}
+	r.finish(err)
+}
