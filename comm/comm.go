@@ -110,11 +110,12 @@ type Comm struct {
 
 	// Symmetric memory (symmetric.go): live Alloc regions, and per peer
 	// where the running symmetric operation finds its buffers.
-	allocSeq uint32
-	symMu    sync.Mutex
-	syms     atomic.Pointer[symTable]
-	symPeers []symPeer
-	symOps   atomic.Uint64 // symmetric all-reduces run (tests, debugging)
+	allocSeq   uint32
+	symMu      sync.Mutex
+	syms       atomic.Pointer[symTable]
+	symPeers   []symPeer
+	symScratch []byte        // one chunk of a large symmetric all-reduce
+	symOps     atomic.Uint64 // symmetric all-reduces run (tests, debugging)
 }
 
 type planKey struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gccl/gccl/internal/memops"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -49,6 +50,14 @@ const symMinBytes = 64 << 10
 // the peers.
 const symChunkBytes = 128 << 10
 
+// symNTMinBytes is the smallest all-reduce whose cold outputs are written
+// with non-temporal stores. Below it the buffers often sit in cache (a 2 MiB
+// L2 per core here), where non-temporal stores only evict them: gccl-perf
+// -R, 2 processes, buffers reused, 1 MiB out of place took 107 µs with them
+// and 46 µs in place without; with buffers far larger than the caches, they
+// cut 16 MiB from ~3.3-4.7 ms to ~2.6-2.9 ms.
+const symNTMinBytes = 8 << 20
+
 // symRecord is what a rank announces on arrival.
 type symRecord struct {
 	inID, outID   uint32
@@ -83,6 +92,7 @@ func (r *symRecord) get(b []byte) {
 // symPeer is where one peer's buffers are for the running operation.
 type symPeer struct {
 	in, out []byte
+	inPlace bool // in and out are the same memory
 	scalar  float64
 }
 
@@ -177,7 +187,7 @@ func (c *Comm) symResolve(p int, msg, mine []byte) error {
 	if err != nil {
 		return err
 	}
-	c.symPeers[p] = symPeer{in: in, out: out, scalar: rec.scalar}
+	c.symPeers[p] = symPeer{in: in, out: out, inPlace: sameMem(in, out), scalar: rec.scalar}
 	return nil
 }
 
@@ -205,39 +215,69 @@ func symSlice(count, esz, r, n int) (lo, hi int) {
 // symReduceScatterWrite reduces this rank's slice from every rank's input, in
 // a fixed order (own input first, then the peers by rank), and writes the
 // result to every rank's output, a cache-sized chunk at a time.
+//
+// In large operations, outputs that are not also inputs are cold: this rank
+// has not read them, so an ordinary store would first fetch every line
+// (read-for-ownership). Those are written with non-temporal stores instead,
+// from a scratch chunk that stays in cache, which removes a third of the
+// memory traffic. An in-place output slice was just read by this rank and
+// is in its cache, so ordinary stores are the cheap ones there.
 func (c *Comm) symReduceScatterWrite(a *collArgs, me *symRecord) {
 	esz := a.esz
 	lo, hi := symSlice(a.count, esz, c.rank, c.size)
 	step := max(symChunkBytes/esz, 1)
+	large := len(a.out) >= symNTMinBytes
+	scratch := large && !sameMem(a.in, a.out)
+	if scratch && len(c.symScratch) < step*esz {
+		c.symScratch = make([]byte, step*esz)
+	}
 	for s := lo; s < hi; s += step {
 		e := min(s+step, hi)
 		b, f := s*esz, e*esz
 		dst := a.out[b:f]
-		own := a.in[b:f]
-		switch {
-		case a.premul:
-			a.scale(dst, own, me.scalar)
-		case !sameMem(dst, own):
-			copy(dst, own)
+		if scratch {
+			dst = c.symScratch[:f-b]
+		}
+		c.symReduceChunk(a, me, dst, b, f)
+		if scratch {
+			memops.CopyNT(a.out[b:f], dst)
 		}
 		for p := range c.size {
 			if p == c.rank {
 				continue
 			}
-			src := c.symPeers[p].in[b:f]
-			if a.premul {
-				a.axpy(dst, dst, src, c.symPeers[p].scalar)
+			if peer := &c.symPeers[p]; large && !peer.inPlace {
+				memops.CopyNT(peer.out[b:f], dst)
 			} else {
-				a.red(dst, dst, src)
+				copy(peer.out[b:f], dst)
 			}
 		}
-		if a.post {
-			a.div(dst, dst, c.size)
+	}
+}
+
+// symReduceChunk reduces bytes [b, f) of every rank's input into dst.
+func (c *Comm) symReduceChunk(a *collArgs, me *symRecord, dst []byte, b, f int) {
+	own := a.in[b:f]
+	first := true
+	for p := range c.size {
+		if p == c.rank {
+			continue
 		}
-		for p := range c.size {
-			if p != c.rank {
-				copy(c.symPeers[p].out[b:f], dst)
-			}
+		src := c.symPeers[p].in[b:f]
+		switch {
+		case first && a.premul:
+			a.scale(dst, own, me.scalar)
+			a.axpy(dst, dst, src, c.symPeers[p].scalar)
+		case first:
+			a.red(dst, own, src)
+		case a.premul:
+			a.axpy(dst, dst, src, c.symPeers[p].scalar)
+		default:
+			a.red(dst, dst, src)
 		}
+		first = false
+	}
+	if a.post {
+		a.div(dst, dst, c.size)
 	}
 }

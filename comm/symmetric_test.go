@@ -31,11 +31,9 @@ func TestSymmetricAllReduce(t *testing.T) {
 	}
 	for _, n := range ranks {
 		cs := world(t, n, nil)
-		for _, dt := range comm.DataTypes {
+		for _, tc := range symCases(n) {
+			dt, cnt := tc.dt, tc.cnt
 			esz := dt.Size()
-			// Odd counts above the threshold; the region leaves room for an
-			// input at an odd element offset and a separate output.
-			cnt := (comm.SymMinBytes/esz + 1000) | 1
 			const skew = 3
 			bufs := allocAll(t, cs, dt, 2*cnt+2*skew)
 			for _, op := range matrixOps() {
@@ -93,6 +91,31 @@ func TestSymmetricAllReduce(t *testing.T) {
 			}
 		}
 	}
+}
+
+type symCase struct {
+	dt  comm.DataType
+	cnt int
+}
+
+// symCases are odd element counts above the symmetric path's threshold for
+// every type, and above the non-temporal threshold for a few, short of the
+// matrix's cost.
+func symCases(n int) []symCase {
+	var cs []symCase
+	for _, dt := range comm.DataTypes {
+		cs = append(cs, symCase{dt, (comm.SymMinBytes/dt.Size() + 1000) | 1})
+	}
+	large := []comm.DataType{comm.Float32, comm.Int64}
+	if testing.Short() || raceEnabled {
+		large = large[:1]
+	}
+	if n <= 3 {
+		for _, dt := range large {
+			cs = append(cs, symCase{dt, (comm.SymNTMinBytes/dt.Size() + 1000) | 1})
+		}
+	}
+	return cs
 }
 
 // TestSymmetricAllReduceIdenticalOnEveryRank: each slice is reduced once and
