@@ -1,0 +1,217 @@
+//go:build linux
+
+package topo
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// fakeSysfs builds a sysfs tree: two NUMA nodes, a root port with a switch
+// holding a GPU and a ConnectX (RDMA device mlx5_0 plus its netdev), a
+// virtio NIC on the root complex, and a loopback device.
+func fakeSysfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	write := func(p, content string) {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(p, target string) {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sys/devices/system/node/node0/cpulist", "0-3")
+	write("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:       16384000 kB\nNode 0 MemFree: 1 kB")
+	write("sys/devices/system/node/node1/cpulist", "4-7")
+	write("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:       8192000 kB")
+	write("sys/devices/system/node/online", "0-1")
+	write("proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n")
+	fn := func(dir, class, vendor, speed, width, numa string) {
+		write(dir+"/class", class)
+		write(dir+"/vendor", vendor)
+		write(dir+"/device", "0x1234")
+		write(dir+"/subsystem_vendor", vendor)
+		write(dir+"/subsystem_device", "0x0001")
+		write(dir+"/max_link_speed", speed)
+		write(dir+"/max_link_width", width)
+		write(dir+"/numa_node", numa)
+	}
+	port := "sys/devices/pci0000:80/0000:80:01.0"
+	sw := port + "/0000:81:00.0"
+	gpu := sw + "/0000:82:00.0"
+	cx := sw + "/0000:83:00.0"
+	virtio := "sys/devices/pci0000:00/0000:00:03.0"
+	fn(port, "0x060400", "0x8086", "32.0 GT/s PCIe", "16", "1")
+	fn(sw, "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
+	fn(gpu, "0x030200", "0x10de", "32.0 GT/s PCIe", "16", "1")
+	fn(cx, "0x020000", "0x15b3", "32.0 GT/s PCIe", "16", "1")
+	fn(virtio, "0x020000", "0x1af4", "Unknown", "0", "-1")
+	for _, d := range []string{port, sw, gpu, cx, virtio} {
+		link("sys/bus/pci/devices/"+filepath.Base(d), "../../../"+strings.TrimPrefix(d, "sys/"))
+	}
+	write(cx+"/infiniband/mlx5_0/node_guid", "34f4:e300:03e1:a258")
+	write(cx+"/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)")
+	link("sys/class/infiniband/mlx5_0", "../../"+strings.TrimPrefix(cx, "sys/")+"/infiniband/mlx5_0")
+	link(cx+"/infiniband/mlx5_0/device", "../../../0000:83:00.0")
+	write(cx+"/net/ens1/speed", "200000")
+	link("sys/class/net/ens1", "../../"+strings.TrimPrefix(cx, "sys/")+"/net/ens1")
+	link(cx+"/net/ens1/device", "../../../0000:83:00.0")
+	write(virtio+"/virtio2/net/eth0/speed", "-1")
+	link("sys/class/net/eth0", "../../"+strings.TrimPrefix(virtio, "sys/")+"/virtio2/net/eth0")
+	link(virtio+"/virtio2/net/eth0/device", "../../../virtio2")
+	write("sys/devices/virtual/net/lo/speed", "0")
+	link("sys/class/net/lo", "../../devices/virtual/net/lo")
+	return root
+}
+
+type fakeGPUs struct {
+	gpus []GPUDevice
+	err  error
+}
+
+func (f fakeGPUs) GPUs() ([]GPUDevice, error) { return f.gpus, f.err }
+
+func TestDetectFakeSysfs(t *testing.T) {
+	root := fakeSysfs(t)
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "0000:82:00.0", SM: 90,
+		NVLinks: []NVLinkPeer{{BusID: "0000:c0:00.0", Class: 0x068000, Count: 18}}}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Nodes[CPU]) != 2 {
+		t.Fatalf("%d NUMA nodes, want 2", len(g.Nodes[CPU]))
+	}
+	n1 := g.Find(CPU, "numa1")
+	if n1.CPU.Affinity.String() != "4-7" || n1.CPU.MemoryKB != 8192000 || n1.CPU.Vendor != "GenuineIntel" || n1.CPU.Model != 143 {
+		t.Errorf("numa1: %+v", n1.CPU)
+	}
+	gpu := g.Find(GPU, "0000:82:00.0")
+	if gpu == nil || gpu.GPU.SM != 90 || g.NVLinks(gpu) != 18 || g.LocalCPU(gpu) != n1 {
+		t.Fatalf("GPU: %+v", gpu)
+	}
+	if gpu.Parent.ID != "0000:81:00.0" || gpu.Parent.Parent.ID != "0000:80:01.0" {
+		t.Errorf("GPU's PCI chain: %s <- %s", gpu.Parent.ID, gpu.Parent.Parent.ID)
+	}
+	// The ConnectX is used through mlx5_0 (its netdev is not listed twice).
+	cx := g.Find(NIC, "0000:83:00.0")
+	if cx == nil {
+		t.Fatal("ConnectX not detected")
+	}
+	net := g.Find(NET, "mlx5_0")
+	if net == nil || net.Parent != cx || net.Net.SpeedMbps != 200000 || net.Net.GUID != "0x34f4e30003e1a258" {
+		t.Errorf("mlx5_0: %+v", net)
+	}
+	if g.Find(NET, "ens1") != nil {
+		t.Error("ens1 listed beside its RDMA device")
+	}
+	if p := g.Path(gpu, cx); p.Type != PathPIX {
+		t.Errorf("GPU -> ConnectX: %s, want PIX", p.Type)
+	}
+	// virtio: numa_node -1 puts it on the first node; speed -1 is unknown.
+	eth := g.Find(NET, "eth0")
+	if eth == nil || eth.Parent.ID != "0000:00:03.0" || g.LocalCPU(eth) != g.Find(CPU, "numa0") || eth.Net.SpeedMbps != 0 {
+		t.Errorf("eth0: %+v", eth)
+	}
+	if g.Find(NET, "lo") != nil {
+		t.Error("loopback listed as a NIC")
+	}
+	if len(g.Warnings) != 1 || !strings.Contains(g.Warnings[0], "Unknown") {
+		t.Errorf("warnings %q, want one about the virtio link speed", g.Warnings)
+	}
+	// The dump reads back to the same graph.
+	back, err := ParseXML(strings.NewReader(string(MarshalXML(g.Doc))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := Build(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if summarize(g) != summarize(g2) {
+		t.Error("detected graph changes through its dump")
+	}
+}
+
+func TestDetectWithoutNVML(t *testing.T) {
+	root := fakeSysfs(t)
+	g, err := Detector{Root: root, GPUs: fakeGPUs{err: errorString("libnvidia-ml.so.1 not found")}}.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Warnings) == 0 || g.Warnings[0] != "no NVML: libnvidia-ml.so.1 not found" {
+		t.Errorf("warnings %q, want no NVML first", g.Warnings)
+	}
+	// The NVIDIA function is still a GPU node, from its class code.
+	gpu := g.Find(GPU, "0000:82:00.0")
+	if gpu == nil || gpu.GPU.Dev != -1 || g.NVLinks(gpu) != 0 {
+		t.Errorf("GPU from PCI only: %+v", gpu)
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// TestDetectThisMachine runs detection on the real /sys and checks the NUMA
+// layout against the kernel's own files.
+func TestDetectThisMachine(t *testing.T) {
+	if _, err := os.Stat("/sys/devices/system/cpu/online"); err != nil {
+		t.Skip("no sysfs here")
+	}
+	g, err := Detector{}.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
+	if len(nodes) > 0 && len(g.Nodes[CPU]) != len(nodes) {
+		t.Errorf("%d NUMA nodes detected, /sys has %d", len(g.Nodes[CPU]), len(nodes))
+	}
+	var all CPUSet
+	for _, c := range g.Nodes[CPU] {
+		if len(nodes) > 0 {
+			b, err := os.ReadFile(filepath.Join("/sys/devices/system/node", "node"+strconv.Itoa(c.CPU.NUMA), "cpulist"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := ParseCPUList(string(b))
+			if !c.CPU.Affinity.Equal(want) {
+				t.Errorf("NUMA %d: CPUs %s, /sys says %s", c.CPU.NUMA, c.CPU.Affinity, want)
+			}
+		}
+		all = all.Union(c.CPU.Affinity)
+	}
+	b, _ := os.ReadFile("/sys/devices/system/cpu/online")
+	online, _ := ParseCPUList(string(b))
+	if !all.Equal(online) {
+		t.Errorf("detected CPUs %s, online %s", all, online)
+	}
+	// Every PCI network interface appears as a port.
+	ifs, _ := os.ReadDir("/sys/class/net")
+	for _, e := range ifs {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", e.Name(), "device")); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/sys/class/net", e.Name(), "device", "infiniband")); err == nil {
+			continue // used through its RDMA device
+		}
+		if g.Find(NET, e.Name()) == nil {
+			t.Errorf("interface %s not detected", e.Name())
+		}
+	}
+	t.Logf("warnings: %q", g.Warnings)
+}

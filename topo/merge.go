@@ -1,0 +1,151 @@
+package topo
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// RankTopology is what one rank publishes at Init: the host it runs on and
+// its view of that host as NCCL XML (MarshalXML of its graph's Doc).
+type RankTopology struct {
+	HostID string
+	XML    []byte
+}
+
+// Host is one machine of a job.
+type Host struct {
+	ID    string
+	Graph *Graph
+	Ranks []int // the job ranks on this host, increasing
+}
+
+// Job is the system graph of a whole job: one graph per host (hosts share
+// nothing but the network), in order of their lowest rank.
+type Job struct {
+	Hosts    []*Host
+	RankHost []int // rank -> index into Hosts
+}
+
+// Merge builds the job graph from every rank's topology, indexed by rank.
+// Ranks of one host may each know only part of it (their own GPU and NICs,
+// as NCCL's per-rank detection does): their documents are fused element by
+// element, keyed by NUMA id, bus id and port name. Two ranks that disagree on
+// an attribute both state is an error naming it: their views cannot both be
+// true.
+func Merge(ranks []RankTopology) (*Job, error) {
+	if len(ranks) == 0 {
+		return nil, errors.New("topo: merge of zero ranks")
+	}
+	job := &Job{RankHost: make([]int, len(ranks))}
+	docs := map[string]*Element{}
+	index := map[string]int{}
+	for r, rt := range ranks {
+		if rt.HostID == "" {
+			return nil, fmt.Errorf("topo: rank %d has no host id", r)
+		}
+		doc, err := ParseXML(bytes.NewReader(rt.XML))
+		if err != nil {
+			return nil, fmt.Errorf("topo: rank %d (host %s): %w", r, rt.HostID, err)
+		}
+		h, ok := index[rt.HostID]
+		if !ok {
+			h = len(job.Hosts)
+			index[rt.HostID] = h
+			job.Hosts = append(job.Hosts, &Host{ID: rt.HostID})
+			docs[rt.HostID] = doc
+		} else if err := fuse(docs[rt.HostID], doc, "system"); err != nil {
+			return nil, fmt.Errorf("topo: rank %d (host %s): %w", r, rt.HostID, err)
+		}
+		job.RankHost[r] = h
+		job.Hosts[h].Ranks = append(job.Hosts[h].Ranks, r)
+	}
+	for _, h := range job.Hosts {
+		g, err := Build(docs[h.ID])
+		if err != nil {
+			return nil, fmt.Errorf("topo: host %s: %w", h.ID, err)
+		}
+		h.Graph = g
+	}
+	return job, nil
+}
+
+// elementKey identifies an element among its siblings across documents.
+func elementKey(e *Element) string {
+	switch e.Name {
+	case "cpu":
+		return "cpu/" + e.Attr("numaid")
+	case "pci":
+		if id, err := NormalizeBusID(e.Attr("busid")); err == nil {
+			return "pci/" + id
+		}
+		return "pci/" + e.Attr("busid")
+	case "net":
+		return "net/" + e.Attr("name")
+	case "nvlink":
+		return "nvlink/" + e.Attr("target")
+	}
+	// gpu, nic, c2c and anything else: one per parent.
+	return e.Name
+}
+
+// fuse adds what src knows to dst.
+func fuse(dst, src *Element, where string) error {
+	for _, a := range src.Attrs {
+		if v, ok := dst.Get(a.Name); !ok {
+			dst.Attrs = append(dst.Attrs, a)
+		} else if v != a.Value {
+			return fmt.Errorf("topo: ranks disagree on %s %s: %q and %q", where, a.Name, truncate(v), truncate(a.Value))
+		}
+	}
+	byKey := map[string]*Element{}
+	for _, c := range dst.Children {
+		byKey[elementKey(c)] = c
+	}
+	for _, c := range src.Children {
+		k := elementKey(c)
+		if d, ok := byKey[k]; ok {
+			if err := fuse(d, c, where+"/"+k); err != nil {
+				return err
+			}
+			continue
+		}
+		cl := c.Clone()
+		dst.Children = append(dst.Children, cl)
+		byKey[k] = cl
+	}
+	return nil
+}
+
+// InterHostPath returns the path between device a on host ha and device b
+// on host hb of a job: PathNET when the hosts differ, through the nearest
+// NIC at each end, as fast as the slower end. On one host it is the host's
+// own path.
+func (j *Job) InterHostPath(ha int, a *Node, hb int, b *Node) Path {
+	if ha == hb {
+		return j.Hosts[ha].Graph.Path(a, b)
+	}
+	end := func(h int, n *Node) float64 {
+		g := j.Hosts[h].Graph
+		nics := g.NearestNICs(n)
+		if len(nics) == 0 {
+			return 0
+		}
+		best := 0.0
+		toNIC := g.Path(n, nics[0]).BW
+		for _, l := range nics[0].Links {
+			if l.Type == LinkNET {
+				best = max(best, l.BW)
+			}
+		}
+		if best == 0 {
+			return 0
+		}
+		return min(toNIC, best)
+	}
+	bw := min(end(ha, a), end(hb, b))
+	if bw == 0 {
+		return Path{Type: PathDIS}
+	}
+	return Path{Type: PathNET, BW: bw}
+}

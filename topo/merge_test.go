@@ -1,0 +1,86 @@
+package topo
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMergeHosts(t *testing.T) {
+	ibm, err := os.ReadFile(filepath.Join("testdata", "ibm-gx3d-8xH100-nvswitch-roce-topo-dump.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aws, err := os.ReadFile(filepath.Join("testdata", "aws-p5.48xlarge-8xH100-efa-topo.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ranks 0,2 on host a, 1,3 on host b: hosts ordered by lowest rank.
+	job, err := Merge([]RankTopology{{"a", ibm}, {"b", aws}, {"a", ibm}, {"b", aws}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(job.Hosts) != 2 || job.Hosts[0].ID != "a" || job.Hosts[1].ID != "b" {
+		t.Fatalf("hosts %+v", job.Hosts)
+	}
+	if got := job.RankHost; got[0] != 0 || got[1] != 1 || got[2] != 0 || got[3] != 1 {
+		t.Errorf("RankHost %v", got)
+	}
+	if r := job.Hosts[1].Ranks; len(r) != 2 || r[0] != 1 || r[1] != 3 {
+		t.Errorf("host b ranks %v", r)
+	}
+	if len(job.Hosts[0].Graph.Nodes[GPU]) != 8 || len(job.Hosts[1].Graph.Nodes[NIC]) != 32 {
+		t.Error("hosts' graphs lost devices in the merge")
+	}
+	// GPU to GPU across hosts: NET, at the slower end's NIC (EFA 100 Gb/s
+	// = 12.5 GB/s, against IBM's 200 Gb/s).
+	a, b := job.Hosts[0].Graph.Nodes[GPU][0], job.Hosts[1].Graph.Nodes[GPU][0]
+	if p := job.InterHostPath(0, a, 1, b); p.Type != PathNET || !near(p.BW, 12) {
+		t.Errorf("across hosts: %s %.2f, want NET 12 (the EFA NIC's Gen4 x8 link)", p.Type, p.BW)
+	}
+	if p := job.InterHostPath(0, a, 0, job.Hosts[0].Graph.Nodes[GPU][1]); p.Type != PathNVL {
+		t.Errorf("same host: %s, want NVL", p.Type)
+	}
+}
+
+func TestMergeFusesPartialViews(t *testing.T) {
+	// Two ranks of one host, each knowing its own GPU and NIC.
+	r0 := `<system version="1"><cpu numaid="0" affinity="0000000f"><pci busid="0000:01:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+<pci busid="0000:02:00.0" class="0x030200"><gpu dev="0" sm="80" rank="0"/></pci></pci></cpu></system>`
+	r1 := `<system version="1"><cpu numaid="0" affinity="0000000f"><pci busid="0000:01:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+<pci busid="0000:03:00.0" class="0x030200"><gpu dev="1" sm="80" rank="1"/></pci>
+<pci busid="0000:04:00.0" class="0x020000"><nic><net name="mlx5_0" speed="200000"/></nic></pci></pci></cpu></system>`
+	job, err := Merge([]RankTopology{{"h", []byte(r0)}, {"h", []byte(r1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := job.Hosts[0].Graph
+	if len(g.Nodes[GPU]) != 2 || len(g.Nodes[NIC]) != 1 || len(g.Nodes[PCI]) != 1 {
+		t.Fatalf("fused graph: %d GPUs, %d NICs, %d switches; want 2, 1, 1", len(g.Nodes[GPU]), len(g.Nodes[NIC]), len(g.Nodes[PCI]))
+	}
+	if p := g.Path(g.Find(GPU, "0000:02:00.0"), g.Find(NIC, "0000:04:00.0")); p.Type != PathPIX {
+		t.Errorf("rank 0's GPU to rank 1's NIC: %s, want PIX", p.Type)
+	}
+}
+
+func TestMergeErrors(t *testing.T) {
+	good := []byte(`<system><cpu numaid="0" affinity="f"/></system>`)
+	cases := map[string][]RankTopology{
+		"no ranks":  nil,
+		"no host":   {{"", good}},
+		"bad xml":   {{"h", []byte("<system>")}},
+		"bad graph": {{"h", []byte(`<system><cpu/></system>`)}},
+		"disagree":  {{"h", good}, {"h", []byte(`<system><cpu numaid="0" affinity="3"/></system>`)}},
+	}
+	for name, ranks := range cases {
+		_, err := Merge(ranks)
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if name == "disagree" && !strings.Contains(err.Error(), "affinity") {
+			t.Errorf("disagreement error %q does not name the attribute", err)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package topo
+
+import "math"
+
+// ringScore ranks a ring: the narrowest hop first (a ring runs at its
+// slowest link), then the fewest NUMA crossings, then the closest classes.
+type ringScore struct {
+	minBW     float64
+	crossings int
+	typeSum   int
+}
+
+func (a ringScore) better(b ringScore) bool {
+	if a.minBW != b.minBW {
+		return a.minBW > b.minBW
+	}
+	if a.crossings != b.crossings {
+		return a.crossings < b.crossings
+	}
+	return a.typeSum < b.typeSum
+}
+
+// exhaustiveRingLimit bounds the exact search: (n-1)! orders, 40320 at 9.
+const exhaustiveRingLimit = 9
+
+// RingOrder orders devs (one entry per rank; a device may repeat when several
+// ranks share it, as CPU-only ranks share a NUMA node) into a ring whose
+// neighbours have the widest paths between them, then the fewest NUMA
+// crossings, then the closest path classes. It returns indices into devs,
+// starting with 0. Up to 9 entries the search is exact; beyond, it starts
+// from the nearest-neighbour ring and improves it by 2-opt moves.
+func (g *Graph) RingOrder(devs []*Node) []int {
+	n := len(devs)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	if n <= 2 {
+		return order
+	}
+	hop := func(a, b int) (float64, int, int) {
+		p := g.Path(devs[a], devs[b])
+		cross := 0
+		if g.LocalCPU(devs[a]) != g.LocalCPU(devs[b]) {
+			cross = 1
+		}
+		return p.BW, cross, int(p.Type)
+	}
+	score := func(o []int) ringScore {
+		s := ringScore{minBW: math.Inf(1)}
+		for i := range o {
+			bw, c, t := hop(o[i], o[(i+1)%len(o)])
+			s.minBW = min(s.minBW, bw)
+			s.crossings += c
+			s.typeSum += t
+		}
+		return s
+	}
+	if n <= exhaustiveRingLimit {
+		best := append([]int(nil), order...)
+		bestScore := score(best)
+		permute(order[1:], func() {
+			if s := score(order); s.better(bestScore) {
+				bestScore = s
+				copy(best, order)
+			}
+		})
+		return best
+	}
+	// Nearest neighbour from 0, then 2-opt until no reversal helps.
+	used := make([]bool, n)
+	used[0] = true
+	cur := []int{0}
+	for len(cur) < n {
+		last := cur[len(cur)-1]
+		pick, pickScore := -1, ringScore{}
+		for j := 0; j < n; j++ {
+			if used[j] {
+				continue
+			}
+			bw, c, t := hop(last, j)
+			s := ringScore{bw, c, t}
+			if pick < 0 || s.better(pickScore) {
+				pick, pickScore = j, s
+			}
+		}
+		used[pick] = true
+		cur = append(cur, pick)
+	}
+	bestScore := score(cur)
+	for improved := true; improved; {
+		improved = false
+		for i := 1; i < n-1; i++ {
+			for j := i + 1; j < n; j++ {
+				reverse(cur[i : j+1])
+				if s := score(cur); s.better(bestScore) {
+					bestScore, improved = s, true
+				} else {
+					reverse(cur[i : j+1])
+				}
+			}
+		}
+	}
+	return cur
+}
+
+// permute calls visit for every permutation of a (Heap's algorithm).
+func permute(a []int, visit func()) {
+	var gen func(k int)
+	gen = func(k int) {
+		if k <= 1 {
+			visit()
+			return
+		}
+		for i := 0; i < k-1; i++ {
+			gen(k - 1)
+			if k%2 == 0 {
+				a[i], a[k-1] = a[k-1], a[i]
+			} else {
+				a[0], a[k-1] = a[k-1], a[0]
+			}
+		}
+		gen(k - 1)
+	}
+	gen(len(a))
+}
+
+func reverse(a []int) {
+	for i, j := 0, len(a)-1; i < j; i, j = i+1, j-1 {
+		a[i], a[j] = a[j], a[i]
+	}
+}
+
+// RingStats describes a ring over devs in the given order.
+type RingStats struct {
+	MinBW         float64    // GB/s: the ring's bottleneck
+	NUMACrossings int        // hops between different NUMA nodes
+	Types         []PathType // the class of each hop, order[i] -> order[i+1]
+}
+
+// RingStats returns the bottleneck, crossings and hop classes of a ring.
+func (g *Graph) RingStats(devs []*Node, order []int) RingStats {
+	s := RingStats{MinBW: math.Inf(1)}
+	if len(order) < 2 {
+		s.MinBW = 0
+		return s
+	}
+	for i := range order {
+		a, b := devs[order[i]], devs[order[(i+1)%len(order)]]
+		p := g.Path(a, b)
+		s.MinBW = min(s.MinBW, p.BW)
+		s.Types = append(s.Types, p.Type)
+		if g.LocalCPU(a) != g.LocalCPU(b) {
+			s.NUMACrossings++
+		}
+	}
+	return s
+}
