@@ -293,10 +293,9 @@ func (p *peer) fail(err error, forget bool) {
 		a.log.Warn("p2p peer lost", "peer", p.name, "err", err, "failed_requests", len(reqs))
 	}
 	a.Invalidate(p.name)
-	if processGone(p.pid) {
-		for _, s := range p.segs {
-			removeSegment(s)
-		}
+	if len(p.segs) > 0 {
+		a.wg.Add(1)
+		go a.reapSegments(p.pid, p.segs)
 	}
 }
 
@@ -593,4 +592,25 @@ func (p *peer) sendInvalidate(id uint32) { p.control(header{op: opInvalidate, re
 func (p *peer) sendBye() {
 	p.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	p.control(header{op: opBye}, nil)
+}
+
+// reapSegments removes a lost peer's shared segments once its process is
+// gone (it may take a moment after its socket closed to become a zombie);
+// a peer that is only silent keeps them.
+func (a *Agent) reapSegments(pid int, segs []string) {
+	defer a.wg.Done()
+	for i := 0; i < 100; i++ {
+		if processGone(pid) {
+			for _, s := range segs {
+				removeSegment(s)
+			}
+			a.log.Info("p2p removed a dead peer's shared segments", "pid", pid, "segments", len(segs))
+			return
+		}
+		select {
+		case <-a.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -99,7 +100,20 @@ func advanceIov(l []unix.Iovec, r []unix.RemoteIovec, n int) ([]unix.Iovec, []un
 	return l, r
 }
 
-// processGone reports whether pid no longer exists on this host.
+// processGone reports whether pid no longer runs on this host: it does not
+// exist, or it is a zombie waiting for its parent.
 func processGone(pid int) bool {
-	return pid > 0 && unix.Kill(pid, 0) == unix.ESRCH
+	if pid <= 0 {
+		return false
+	}
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }

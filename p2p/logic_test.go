@@ -1,0 +1,228 @@
+package p2p
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestRegionTableFind(t *testing.T) {
+	var tb regionTable
+	tb.add(regionInfo{ID: 1, Type: DRAM, Base: 1000, Len: 100})
+	tb.add(regionInfo{ID: 2, Type: DRAM, Base: 1050, Len: 200}) // overlaps 1
+	tb.add(regionInfo{ID: 3, Type: DRAM, Base: 5000, Len: 10})
+	tb.add(regionInfo{ID: 4, Type: FILE, Base: 4096, Len: 8192})
+	cases := []struct {
+		typ       MemType
+		addr, n   uint64
+		dev       uint32
+		want      uint32
+		wantError bool
+	}{
+		{DRAM, 1000, 100, 0, 1, false},
+		{DRAM, 1000, 101, 0, 0, true}, // crosses out of region 1 and starts before 2
+		{DRAM, 1060, 150, 0, 2, false},
+		{DRAM, 1060, 10, 0, 2, false}, // both hold it: the nearest start wins
+		{DRAM, 1010, 10, 0, 1, false},
+		{DRAM, 999, 1, 0, 0, true},
+		{DRAM, 1249, 1, 0, 2, false},
+		{DRAM, 1250, 1, 0, 0, true},
+		{DRAM, 5000, 10, 0, 3, false},
+		{DRAM, 5005, 10, 0, 0, true},
+		{DRAM, ^uint64(0) - 1, 4, 0, 0, true}, // wraps
+		{FILE, 4096, 8192, 4, 4, false},
+		{FILE, 4095, 10, 4, 0, true},
+		{FILE, 4096, 10, 5, 0, true}, // no such file region
+		{VRAM, 0, 1, 0, 0, true},
+	}
+	for _, c := range cases {
+		r, err := tb.find(c.typ, c.addr, c.n, c.dev)
+		if c.wantError != (err != nil) || err == nil && r.ID != c.want {
+			t.Errorf("find(%v, %d, %d, dev %d) = region %d, %v; want %d (error %v)", c.typ, c.addr, c.n, c.dev, r.ID, err, c.want, c.wantError)
+		}
+	}
+	tb.remove(2)
+	if _, err := tb.find(DRAM, 1060, 150, 0); !errors.Is(err, ErrOutOfBounds) {
+		t.Errorf("after removal: %v", err)
+	}
+	if got := len(tb.all()); got != 3 {
+		t.Errorf("%d regions left, want 3", got)
+	}
+}
+
+func sampleInfo() *agentInfo {
+	m := &agentInfo{Gen: 7, Name: "prefill-0", Host: "h/boot", Addr: "10.0.0.1:4242", Pid: 1234, Probe: 0xdeadbeef,
+		Regions: []regionInfo{
+			{ID: 1, Type: DRAM, Base: 0x7f0000000000, Len: 1 << 30},
+			{ID: 2, Type: DRAM, Flags: regionSHM, Base: 0x7f1000000000, Len: 4096, SHM: "/dev/shm/gccl-p2p-abc-0-buf0"},
+			{ID: 3, Type: FILE, Flags: regionDirect, Base: 0, Len: 1 << 40},
+		}}
+	copy(m.Token[:], "0123456789abcdef")
+	return m
+}
+
+func TestMetadataRoundTrip(t *testing.T) {
+	m := sampleInfo()
+	blob := encodeMetadata(m)
+	got, err := decodeMetadata(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(encodeMetadata(got), blob) || got.Name != m.Name || len(got.Regions) != 3 || got.Regions[1].SHM != m.Regions[1].SHM || got.Token != m.Token {
+		t.Fatalf("round trip changed the metadata: %+v", got)
+	}
+	// Every truncation and every single-byte change is refused.
+	for i := 0; i < len(blob); i++ {
+		if _, err := decodeMetadata(blob[:i]); err == nil {
+			t.Fatalf("truncated to %d bytes: accepted", i)
+		}
+		bad := append([]byte(nil), blob...)
+		bad[i] ^= 0x40
+		if _, err := decodeMetadata(bad); !errors.Is(err, ErrBadMetadata) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+}
+
+func TestMetadataRefusesInconsistentFields(t *testing.T) {
+	for name, mutate := range map[string]func(*agentInfo){
+		"empty name":      func(m *agentInfo) { m.Name = "" },
+		"long name":       func(m *agentInfo) { m.Name = string(make([]byte, maxNameLen+1)) },
+		"duplicate id":    func(m *agentInfo) { m.Regions[1].ID = 1 },
+		"bad type":        func(m *agentInfo) { m.Regions[0].Type = 9 },
+		"empty region":    func(m *agentInfo) { m.Regions[0].Len = 0 },
+		"wrapping region": func(m *agentInfo) { m.Regions[0].Base = ^uint64(0) },
+		"shm flag no name": func(m *agentInfo) {
+			m.Regions[1].SHM = ""
+		},
+		"name no shm flag": func(m *agentInfo) { m.Regions[0].SHM = "/dev/shm/x" },
+		"unknown flag":     func(m *agentInfo) { m.Regions[0].Flags = 0x80 },
+	} {
+		m := sampleInfo()
+		mutate(m)
+		if _, err := decodeMetadata(encodeMetadata(m)); !errors.Is(err, ErrBadMetadata) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func FuzzMetadata(f *testing.F) {
+	f.Add(encodeMetadata(sampleInfo()))
+	f.Add(encodeMetadata(&agentInfo{Name: "x"}))
+	f.Add([]byte(metadataMagic))
+	f.Fuzz(func(t *testing.T, blob []byte) {
+		m, err := decodeMetadata(blob)
+		if err != nil {
+			return
+		}
+		// Whatever parses re-encodes to the same bytes and loads into a table.
+		if !bytes.Equal(encodeMetadata(m), blob) {
+			t.Fatal("accepted blob does not re-encode identically")
+		}
+		var tb regionTable
+		for _, r := range m.Regions {
+			tb.add(r)
+			if _, err := tb.find(r.Type, r.Base, r.Len, r.ID); err != nil && r.Type != VRAM {
+				t.Fatalf("region %+v not found in its own table: %v", r, err)
+			}
+		}
+	})
+}
+
+func TestWireHeader(t *testing.T) {
+	h := header{op: opWrite, region: 3, req: 99, aux: 5, offset: 4096, length: 1 << 20}
+	var b [wireHeaderLen]byte
+	putHeader(b[:], h)
+	got, err := parseHeader(b[:])
+	if err != nil || got != h {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	bad := []header{
+		{op: 0},
+		{op: 99},
+		{op: opWrite, offset: ^uint64(0), length: 2},
+		{op: opNotif, length: maxCtrlPayload + 1},
+		{op: opPing, length: 1},
+		{op: opWrite, flags: flagError},
+		{op: opCommit, flags: flagError},
+	}
+	for _, h := range bad {
+		putHeader(b[:], h)
+		if _, err := parseHeader(b[:]); err == nil {
+			t.Errorf("accepted %+v", h)
+		}
+	}
+	putHeader(b[:], h)
+	b[0] = 0
+	if _, err := parseHeader(b[:]); err == nil {
+		t.Error("accepted a bad magic")
+	}
+	if _, err := parseHeader(b[:10]); err == nil {
+		t.Error("accepted a short header")
+	}
+}
+
+func FuzzWireHeader(f *testing.F) {
+	for _, h := range []header{{op: opWrite, length: 10}, {op: opCommit, flags: flagAck | flagNotify, length: 3}, {op: opReadResp, flags: flagError}} {
+		var b [wireHeaderLen]byte
+		putHeader(b[:], h)
+		f.Add(b[:])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseHeader(b)
+		if err != nil {
+			return
+		}
+		var out [wireHeaderLen]byte
+		putHeader(out[:], h)
+		if !bytes.Equal(out[:], b[:wireHeaderLen]) {
+			t.Fatal("accepted header does not re-encode identically")
+		}
+		if h.offset+h.length < h.offset {
+			t.Fatal("accepted a wrapping range")
+		}
+		if (h.op == opHello || h.op == opNotif || h.op == opAck || h.op == opCommit) && h.length > maxCtrlPayload {
+			t.Fatal("accepted an oversized control payload")
+		}
+	})
+}
+
+func TestSelectBackend(t *testing.T) {
+	cases := []struct {
+		pl     placement
+		forced Backend
+		want   Backend
+		err    bool
+	}{
+		{placement{self: true, remoteType: FILE}, 0, BackendFile, false},
+		{placement{self: true, remoteType: DRAM}, 0, BackendLocal, false},
+		{placement{remoteType: FILE, sameHost: true, allMapped: true}, 0, BackendTCP, false},
+		{placement{remoteType: DRAM, sameHost: true, allMapped: true, pvm: true}, 0, BackendSHM, false},
+		{placement{remoteType: DRAM, sameHost: true, allMapped: true, pvm: true, shmOff: true}, 0, BackendPVM, false},
+		{placement{remoteType: DRAM, sameHost: true, pvm: true}, 0, BackendPVM, false},
+		{placement{remoteType: DRAM, sameHost: true}, 0, BackendTCP, false},
+		{placement{remoteType: DRAM}, 0, BackendTCP, false},
+		{placement{remoteType: DRAM, sameHost: true, allMapped: true}, BackendTCP, BackendTCP, false},
+		{placement{remoteType: DRAM}, BackendSHM, 0, true},
+		{placement{self: true, remoteType: FILE}, BackendTCP, 0, true},
+	}
+	for _, c := range cases {
+		got, why, err := selectBackend(c.pl, c.forced)
+		if c.err != (err != nil) || got != c.want || err == nil && why == "" {
+			t.Errorf("selectBackend(%+v, %v) = %v (%q), %v; want %v", c.pl, c.forced, got, why, err, c.want)
+		}
+	}
+}
+
+func TestEstimateCost(t *testing.T) {
+	for b := BackendLocal; b <= BackendFile; b++ {
+		small, big := estimateCost(b, 1, 4096, 1), estimateCost(b, 1, 64<<20, 1)
+		many := estimateCost(b, 1000, 4096*1000, 1)
+		if small <= 0 || big <= small || many <= estimateCost(b, 1, 4096*1000, 1) {
+			t.Errorf("%v: 4 KiB %v, 64 MiB %v, 1000 pieces %v: not increasing", b, small, big, many)
+		}
+	}
+	if estimateCost(BackendSHM, 1, 64<<20, 1) >= estimateCost(BackendTCP, 1, 64<<20, 1) {
+		t.Error("the model ranks tcp above shm")
+	}
+}

@@ -1,0 +1,112 @@
+package p2p
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+)
+
+func TestRegistrationCache(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	buf := make([]byte, 1<<20)
+	r1, err := a.RegisterMem(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := a.gen
+	// The same range, and a range inside it: cache hits, same region.
+	r2, err := a.RegisterMem(buf)
+	if err != nil || r2 != r1 {
+		t.Fatalf("re-registration: %v, %v", r2, err)
+	}
+	r3, err := a.RegisterMem(buf[4096:8192])
+	if err != nil || r3 != r1 {
+		t.Fatalf("sub-range registration: %v, %v", r3, err)
+	}
+	if a.gen != gen {
+		t.Fatal("a cache hit changed the metadata")
+	}
+	// An overlapping range that no region holds is a region of its own.
+	other := make([]byte, 1<<20)
+	r4, err := a.RegisterMem(other)
+	if err != nil || r4 == r1 {
+		t.Fatalf("separate buffer: %v, %v", r4, err)
+	}
+	// Three registrations of r1: two deregistrations keep it.
+	for i := 0; i < 2; i++ {
+		if err := a.DeregisterMem(r1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.pinLocal(DRAM, AddrOf(buf), 10, 0); err != nil {
+		t.Fatalf("region gone after partial deregistration: %v", err)
+	}
+	r1.busy.Add(-1)
+	// In use by a prepared list: refused, then fine once released.
+	pl, err := a.PrepareLocal(DescList{Type: DRAM, Descs: []Desc{{Addr: AddrOf(buf), Len: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeregisterMem(r1); !errors.Is(err, ErrRegionBusy) {
+		t.Fatalf("deregistration while in use: %v", err)
+	}
+	pl.Release()
+	if err := a.DeregisterMem(r1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeregisterMem(r1); err == nil {
+		t.Fatal("double deregistration accepted")
+	}
+	if _, err := a.PrepareLocal(DescList{Type: DRAM, Descs: []Desc{{Addr: AddrOf(buf), Len: 100}}}); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("descriptor of a deregistered region: %v", err)
+	}
+	if _, err := a.RegisterVRAM(0, 10, 0); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("VRAM: %v", err)
+	}
+	if _, err := a.RegisterMem(nil); err == nil {
+		t.Fatal("empty registration accepted")
+	}
+}
+
+func TestAllocRegionShared(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory is Linux only")
+	}
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	r, err := a.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Shared() || r.Len() != 1<<20 {
+		t.Fatalf("shared %v len %d", r.Shared(), r.Len())
+	}
+	// A sub-range registration of an allocated region is a cache hit.
+	r2, err := a.RegisterMem(r.Bytes()[100:200])
+	if err != nil || r2 != r {
+		t.Fatalf("sub-range: %v %v", r2, err)
+	}
+	a.DeregisterMem(r2)
+	if err := a.DeregisterMem(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkRegisterCached measures re-registering a registered 1 GiB
+// region (a cache hit) and deregistering it again.
+func BenchmarkRegisterCached(b *testing.B) {
+	a := newAgent(b, "a", Config{ListenAddr: "-"})
+	buf := make([]byte, 1<<30)
+	r, err := a.RegisterMem(buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r2, err := a.RegisterMem(buf)
+		if err != nil || r2 != r {
+			b.Fatal(err)
+		}
+		a.DeregisterMem(r2)
+	}
+}
