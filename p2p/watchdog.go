@@ -35,12 +35,15 @@ func (a *Agent) watchdog() {
 			expired = expired[:0]
 			p.mu.Lock()
 			for _, r := range p.inflight {
-				if now > r.deadline {
+				if now > r.deadline.Load() {
 					expired = append(expired, r)
 				}
 			}
 			p.mu.Unlock()
 			for _, r := range expired {
+				if time.Now().UnixNano() <= r.deadline.Load() {
+					continue // posted again meanwhile
+				}
 				r.finish(fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, a.cfg.RequestTimeout))
 			}
 		}

@@ -199,8 +199,9 @@ type Request struct {
 	cb      func(*Request, error)
 
 	state     atomic.Int32
+	finishing atomic.Bool // the current post is being finished
 	id        uint64
-	deadline  int64
+	deadline  atomic.Int64
 	p         *peer
 	err       error
 	done      chan struct{}
@@ -363,10 +364,11 @@ func (r *Request) Post() (Status, error) {
 	}
 	a := r.a
 	r.err, r.p, r.segsDone, r.acks = nil, nil, 0, 0
+	r.finishing.Store(false)
 	r.partsDone.Store(0)
 	r.id = a.nextReq.Add(1)
 	r.done = make(chan struct{})
-	r.deadline = time.Now().Add(a.cfg.RequestTimeout).UnixNano()
+	r.deadline.Store(time.Now().Add(a.cfg.RequestTimeout).UnixNano())
 	if r.ra != nil && !r.ra.acquire() {
 		err := fmt.Errorf("%w: %s (its metadata was invalidated or replaced; prepare again)", ErrRemoteDisconnect, r.peer)
 		r.complete(err, false)
@@ -458,10 +460,10 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if err != nil {
 		st = reqFailed
 	}
-	r.err = err
-	if !r.state.CompareAndSwap(reqPosted, st) {
+	if r.state.Load() != reqPosted || !r.finishing.CompareAndSwap(false, true) {
 		return
 	}
+	r.err = err
 	if p := r.p; p != nil {
 		p.mu.Lock()
 		if p.inflight[r.id] == r {
@@ -472,10 +474,11 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if releaseRemote && r.ra != nil {
 		r.ra.release()
 	}
-	close(r.done)
 	if r.cb != nil {
-		r.cb(r, err)
+		r.cb(r, err) // before done: Wait returns after the callback ran
 	}
+	r.state.Store(st)
+	close(r.done)
 }
 
 // finishFrom ends the request if it is still in flight on p.
@@ -608,7 +611,7 @@ func (l *lane) close() {
 
 // execute runs one posted request on its backend.
 func (a *Agent) execute(r *Request) {
-	if time.Now().UnixNano() > r.deadline {
+	if time.Now().UnixNano() > r.deadline.Load() {
 		r.finish(fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer))
 		return
 	}
