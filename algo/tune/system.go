@@ -1,0 +1,128 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gccl/gccl/topo"
+)
+
+// Per-step latencies of NCCL's Simple protocol (src/graph/tuning.cc, ring
+// column), in µs: what one more hop of a ring adds on each kind of link, and
+// the base cost of a call. gccl models one protocol; NCCL's LL and LL128,
+// which cut small-message latency on GPUs, are not modelled.
+const (
+	NCCLBaseLatencyUs   = 8.4
+	NCCLNVLinkLatencyUs = 3.4
+	NCCLPCILatencyUs    = 5.7
+	NCCLNetLatencyUs    = 14.0
+	NCCLTreeEfficiency  = 0.9
+)
+
+// FromGraph describes a GPU system for the model: ranksPerNode ranks per
+// host (0: one per GPU), each on one GPU of g, on nodes identical hosts.
+//
+// Intra.BW is the bottleneck of the best ring over those GPUs (topo's ring
+// order: for NVSwitch systems every GPU's NVLink lanes together); Inter.BW
+// is the network bandwidth of the NICs nearest to those GPUs, each counted
+// once at the lower of its port speed and its PCI path (the PCI path alone
+// when the file does not list the NIC's ports). Latencies are
+// NCCL's for the links the ring uses.
+func FromGraph(name string, g *topo.Graph, nodes, ranksPerNode int) (System, error) {
+	gpus := g.Nodes[topo.GPU]
+	if len(gpus) == 0 {
+		return System{}, errors.New("tune: the topology has no GPU; host ranks use ThisMachine")
+	}
+	if ranksPerNode == 0 {
+		ranksPerNode = len(gpus)
+	}
+	if ranksPerNode < 0 || ranksPerNode > len(gpus) {
+		return System{}, fmt.Errorf("tune: %d ranks per node on %d GPUs", ranksPerNode, len(gpus))
+	}
+	if nodes < 1 {
+		return System{}, fmt.Errorf("tune: %d nodes", nodes)
+	}
+	devs := gpus[:ranksPerNode]
+	order := g.RingOrder(devs)
+	st := g.RingStats(devs, order)
+	sys := System{
+		Name: name, Nodes: nodes, RanksPerNode: ranksPerNode,
+		BaseLatencyUs: NCCLBaseLatencyUs, TreeEfficiency: NCCLTreeEfficiency,
+		MinChunkBytes: 64 << 10, MaxChunkBytes: 4 << 20,
+	}
+	if ranksPerNode > 1 {
+		sys.Intra.BW = st.MinBW
+		sys.Intra.LatencyUs = NCCLNVLinkLatencyUs
+		for _, t := range st.Types {
+			if t > topo.PathNVB {
+				sys.Intra.LatencyUs = NCCLPCILatencyUs
+			}
+		}
+	}
+	if nodes > 1 {
+		seen := map[*topo.Node]bool{}
+		for _, gpu := range devs {
+			for _, nic := range g.NearestNICs(gpu) {
+				if seen[nic] {
+					continue
+				}
+				seen[nic] = true
+				port := 0.0
+				for _, l := range nic.Links {
+					if l.Type == topo.LinkNET {
+						port += l.BW
+					}
+				}
+				path := g.Path(gpu, nic).BW
+				if port == 0 {
+					// A PCI-only skeleton names NICs by class code without
+					// their ports: the PCI link is all that is known.
+					port = path
+				}
+				sys.Inter.BW += min(port, path)
+			}
+		}
+		if sys.Inter.BW == 0 {
+			return System{}, errors.New("tune: several nodes, but the topology has no NIC near the GPUs")
+		}
+		sys.Inter.LatencyUs = NCCLNetLatencyUs
+	}
+	return sys, sys.Validate()
+}
+
+// Calibrated figures for this machine (2 vCPUs, a VM; docs/PERFORMANCE.md,
+// 2026-11-21): two ranks in two processes on one host, all-reduce, blocking
+// calls. The bandwidths are the 256 MiB bus bandwidths; base and step
+// latency split the 8-byte ring time (ring forced, -z 1) as base + 2 steps.
+// docs/TOPOLOGY.md gives the commands that re-measure them.
+const (
+	ShmBusBW        = 2.88 // GB/s: 256 MiB all-reduce, shm
+	ShmBaseUs       = 0.5
+	ShmStepUs       = 0.5  // 8 B ring all-reduce 1.50 µs = 0.5 + 2 × 0.5
+	TCPBusBW        = 1.66 // GB/s: 256 MiB all-reduce, TCP over loopback
+	TCPBaseUs       = 4.0
+	TCPStepUs       = 12.5 // 8 B ring all-reduce 29 µs = 4 + 2 × 12.5
+	hostTreeEff     = 0.9
+	hostMinChunk    = 4 << 10
+	hostMaxChunk    = 1 << 20
+	hostDefaultName = "this machine"
+)
+
+// ThisMachine returns the calibrated system for ranks processes on this
+// host talking over transport ("shm" or "tcp").
+func ThisMachine(transport string, ranks int) (System, error) {
+	if ranks < 1 {
+		return System{}, fmt.Errorf("tune: %d ranks", ranks)
+	}
+	sys := System{Name: hostDefaultName + " (" + transport + ")", Nodes: 1, RanksPerNode: ranks,
+		TreeEfficiency: hostTreeEff, MinChunkBytes: hostMinChunk, MaxChunkBytes: hostMaxChunk}
+	switch transport {
+	case "shm":
+		sys.Intra, sys.BaseLatencyUs = Link{BW: ShmBusBW, LatencyUs: ShmStepUs}, ShmBaseUs
+	case "tcp":
+		sys.Intra, sys.BaseLatencyUs = Link{BW: TCPBusBW, LatencyUs: TCPStepUs}, TCPBaseUs
+	default:
+		return System{}, fmt.Errorf("tune: no calibration for transport %q (want shm or tcp)", transport)
+	}
+	return sys, nil
+}

@@ -1,0 +1,256 @@
+// Package tune is gccl's cost model: for a system (bandwidth and latency
+// inside a node and between nodes, ranks per node, nodes), a collective and
+// a message size, it predicts the time of each algorithm (ring, double
+// binary tree, hierarchical), picks the fastest, and sizes the pipeline
+// chunk. The model is NCCL's (src/graph/tuning.cc): a base latency per call,
+// a latency per pipeline step (intra-node or network), and the bytes each
+// rank moves divided by the bus bandwidth the graph offers.
+//
+// It is pure: the System comes from a topology graph (FromGraph), from
+// calibration on this machine (ThisMachine), or from a test.
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/gccl/gccl/algo"
+)
+
+// Algorithm is a schedule the model can price.
+type Algorithm int
+
+const (
+	Ring         Algorithm = iota // one ring over all ranks (NCCL's Ring)
+	Tree                          // double binary tree across nodes, chain inside (NCCL's Tree)
+	Hierarchical                  // reduce-scatter inside nodes, all-reduce across nodes per rail, all-gather inside
+	NumAlgorithms
+)
+
+var algorithmNames = [...]string{"ring", "tree", "hier"}
+
+func (a Algorithm) String() string {
+	if a >= 0 && int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// Link is what one level of the system offers.
+type Link struct {
+	// BW is the bus bandwidth in GB/s (10^9 bytes/s): inside a node, what a
+	// ring over the node's ranks sustains per rank (its narrowest hop, times
+	// the parallel rings the links allow); between nodes, the node's total
+	// network bandwidth (rings cross nodes on every NIC at once).
+	BW float64
+	// LatencyUs is the time one pipeline step adds on this level, in µs.
+	LatencyUs float64
+}
+
+// System is the machine a job runs on, as the model sees it.
+type System struct {
+	Name         string
+	Nodes        int
+	RanksPerNode int
+	Intra        Link // between ranks of one node
+	Inter        Link // between nodes; unused with one node
+	// BaseLatencyUs is the fixed cost of one collective call (launch,
+	// argument checks, the first and last hand-off).
+	BaseLatencyUs float64
+	// TreeEfficiency is the share of the ring's bandwidth a tree reaches:
+	// its ranks send to two children and receive from two, so links are
+	// less evenly loaded (NCCL: 0.9).
+	TreeEfficiency float64
+	// MinChunkBytes and MaxChunkBytes bound the pipeline chunk.
+	MinChunkBytes, MaxChunkBytes int64
+}
+
+// Ranks returns the number of ranks of the job.
+func (s System) Ranks() int { return s.Nodes * s.RanksPerNode }
+
+// Validate reports a system the model cannot price.
+func (s System) Validate() error {
+	switch {
+	case s.Nodes < 1 || s.RanksPerNode < 1:
+		return fmt.Errorf("tune: system %q needs at least one node and one rank per node (got %d and %d)", s.Name, s.Nodes, s.RanksPerNode)
+	case !(s.Intra.BW > 0) && s.RanksPerNode > 1:
+		return fmt.Errorf("tune: system %q has no intra-node bandwidth", s.Name)
+	case !(s.Inter.BW > 0) && s.Nodes > 1:
+		return fmt.Errorf("tune: system %q has several nodes but no network bandwidth", s.Name)
+	case s.Intra.LatencyUs < 0 || s.Inter.LatencyUs < 0 || s.BaseLatencyUs < 0:
+		return fmt.Errorf("tune: system %q has a negative latency", s.Name)
+	case s.TreeEfficiency < 0 || s.TreeEfficiency > 1:
+		return fmt.Errorf("tune: system %q: tree efficiency %g outside [0, 1]", s.Name, s.TreeEfficiency)
+	}
+	return nil
+}
+
+// Estimate is the model's figure for one algorithm.
+type Estimate struct {
+	Supported bool    // false: the algorithm does not apply (then the rest is zero)
+	TimeUs    float64 // predicted time of one call
+	AlgBW     float64 // GB/s: bytes / time
+	BusBW     float64 // GB/s: AlgBW × the collective's bus factor (nccl-tests' busbw)
+}
+
+// Prediction is the model's answer for one collective call.
+type Prediction struct {
+	Algorithm   Algorithm // the fastest supported algorithm
+	ChunkBytes  int64     // the pipeline chunk for it
+	Estimate              // the chosen algorithm's figures
+	ByAlgorithm [NumAlgorithms]Estimate
+}
+
+// BusFactor is nccl-tests' factor from algorithm bandwidth to bus
+// bandwidth: what each rank's busiest link carries per byte of the
+// message, so that busbw compares with link speed at any rank count.
+func BusFactor(coll algo.Collective, ranks int) float64 {
+	n := float64(ranks)
+	if ranks <= 1 {
+		return 1
+	}
+	switch coll {
+	case algo.AllReduce:
+		return 2 * (n - 1) / n
+	case algo.AllGather, algo.ReduceScatter, algo.AllToAll:
+		return (n - 1) / n
+	}
+	return 1
+}
+
+// ErrUnsupported says the model has no schedule for a collective.
+var ErrUnsupported = errors.New("tune: collective not modelled")
+
+// Predict prices every algorithm for coll on bytes (nccl-tests' size: the
+// all-gather's output, the reduce-scatter's input) and picks the fastest.
+func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) {
+	var p Prediction
+	if err := sys.Validate(); err != nil {
+		return p, err
+	}
+	if bytes < 0 {
+		return p, fmt.Errorf("tune: negative size %d", bytes)
+	}
+	switch coll {
+	case algo.AllReduce, algo.AllGather, algo.ReduceScatter, algo.Broadcast, algo.Reduce:
+	default:
+		return p, fmt.Errorf("%w: %s", ErrUnsupported, coll)
+	}
+	best := -1
+	for a := Algorithm(0); a < NumAlgorithms; a++ {
+		t, ok := sys.time(a, coll, float64(bytes))
+		if !ok {
+			continue
+		}
+		e := Estimate{Supported: true, TimeUs: t}
+		if t > 0 {
+			e.AlgBW = float64(bytes) / t / 1e3 // bytes/µs = MB/s; /1e3 → GB/s
+			e.BusBW = e.AlgBW * BusFactor(coll, sys.Ranks())
+		}
+		p.ByAlgorithm[a] = e
+		if best < 0 || t < p.ByAlgorithm[best].TimeUs {
+			best = int(a)
+		}
+	}
+	p.Algorithm = Algorithm(best)
+	p.Estimate = p.ByAlgorithm[best]
+	p.ChunkBytes = sys.chunk(p.Algorithm, bytes)
+	return p, nil
+}
+
+// ringBW is the bandwidth a ring over the whole job sustains: the intra-node
+// ring, and across nodes also the network.
+func (s System) ringBW() float64 {
+	bw := math.Inf(1)
+	if s.RanksPerNode > 1 {
+		bw = s.Intra.BW
+	}
+	if s.Nodes > 1 {
+		bw = min(bw, s.Inter.BW)
+	}
+	return bw
+}
+
+// time returns the predicted µs of algorithm a, or false when a does not
+// apply to coll on this system.
+func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
+	n, k, ppn := s.Ranks(), s.Nodes, s.RanksPerNode
+	if n == 1 {
+		// One rank copies (or does nothing in place): the call's cost.
+		return s.BaseLatencyUs, a == Ring
+	}
+	perByte := func(bw float64) float64 { return 1 / (bw * 1e3) } // µs per byte at bw GB/s
+	switch a {
+	case Ring:
+		var steps, interSteps int
+		switch coll {
+		case algo.AllReduce:
+			steps, interSteps = 2*(n-1), 2*(k-1)
+		case algo.AllGather, algo.ReduceScatter:
+			steps, interSteps = n-1, k-1
+		default: // broadcast, reduce: a pipelined chain through every rank
+			steps, interSteps = n-1, k-1
+		}
+		lat := s.BaseLatencyUs + float64(steps-interSteps)*s.Intra.LatencyUs + float64(interSteps)*s.Inter.LatencyUs
+		return lat + bytes*BusFactor(coll, n)*perByte(s.ringBW()), true
+	case Tree:
+		// All-reduce only (as in NCCL): reduce up the trees, broadcast down.
+		// Inside a node a chain of ppn ranks; across nodes log2(k) levels.
+		if coll != algo.AllReduce || s.TreeEfficiency == 0 {
+			return 0, false
+		}
+		lat := s.BaseLatencyUs + 2*(float64(ppn-1)*s.Intra.LatencyUs+float64(log2Ceil(k))*s.Inter.LatencyUs)
+		// Every byte goes up and comes down: 2 × bytes over the ring's links
+		// at the tree's efficiency.
+		return lat + 2*bytes*perByte(s.ringBW()*s.TreeEfficiency), true
+	case Hierarchical:
+		// Only meaningful with several nodes of several ranks.
+		if coll != algo.AllReduce || k < 2 || ppn < 2 {
+			return 0, false
+		}
+		intra := 2*float64(ppn-1)*s.Intra.LatencyUs + 2*bytes*float64(ppn-1)/float64(ppn)*perByte(s.Intra.BW)
+		// Each rank all-reduces its 1/ppn share across nodes on its own
+		// rail: the node's network bandwidth split over ppn rails.
+		share := bytes / float64(ppn)
+		inter := 2*float64(k-1)*s.Inter.LatencyUs + share*2*float64(k-1)/float64(k)*perByte(s.Inter.BW/float64(ppn))
+		return s.BaseLatencyUs + intra + inter, true
+	}
+	return 0, false
+}
+
+// chunk sizes the pipeline chunk: large enough that moving it takes several
+// times the per-step latency (so latency hides behind transfer), a power of
+// two within [MinChunkBytes, MaxChunkBytes], and no larger than a rank's
+// share of the message.
+func (s System) chunk(a Algorithm, bytes int64) int64 {
+	lo, hi := s.MinChunkBytes, s.MaxChunkBytes
+	if lo <= 0 {
+		lo = 4 << 10
+	}
+	if hi < lo {
+		hi = max(lo, 4<<20)
+	}
+	lat := s.Intra.LatencyUs
+	bw := s.Intra.BW
+	if s.Nodes > 1 {
+		lat, bw = max(lat, s.Inter.LatencyUs), min(bw, s.Inter.BW)
+	}
+	if s.RanksPerNode == 1 && s.Nodes == 1 {
+		return lo
+	}
+	const hideFactor = 4 // transfer time per chunk ≥ 4 × step latency
+	want := int64(bw * 1e3 * lat * hideFactor)
+	share := bytes / int64(max(s.Ranks(), 1))
+	want = min(want, share)
+	c := int64(1) << uint(bits.Len64(uint64(max(want-1, 0))))
+	return min(max(c, lo), hi)
+}
+
+func log2Ceil(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return bits.Len(uint(n - 1))
+}
