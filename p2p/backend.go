@@ -149,66 +149,93 @@ const copyMin = 1 << 20
 // copyPool copies large transfers with several goroutines: on this VM one
 // core's copy reaches ~7 GB/s, two ~10 GB/s.
 type copyPool struct {
-	tasks chan copyTask
-	wg    sync.WaitGroup
+	workers int           // including the caller
+	tasks   chan copyTask // unbuffered: a send succeeds only into an idle worker
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
+// copyTask is a share of a transfer: pieces whose bytes add up to about the
+// transfer's size divided by the workers.
 type copyTask struct {
-	dst, src []byte
+	dst, src [][]byte
 	done     *sync.WaitGroup
 }
 
+func (t copyTask) run() {
+	for i := range t.dst {
+		copy(t.dst[i], t.src[i])
+	}
+	t.done.Done()
+}
+
 func newCopyPool(n int) *copyPool {
-	p := &copyPool{tasks: make(chan copyTask, 64)}
-	for i := 0; i < n-1; i++ { // the caller is the n-th
+	p := &copyPool{workers: max(n, 1), tasks: make(chan copyTask), stop: make(chan struct{})}
+	for i := 0; i < p.workers-1; i++ { // the caller is the last worker
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			for t := range p.tasks {
-				copy(t.dst, t.src)
-				t.done.Done()
+			for {
+				select {
+				case t := <-p.tasks:
+					t.run()
+				case <-p.stop:
+					return
+				}
 			}
 		}()
 	}
 	return p
 }
 
+// close stops the workers; a copy that runs meanwhile finishes on its
+// caller's goroutine.
 func (p *copyPool) close() {
-	close(p.tasks)
+	close(p.stop)
 	p.wg.Wait()
 }
 
-// copyAll copies every pair, sharing large ones with the pool.
+// copyAll copies every pair, in equal shares across the workers when the
+// transfer is large; small pieces stay grouped, so a share costs one
+// hand-over however many descriptors it holds.
 func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
-	threads := cap(p.tasks)
-	if total < 2*copyMin || threads == 0 {
+	if total < 2*copyMin || p.workers == 1 {
 		for i := range dst {
 			copy(dst[i], src[i])
 		}
 		return
 	}
+	share := int(total/uint64(p.workers)) + 1
 	var wg sync.WaitGroup
-	chunk := max(copyMin, int(total)/runtimeProcs()+1)
-	var mine []copyTask
+	var tasks []copyTask
+	cur := copyTask{done: &wg}
+	room := share
 	for i := range dst {
 		d, s := dst[i], src[i]
 		for len(d) > 0 {
-			k := min(len(d), chunk)
-			t := copyTask{dst: d[:k], src: s[:k], done: &wg}
-			d, s = d[k:], s[k:]
-			wg.Add(1)
-			select {
-			case p.tasks <- t:
-			default:
-				mine = append(mine, t)
+			k := min(len(d), room)
+			cur.dst, cur.src = append(cur.dst, d[:k]), append(cur.src, s[:k])
+			d, s, room = d[k:], s[k:], room-k
+			if room == 0 {
+				tasks = append(tasks, cur)
+				cur, room = copyTask{done: &wg}, share
 			}
 		}
 	}
-	// Work on what the pool did not take, then help with nothing left: the
-	// caller's core is as good as a worker's.
+	if len(cur.dst) > 0 {
+		tasks = append(tasks, cur)
+	}
+	wg.Add(len(tasks))
+	mine := tasks[len(tasks)-1:]
+	for _, t := range tasks[:len(tasks)-1] {
+		select {
+		case p.tasks <- t:
+		default:
+			mine = append(mine, t) // the workers are busy with another transfer
+		}
+	}
 	for _, t := range mine {
-		copy(t.dst, t.src)
-		wg.Done()
+		t.run()
 	}
 	wg.Wait()
 }
