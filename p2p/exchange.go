@@ -35,3 +35,36 @@ func (a *Agent) FetchRemote(ctx context.Context, kv KV, peer string) error {
 	_, err = a.LoadRemote(ctx, blob)
 	return err
 }
+
+// RemoteRegion is a region a peer registered, as its metadata describes it.
+type RemoteRegion struct {
+	ID     uint32
+	Type   MemType
+	Addr   uint64 // first address (DRAM) or file offset (FILE)
+	Len    uint64
+	Shared bool // in shared memory (Alloc)
+}
+
+// Desc describes n bytes of the region starting off bytes into it.
+func (r RemoteRegion) Desc(off, n uint64) Desc {
+	d := Desc{Addr: r.Addr + off, Len: n}
+	if r.Type == FILE {
+		d.DevID = r.ID
+	}
+	return d
+}
+
+// RemoteRegions lists the regions of a loaded peer, by ID.
+func (a *Agent) RemoteRegions(peer string) ([]RemoteRegion, error) {
+	ra, err := a.remote(peer)
+	if err != nil {
+		return nil, err
+	}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	var out []RemoteRegion
+	for _, r := range ra.table.all() {
+		out = append(out, RemoteRegion{ID: r.ID, Type: r.Type, Addr: r.Base, Len: r.Len, Shared: r.Flags&regionSHM != 0})
+	}
+	return out, nil
+}

@@ -1,0 +1,280 @@
+// Command disagg is disaggregated serving in miniature, on the p2p agent.
+//
+//	go run ./examples/disagg
+//
+// runs both roles: this process is the decode worker, and it starts the
+// prefill worker as a second process. Prefill computes the KV cache one
+// layer at a time and WRITEs each layer into decode's KV region as soon as
+// it is ready, with a notification per layer; decode checks each layer as
+// its notification arrives, while later layers are still being computed and
+// sent. Then decode offloads its KV blocks to a file, clears them, reads
+// them back and checks every byte again. The exit status is non-zero if any
+// byte is wrong or anything fails.
+//
+// -tcp sends the layers over tcp instead of shared memory (as between hosts); -dir picks where
+// the offload file goes (O_DIRECT with -direct, on a file system that has
+// it).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gccl/gccl/p2p"
+)
+
+const roleEnv = "DISAGG_ROLE"
+
+// Config is the model's shape and the run's settings.
+type Config struct {
+	Layers, Blocks, BlockSize int
+	TCP, Direct               bool
+	Dir                       string
+	Compute                   time.Duration // simulated prefill time per layer
+}
+
+func main() {
+	if os.Getenv(roleEnv) == "prefill" {
+		if err := prefillFromEnv(); err != nil {
+			fmt.Fprintln(os.Stderr, "prefill:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var c Config
+	flag.IntVar(&c.Layers, "layers", 32, "model layers")
+	flag.IntVar(&c.Blocks, "blocks", 16, "KV blocks per layer")
+	flag.IntVar(&c.BlockSize, "block", 64<<10, "bytes per KV block")
+	flag.BoolVar(&c.TCP, "tcp", false, "send layers over tcp (GCCL_SHM_DISABLE=1) instead of shared memory")
+	flag.BoolVar(&c.Direct, "direct", false, "O_DIRECT for the offload file")
+	flag.StringVar(&c.Dir, "dir", os.TempDir(), "directory of the offload file")
+	flag.DurationVar(&c.Compute, "compute", 2*time.Millisecond, "simulated prefill compute per layer")
+	flag.Parse()
+	if err := Decode(c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "decode:", err)
+		os.Exit(1)
+	}
+}
+
+// kvByte is the value of byte i of block b of layer l: what prefill
+// computes and decode checks.
+func kvByte(l, b, i int) byte { return byte(l*31 + b*7 + i + i>>9) }
+
+func fillBlock(dst []byte, l, b int) {
+	for i := range dst {
+		dst[i] = kvByte(l, b, i)
+	}
+}
+
+func checkBlock(got []byte, l, b int) error {
+	for i, v := range got {
+		if v != kvByte(l, b, i) {
+			return fmt.Errorf("layer %d block %d byte %d is %d, want %d", l, b, i, v, kvByte(l, b, i))
+		}
+	}
+	return nil
+}
+
+// Decode runs the decode worker and the prefill process it starts.
+func Decode(c Config, out *os.File) error {
+	if c.Layers < 1 || c.Blocks < 1 || c.BlockSize < 1 {
+		return errors.New("need at least one layer, block and byte")
+	}
+	if c.TCP {
+		// This agent, and the prefill process inherits them: no shared
+		// memory, no process_vm_writev.
+		os.Setenv("GCCL_SHM_DISABLE", "1")
+		os.Setenv("GCCL_P2P_PVM_DISABLE", "1")
+	}
+	a, err := p2p.New("decode", p2p.Config{ListenAddr: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	layerBytes := c.Blocks * c.BlockSize
+	var kv *p2p.Region
+	if c.TCP {
+		kv, err = a.RegisterMem(make([]byte, c.Layers*layerBytes))
+	} else {
+		kv, err = a.Alloc(c.Layers * layerBytes) // prefill maps it and copies straight in
+	}
+	if err != nil {
+		return err
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), roleEnv+"=prefill", "DISAGG_ADDR="+a.Addr(),
+		fmt.Sprintf("DISAGG_SHAPE=%d,%d,%d,%d", c.Layers, c.Blocks, c.BlockSize, c.Compute))
+	cmd.Stdout, cmd.Stderr = out, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+
+	// Consume layers as their notifications arrive.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	mem := kv.Bytes()
+	next := 0
+	for next < c.Layers {
+		notifs, err := a.WaitNotifs(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for layer %d: %w", next, err)
+		}
+		for _, msg := range notifs["prefill"] {
+			l, err := strconv.Atoi(strings.TrimPrefix(string(msg), "layer "))
+			if err != nil || l != next {
+				return fmt.Errorf("notification %q, expected layer %d (notifications arrive in posting order)", msg, next)
+			}
+			for b := 0; b < c.Blocks; b++ {
+				off := l*layerBytes + b*c.BlockSize
+				if err := checkBlock(mem[off:off+c.BlockSize], l, b); err != nil {
+					return err
+				}
+			}
+			if l == 0 || l == c.Layers-1 {
+				fmt.Fprintf(out, "decode: layer %d arrived and checked after %v\n", l, time.Since(start).Round(time.Microsecond))
+			}
+			next++
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("prefill process: %w", err)
+	}
+	fmt.Fprintf(out, "decode: %d layers (%d MiB) received and checked in %v\n", c.Layers, c.Layers*layerBytes>>20, time.Since(start).Round(time.Millisecond))
+
+	return offload(ctx, a, kv, c, out)
+}
+
+// offload writes every KV block to a file, clears the blocks, reads them
+// back and checks them.
+func offload(ctx context.Context, a *p2p.Agent, kv *p2p.Region, c Config, out *os.File) error {
+	path := filepath.Join(c.Dir, fmt.Sprintf("disagg-kv-%d.bin", os.Getpid()))
+	defer os.Remove(path)
+	size := uint64(c.Layers * c.Blocks * c.BlockSize)
+	f, err := a.RegisterFile(path, p2p.FileOptions{Length: int64(size), Create: true, Direct: c.Direct})
+	if err != nil {
+		return err
+	}
+	defer a.DeregisterMem(f)
+	// One descriptor per block, in the file in reverse block order, so the
+	// offload is really many small descriptors.
+	n := c.Layers * c.Blocks
+	mem, file := make([]p2p.Desc, n), make([]p2p.Desc, n)
+	for i := range n {
+		mem[i] = kv.Desc(uint64(i*c.BlockSize), uint64(c.BlockSize))
+		file[i] = f.Desc(uint64((n-1-i)*c.BlockSize), uint64(c.BlockSize))
+	}
+	for _, op := range []p2p.Op{p2p.Write, p2p.Read} {
+		req, err := a.CreateRequest(op, p2p.DescList{Type: p2p.DRAM, Descs: mem}, a.Name(), p2p.DescList{Type: p2p.FILE, Descs: file}, nil)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := req.Post(); err != nil {
+			return err
+		}
+		if err := req.Wait(ctx); err != nil {
+			return err
+		}
+		d := time.Since(t0)
+		req.Release()
+		fmt.Fprintf(out, "decode: %v of %d blocks to %s (%v backend): %v, %.2f GB/s\n", op, n, path, req.Backend(), d.Round(time.Microsecond), float64(size)/d.Seconds()/1e9)
+		if op == p2p.Write {
+			clear(kv.Bytes()) // evicted
+		}
+	}
+	b := kv.Bytes()
+	for l := 0; l < c.Layers; l++ {
+		for blk := 0; blk < c.Blocks; blk++ {
+			off := (l*c.Blocks + blk) * c.BlockSize
+			if err := checkBlock(b[off:off+c.BlockSize], l, blk); err != nil {
+				return fmt.Errorf("after the file round trip: %w", err)
+			}
+		}
+	}
+	fmt.Fprintf(out, "decode: every byte checked after offload and reload: OK\n")
+	return nil
+}
+
+// prefillFromEnv is the prefill process.
+func prefillFromEnv() error {
+	var c Config
+	if _, err := fmt.Sscanf(os.Getenv("DISAGG_SHAPE"), "%d,%d,%d,%d", &c.Layers, &c.Blocks, &c.BlockSize, &c.Compute); err != nil {
+		return fmt.Errorf("DISAGG_SHAPE: %w", err)
+	}
+	return Prefill(c, os.Getenv("DISAGG_ADDR"))
+}
+
+// Prefill computes the layers and writes each to decode as it is ready.
+func Prefill(c Config, decodeAddr string) error {
+	a, err := p2p.New("prefill", p2p.Config{ListenAddr: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	peer, err := a.Connect(ctx, decodeAddr) // metadata exchanged over the socket
+	if err != nil {
+		return err
+	}
+	regions, err := a.RemoteRegions(peer)
+	if err != nil || len(regions) != 1 {
+		return fmt.Errorf("decode's regions: %v %v", regions, err)
+	}
+	dst := regions[0]
+	layerBytes := c.Blocks * c.BlockSize
+	kv := make([]byte, c.Layers*layerBytes)
+	src, err := a.RegisterMem(kv)
+	if err != nil {
+		return err
+	}
+	reqs := make([]*p2p.Request, c.Layers)
+	var backend p2p.Backend
+	for l := 0; l < c.Layers; l++ {
+		time.Sleep(c.Compute) // the layer's attention and MLP
+		local, remote := make([]p2p.Desc, c.Blocks), make([]p2p.Desc, c.Blocks)
+		for b := 0; b < c.Blocks; b++ {
+			off := l*layerBytes + b*c.BlockSize
+			fillBlock(kv[off:off+c.BlockSize], l, b)
+			local[b] = src.Desc(uint64(off), uint64(c.BlockSize))
+			remote[b] = dst.Desc(uint64(off), uint64(c.BlockSize))
+		}
+		req, err := a.CreateRequest(p2p.Write, p2p.DescList{Type: p2p.DRAM, Descs: local}, peer, p2p.DescList{Type: p2p.DRAM, Descs: remote},
+			&p2p.RequestOptions{Notif: []byte(fmt.Sprintf("layer %d", l))})
+		if err != nil {
+			return err
+		}
+		if _, err := req.Post(); err != nil {
+			return err
+		}
+		reqs[l], backend = req, req.Backend()
+	}
+	for l, req := range reqs {
+		if err := req.Wait(ctx); err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
+		}
+		req.Release()
+	}
+	fmt.Printf("prefill: wrote %d layers of %d blocks of %d bytes to %s over %v\n", c.Layers, c.Blocks, c.BlockSize, peer, backend)
+	return nil
+}
