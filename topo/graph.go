@@ -142,7 +142,9 @@ type Graph struct {
 	// same things.
 	Warnings []string
 
-	paths map[[2]*Node]Path
+	paths    map[[2]*Node]Path
+	count    int  // nodes added
+	overflow bool // more than maxNodes
 }
 
 // Bandwidths per link, GB/s, as NCCL models them (src/graph/topo.h): what a
@@ -285,7 +287,19 @@ const (
 	classDisplay  = 0x03
 )
 
+// maxNodes bounds a host's graph. Paths are computed between every pair of
+// nodes, so a document naming millions of devices would exhaust memory;
+// real hosts have well under a hundred (the AWS p5 file: 81).
+const maxNodes = 512
+
+// errTooManyNodes is reported once a document exceeds maxNodes.
+var errTooManyNodes = fmt.Errorf("topo: more than %d devices in one host", maxNodes)
+
 func (g *Graph) add(t NodeType, id string) *Node {
+	if g.count >= maxNodes {
+		g.overflow = true
+	}
+	g.count++
 	n := &Node{Type: t, ID: id, Index: len(g.Nodes[t])}
 	n.GPU.Dev, n.GPU.Rank = -1, -1
 	g.Nodes[t] = append(g.Nodes[t], n)
@@ -354,6 +368,9 @@ func Build(doc *Element) (*Graph, error) {
 	}
 	if err := b.resolveNVLinks(); err != nil {
 		return nil, err
+	}
+	if g.overflow {
+		return nil, errTooManyNodes
 	}
 	// Every pair of sockets talks over the inter-socket fabric.
 	cpus := g.Nodes[CPU]

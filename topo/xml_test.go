@@ -2,6 +2,7 @@ package topo
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,4 +184,20 @@ func FuzzParseXML(f *testing.F) {
 			g.NearestNICs(gpu)
 		}
 	})
+}
+
+func TestBuildRejectsHugeHosts(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`<system><cpu numaid="0">`)
+	for i := 0; i < maxNodes+1; i++ {
+		fmt.Fprintf(&b, `<pci busid="0000:%02x:%02x.%x" class="0x060400"/>`, i/256, (i/8)%32, i%8)
+	}
+	b.WriteString(`</cpu></system>`)
+	doc, err := ParseXML(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(doc); err == nil {
+		t.Error("no error for a host with more than maxNodes devices")
+	}
 }
