@@ -215,3 +215,24 @@ func TestDetectThisMachine(t *testing.T) {
 	}
 	t.Logf("warnings: %q", g.Warnings)
 }
+
+// TestDetectLeaksNoFiles checks that detection closes what it opens.
+func TestDetectLeaksNoFiles(t *testing.T) {
+	root := fakeSysfs(t)
+	count := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(fds)
+	}
+	before := count()
+	for i := 0; i < 20; i++ {
+		if _, err := (Detector{Root: root, GPUs: fakeGPUs{}}).Detect(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := count(); after > before {
+		t.Errorf("%d open files before 20 detections, %d after", before, after)
+	}
+}

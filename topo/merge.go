@@ -149,3 +149,55 @@ func (j *Job) InterHostPath(ha int, a *Node, hb int, b *Node) Path {
 	}
 	return Path{Type: PathNET, BW: bw}
 }
+
+// RingOrder orders all ranks of the job into one ring: each host's ranks
+// consecutively (so the ring crosses the network once per host, the
+// fewest possible), in the order Graph.RingOrder gives inside the host
+// (widest links, fewest NUMA crossings) opened at its slowest hop, hosts
+// in Job order. dev[r] is the
+// device of rank r on its host's graph. It returns the ranks in ring order.
+func (j *Job) RingOrder(dev []*Node) ([]int, error) {
+	if len(dev) != len(j.RankHost) {
+		return nil, fmt.Errorf("topo: %d devices for %d ranks", len(dev), len(j.RankHost))
+	}
+	var ring []int
+	for h, host := range j.Hosts {
+		devs := make([]*Node, len(host.Ranks))
+		for i, r := range host.Ranks {
+			if dev[r] == nil || host.Graph.nodeIndex(dev[r]) < 0 {
+				return nil, fmt.Errorf("topo: rank %d's device is not in host %s's graph", r, j.Hosts[h].ID)
+			}
+			devs[i] = dev[r]
+		}
+		order := host.Graph.RingOrder(devs)
+		// The host's ring is cut open where the network hop will replace
+		// it: at its slowest hop, preferring one that crosses NUMA nodes,
+		// so the path left inside the host keeps the fast, local hops.
+		g, cut := host.Graph, len(order)-1
+		worse := func(i, j int) bool {
+			pi := g.Path(devs[order[i]], devs[order[(i+1)%len(order)]])
+			pj := g.Path(devs[order[j]], devs[order[(j+1)%len(order)]])
+			if pi.BW != pj.BW {
+				return pi.BW < pj.BW
+			}
+			return pi.Type > pj.Type
+		}
+		for i := range order {
+			if worse(i, cut) {
+				cut = i
+			}
+		}
+		for k := range order {
+			ring = append(ring, host.Ranks[order[(cut+1+k)%len(order)]])
+		}
+	}
+	return ring, nil
+}
+
+// nodeIndex returns n's index in g, or -1 when n belongs to another graph.
+func (g *Graph) nodeIndex(n *Node) int {
+	if n.Type < 0 || n.Type >= numNodeTypes || n.Index >= len(g.Nodes[n.Type]) || g.Nodes[n.Type][n.Index] != n {
+		return -1
+	}
+	return n.Index
+}

@@ -84,3 +84,58 @@ func TestMergeErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestJobRingOrder(t *testing.T) {
+	azure, err := os.ReadFile(filepath.Join("testdata", "azure-ndv4-8xA100-ib-topo.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 ranks alternating between two hosts; each host's local rank l
+	// runs on GPU l in file order.
+	var ranks []RankTopology
+	for r := 0; r < 16; r++ {
+		ranks = append(ranks, RankTopology{HostID: []string{"a", "b"}[r%2], XML: azure})
+	}
+	job, err := Merge(ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := make([]*Node, 16)
+	for h, host := range job.Hosts {
+		for l, r := range host.Ranks {
+			dev[r] = job.Hosts[h].Graph.Nodes[GPU][l]
+		}
+	}
+	ring, err := job.RingOrder(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ring) != 16 {
+		t.Fatalf("ring %v", ring)
+	}
+	hostCrossings, numaCrossings := 0, 0
+	for i, r := range ring {
+		next := ring[(i+1)%len(ring)]
+		if job.RankHost[r] != job.RankHost[next] {
+			hostCrossings++
+			continue
+		}
+		g := job.Hosts[job.RankHost[r]].Graph
+		if g.LocalCPU(dev[r]) != g.LocalCPU(dev[next]) {
+			numaCrossings++
+		}
+	}
+	// Two hosts: the ring leaves each once. Inside each host, 4 sockets in
+	// a line: 3 crossings (the 4th is the hop to the other host).
+	if hostCrossings != 2 || numaCrossings != 6 {
+		t.Errorf("ring %v: %d host and %d NUMA crossings, want 2 and 6", ring, hostCrossings, numaCrossings)
+	}
+	other := loadFixture(t, "azure-ndv4-8xA100-ib-topo.xml")
+	dev[3] = other.Nodes[GPU][0]
+	if _, err := job.RingOrder(dev); err == nil {
+		t.Error("no error for a device of another graph")
+	}
+	if _, err := job.RingOrder(dev[:3]); err == nil {
+		t.Error("no error for too few devices")
+	}
+}

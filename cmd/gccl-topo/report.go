@@ -243,6 +243,7 @@ type layout struct {
 	nodes, perNode int
 	devs           []*topo.Node // per local rank
 	order          []int        // the intra-node ring, local ranks
+	ring           []int        // the job's ring, ranks
 }
 
 func newLayout(g *topo.Graph, ranks, nodes int) (*layout, error) {
@@ -271,6 +272,26 @@ func newLayout(g *topo.Graph, ranks, nodes int) (*layout, error) {
 		}
 	}
 	l.order = g.RingOrder(l.devs)
+	// The job: nodes copies of this host, rank r on node r / perNode.
+	doc := topo.MarshalXML(g.Doc)
+	var ranksTopo []topo.RankTopology
+	for r := 0; r < ranks; r++ {
+		ranksTopo = append(ranksTopo, topo.RankTopology{HostID: "node" + strconv.Itoa(r/l.perNode), XML: doc})
+	}
+	job, err := topo.Merge(ranksTopo)
+	if err != nil {
+		return nil, err
+	}
+	dev := make([]*topo.Node, ranks)
+	for _, h := range job.Hosts {
+		for i, r := range h.Ranks {
+			local := h.Graph.Nodes[l.devs[i].Type]
+			dev[r] = local[l.devs[i].Index]
+		}
+	}
+	if l.ring, err = job.RingOrder(dev); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -295,13 +316,11 @@ func (l *layout) write(b *strings.Builder, g *topo.Graph) {
 	if l.perNode > 1 {
 		fmt.Fprintf(b, "  bottleneck %.1f GB/s, %d NUMA crossing(s)\n", st.MinBW, st.NUMACrossings)
 	}
-	// The job's ring visits each node's ranks in that order, node after
-	// node; the hop between nodes goes over the network.
+	// The job's ring visits each node's ranks in that order, opened at the
+	// slowest hop, node after node; the hop between nodes is the network.
 	var ring []string
-	for n := 0; n < l.nodes; n++ {
-		for _, r := range l.order {
-			ring = append(ring, strconv.Itoa(n*l.perNode+r))
-		}
+	for _, r := range l.ring {
+		ring = append(ring, strconv.Itoa(r))
 	}
 	fmt.Fprintf(b, "  ring (ranks): %s -> %s\n", strings.Join(ring, " "), ring[0])
 	// Trees: NCCL's double binary tree across nodes, a chain in ring order
