@@ -173,3 +173,23 @@ func Simulate(w io.Writer, o SimOptions) error {
 	}
 	return WriteTable(w, sys, rows)
 }
+
+// CollectiveByName maps an nccl-tests test name ("all_reduce",
+// "all_gather", "reduce_scatter", "broadcast", "reduce") to the collective
+// the model prices; false for tests it does not model (alltoall, gather,
+// scatter, sendrecv).
+func CollectiveByName(test string) (algo.Collective, bool) {
+	switch test {
+	case "all_reduce":
+		return algo.AllReduce, true
+	case "all_gather":
+		return algo.AllGather, true
+	case "reduce_scatter":
+		return algo.ReduceScatter, true
+	case "broadcast":
+		return algo.Broadcast, true
+	case "reduce":
+		return algo.Reduce, true
+	}
+	return 0, false
+}

@@ -279,3 +279,21 @@ func TestSimulateGolden(t *testing.T) {
 		}
 	}
 }
+
+func TestCollectiveByName(t *testing.T) {
+	for name, want := range map[string]algo.Collective{"all_reduce": algo.AllReduce, "all_gather": algo.AllGather,
+		"reduce_scatter": algo.ReduceScatter, "broadcast": algo.Broadcast, "reduce": algo.Reduce} {
+		got, ok := CollectiveByName(name)
+		if !ok || got != want {
+			t.Errorf("%s: %v %v", name, got, ok)
+		}
+		if _, err := Predict(system(t, ibmFile, 2), got, 1<<20); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, name := range []string{"alltoall", "gather", "scatter", "sendrecv", ""} {
+		if _, ok := CollectiveByName(name); ok {
+			t.Errorf("%s: modelled", name)
+		}
+	}
+}
