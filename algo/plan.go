@@ -111,6 +111,7 @@ const (
 	Tree                          // double binary tree
 	Pairwise                      // pairwise exchange (all-to-all)
 	Direct                        // ranks talk to each other directly (gather, scatter, two-rank all-reduce)
+	Hier                          // hierarchical: within each host, then across hosts, then within (algo/hier)
 )
 
 func (a Algorithm) String() string {
@@ -123,6 +124,8 @@ func (a Algorithm) String() string {
 		return "Pairwise"
 	case Direct:
 		return "Direct"
+	case Hier:
+		return "Hier"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
