@@ -96,3 +96,18 @@ func TestCPUSet(t *testing.T) {
 		}
 	}
 }
+
+func TestPathTypeNames(t *testing.T) {
+	for p := PathLOC; p <= PathDIS; p++ {
+		back, err := ParsePathType(p.String())
+		if err != nil || back != p {
+			t.Errorf("%v: parsed back as %v, %v", p, back, err)
+		}
+	}
+	if _, err := ParsePathType("NVX"); err == nil {
+		t.Error("no error for an unknown class")
+	}
+	if s := PathType(42).String(); s != "PathType(42)" {
+		t.Errorf("out of range: %q", s)
+	}
+}
