@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/algo/hier"
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
 	"github.com/gccl/gccl/transport"
@@ -42,8 +43,9 @@ const DefaultTimeout = 5 * time.Minute
 // Config tunes a communicator. The zero value is a good default.
 type Config struct {
 	// Algo forces an algorithm for the collectives that have several:
-	// "ring" or "tree". Empty means the tuner chooses; the environment
-	// variable GCCL_ALGO is the default.
+	// "ring", "tree" or "hier" (hierarchical all-reduce and all-gather for
+	// jobs on several hosts; elsewhere it means ring). Empty means the
+	// tuner chooses; the environment variable GCCL_ALGO is the default.
 	Algo string
 	// Timeout bounds how long one operation may wait for its peers before it
 	// fails with ErrTimeout and aborts the Comm. Zero means DefaultTimeout
@@ -116,6 +118,11 @@ type Comm struct {
 	symPeers   []symPeer
 	symScratch []byte        // one chunk of a large symmetric all-reduce
 	symOps     atomic.Uint64 // symmetric all-reduces run (tests, debugging)
+
+	// hier is the placement of the ranks on hosts when the job spans
+	// several hosts with the same number of ranks (more than one) on each;
+	// nil otherwise.
+	hier *hier.Layout
 }
 
 type planKey struct {
@@ -204,8 +211,10 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 		c.algoPref = algo.Ring
 	case "tree":
 		c.algoPref = algo.Tree
+	case "hier":
+		c.algoPref = algo.Hier
 	default:
-		return nil, invalid("unknown algorithm %q (want ring or tree)", pref)
+		return nil, invalid("unknown algorithm %q (want ring, tree or hier)", pref)
 	}
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())

@@ -1,5 +1,7 @@
 package comm
 
+import "github.com/gccl/gccl/algo"
+
 // Hooks for the external tests.
 
 // SymMinBytes is the smallest all-reduce that takes the symmetric path.
@@ -10,3 +12,21 @@ const SymNTMinBytes = symNTMinBytes
 
 // SymOps counts the symmetric-memory all-reduces c has run.
 func SymOps(c *Comm) uint64 { return c.symOps.Load() }
+
+// SetHosts places in-process ranks on pretend hosts, so the hierarchical
+// schedules run in the in-process tests.
+func SetHosts(cs []*Comm, hostOf []string) {
+	for _, c := range cs {
+		c.setHosts(hostOf)
+	}
+}
+
+// Algo is the algorithm c would run a collective of the given size with.
+func Algo(c *Comm, coll string, bytes int) string {
+	for k := algo.AllReduce; k <= algo.Scatter; k++ {
+		if k.String() == coll {
+			return c.choose(k, bytes, false).String()
+		}
+	}
+	return "?"
+}

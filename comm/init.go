@@ -219,6 +219,11 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// 4 ranks on 2 cores: 458 µs with Gosched, 45 µs with sched_yield). With
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
 	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
+	hosts := make([]string, size)
+	for p, info := range infos {
+		hosts[p] = info.HostID
+	}
+	c.setHosts(hosts)
 	c.boot = client
 	c.jobID = jobID
 	c.laggards = c.bootstrapLaggards

@@ -1,10 +1,20 @@
 package comm
 
 import (
+	"fmt"
+
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/algo/hier"
 	"github.com/gccl/gccl/algo/ring"
 	"github.com/gccl/gccl/algo/tree"
 )
+
+// hierMinBytes is the all-reduce and all-gather size from which jobs on
+// several hosts (with several ranks on each) go hierarchical: below it the
+// extra intra-host steps outweigh the saved network bytes, and trees, which
+// are latency-bound, do better. Calibrated in the two-namespace test with a
+// shaped link (docs/PERFORMANCE.md).
+const hierMinBytes = 256 << 10
 
 // treeMaxBytes is the message size up to which trees beat rings: a tree
 // takes 2*log2(n) latency steps against a ring's 2(n-1), but moves each byte
@@ -23,6 +33,19 @@ const exchangeMaxBytes = 64 << 10
 func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorithm {
 	if coll == algo.AllReduce && c.algoPref == 0 && c.size == 2 && !scaled && bytes <= exchangeMaxBytes {
 		return algo.Direct
+	}
+	if coll == algo.AllReduce || coll == algo.AllGather {
+		switch {
+		case c.algoPref == algo.Hier && c.hier != nil:
+			return algo.Hier
+		case c.algoPref == 0 && c.hier != nil && bytes >= hierMinBytes:
+			return algo.Hier
+		}
+	}
+	if c.algoPref == algo.Hier {
+		// Forced, but no hierarchy here (one host, or uneven hosts) or
+		// not this collective: the flat schedules.
+		return algo.Ring
 	}
 	switch coll {
 	case algo.AllToAll:
@@ -46,7 +69,16 @@ func (c *Comm) plan(coll algo.Collective, root, bytes int, scaled bool) *algo.Pl
 	if p := c.plans[k]; p != nil {
 		return p
 	}
-	p := generate(k, c.size, c.rank)
+	var p *algo.Plan
+	if k.alg == algo.Hier {
+		if k.coll == algo.AllGather {
+			p = hier.AllGather(*c.hier, c.rank)
+		} else {
+			p = hier.AllReduce(*c.hier, c.rank)
+		}
+	} else {
+		p = generate(k, c.size, c.rank)
+	}
 	c.plans[k] = p
 	return p
 }
@@ -86,4 +118,21 @@ func generate(k planKey, n, r int) *algo.Plan {
 		return ring.Reduce(n, r, k.root)
 	}
 	panic("gccl: no plan for " + k.coll.String())
+}
+
+// setHosts records which host each rank is on, for the hierarchical
+// schedules; a job on one host, with one rank per host, or with hosts of
+// different sizes keeps the flat ones.
+func (c *Comm) setHosts(hostOf []string) {
+	c.hier = nil
+	clear(c.plans)
+	lay, err := hier.LayoutOf(hostOf)
+	if err != nil {
+		c.log.Info("flat schedules: "+err.Error(), "subsys", "TUNING")
+		return
+	}
+	if len(lay.Hosts) > 1 && lay.PerHost() > 1 {
+		c.hier = &lay
+		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather from %d bytes", len(lay.Hosts), lay.PerHost(), hierMinBytes), "subsys", "TUNING")
+	}
 }
