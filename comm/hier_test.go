@@ -39,10 +39,9 @@ func TestHierarchical(t *testing.T) {
 		if got := comm.Algo(cs[0], "AllReduce", 8); got != "Hier" {
 			t.Fatalf("forced hier on %+v runs %s", lay, got)
 		}
+		// Every collective: all-reduce and all-gather go hierarchical,
+		// the others fall back to their flat schedules.
 		for _, cc := range collCases {
-			if cc.name != "AllReduce" && cc.name != "AllGather" {
-				continue
-			}
 			for _, dt := range types {
 				for _, size := range sizes {
 					ops := []comm.Op{{}}
@@ -53,7 +52,7 @@ func TestHierarchical(t *testing.T) {
 						cnt := elemsFor(size, dt)
 						ins := make([][]byte, lay.n)
 						for p := range ins {
-							ins[p] = make([]byte, cnt*dt.Size())
+							ins[p] = make([]byte, inputLen(cc.name, lay.n, cnt)*dt.Size())
 							fill(dt, op, lay.n, p, ins[p])
 						}
 						var ref *expected

@@ -42,17 +42,17 @@ func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorit
 			return algo.Hier
 		}
 	}
-	if c.algoPref == algo.Hier {
-		// Forced, but no hierarchy here (one host, or uneven hosts) or
-		// not this collective: the flat schedules.
-		return algo.Ring
-	}
 	switch coll {
 	case algo.AllToAll:
 		return algo.Pairwise
 	case algo.Gather, algo.Scatter:
 		return algo.Direct
 	case algo.AllReduce, algo.Broadcast, algo.Reduce:
+		if c.algoPref == algo.Hier {
+			// Forced, but no hierarchy here (one host, or uneven
+			// hosts) or not this collective: the flat schedules.
+			return algo.Ring
+		}
 		if c.algoPref != 0 {
 			return c.algoPref
 		}
