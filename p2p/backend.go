@@ -246,7 +246,10 @@ func (r *Request) runCopy() error {
 	for i := range r.parts {
 		ps := &r.parts[i]
 		segs := r.segs[start:ps.end]
-		dst, src := make([][]byte, len(segs)), make([][]byte, len(segs))
+		if cap(r.dst) < len(segs) {
+			r.dst, r.src = make([][]byte, len(segs)), make([][]byte, len(segs))
+		}
+		dst, src := r.dst[:len(segs)], r.src[:len(segs)]
 		for k := range segs {
 			s := &segs[k]
 			l := s.local.mem[s.loff : s.loff+s.n]

@@ -135,11 +135,13 @@ type filePool struct {
 	bufs         sync.Pool // block-sized buffers for data that arrives over tcp
 }
 
+// fileTask is one worker's stripe of a transfer: consecutive blocks, done
+// in order, as one fio job streams its part of a file.
 type fileTask struct {
 	h     *fileHandle
 	write bool
-	mem   []byte
-	off   int64
+	mems  [][]byte
+	offs  []int64
 	done  *sync.WaitGroup
 	err   *firstError
 }
@@ -171,8 +173,11 @@ func (p *filePool) start() {
 			defer p.wg.Done()
 			bounce := alignedBuffer(p.block)
 			for t := range p.tasks {
-				if err := t.h.blockIO(t.write, t.mem, t.off, bounce); err != nil {
-					t.err.set(err)
+				for i, mem := range t.mems {
+					if err := t.h.blockIO(t.write, mem, t.offs[i], bounce); err != nil {
+						t.err.set(err)
+						break
+					}
 				}
 				t.done.Done()
 			}
@@ -188,19 +193,27 @@ func (p *filePool) close() {
 	}
 }
 
-// run does the blocks of mem <-> file [off, off+len(mem)), depth at a time.
+// run does mem <-> file [off, off+len(mem)) for every piece: cut in blocks,
+// the blocks dealt in depth contiguous stripes, one per worker.
 func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64) error {
 	p.once.Do(p.start)
-	var wg sync.WaitGroup
-	var fe firstError
+	var blocks [][]byte
+	var boffs []int64
 	for i, mem := range mems {
 		off := offs[i]
 		for len(mem) > 0 {
 			k := min(len(mem), p.block)
-			wg.Add(1)
-			p.tasks <- fileTask{h: h, write: write, mem: mem[:k], off: off, done: &wg, err: &fe}
+			blocks, boffs = append(blocks, mem[:k]), append(boffs, off)
 			mem, off = mem[k:], off+int64(k)
 		}
+	}
+	var wg sync.WaitGroup
+	var fe firstError
+	stripes := min(p.depth, len(blocks))
+	for s := 0; s < stripes; s++ {
+		lo, hi := s*len(blocks)/stripes, (s+1)*len(blocks)/stripes
+		wg.Add(1)
+		p.tasks <- fileTask{h: h, write: write, mems: blocks[lo:hi], offs: boffs[lo:hi], done: &wg, err: &fe}
 	}
 	wg.Wait()
 	return fe.err

@@ -161,8 +161,10 @@ func (a *Agent) acceptLoop() {
 		go func() {
 			defer a.wg.Done()
 			if err := a.accept(conn); err != nil {
-				a.log.Warn("p2p refused a connection", "remote", conn.RemoteAddr().String(), "err", err)
 				conn.Close()
+				if !errors.Is(err, ErrClosed) {
+					a.log.Warn("p2p refused a connection", "remote", conn.RemoteAddr().String(), "err", err)
+				}
 			}
 		}()
 	}
@@ -284,6 +286,11 @@ func (p *peer) fail(err error, forget bool) {
 	}
 	_, stillConnected := a.peers[p.name]
 	a.mu.Unlock()
+	select {
+	case <-a.done:
+		forget = false // closing: the peer's end saw our goodbye first
+	default:
+	}
 	if !forget || stillConnected {
 		return
 	}

@@ -209,6 +209,8 @@ type Request struct {
 	segsDone  int // tcp READ, reader goroutine only
 	acks      int // tcp WRITE, reader goroutine only
 	released  bool
+	logged    bool
+	dst, src  [][]byte // the copy backends' scratch, kept between posts
 }
 
 const (
@@ -244,6 +246,7 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 		opts = &RequestOptions{}
 	}
 	r := &Request{a: a, op: op, peer: remote.peer, self: remote.peer == a.name, ra: remote.ra, local: local, remote: remote, cb: opts.OnComplete}
+	r.segs = make([]segment, 0, len(localIdx))
 	parts := opts.Parts
 	if len(parts) == 0 {
 		parts = []Part{{End: len(localIdx), Notif: opts.Notif}}
@@ -621,7 +624,10 @@ func (a *Agent) execute(r *Request) {
 			return
 		}
 	}
-	a.logBackend(r.peer, r.backend, r.why)
+	if !r.logged { // once per request: the key costs allocations
+		r.logged = true
+		a.logBackend(r.peer, r.backend, r.why)
+	}
 	var err error
 	switch r.backend {
 	case BackendLocal, BackendSHM:

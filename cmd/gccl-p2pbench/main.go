@@ -45,6 +45,7 @@ type options struct {
 	queueDepth, blockB int
 	backend            p2p.Backend
 	check              bool
+	reverse            bool
 }
 
 func main() {
@@ -83,10 +84,11 @@ func parseFlags(args []string) (*options, error) {
 	bs := fs.String("bs", "1M", "file block size")
 	backend := fs.String("backend", "auto", "force a backend: auto, shm, pvm, tcp")
 	check := fs.Bool("check", true, "check the data after each point")
+	reverse := fs.Bool("reverse", true, "lay the target's descriptors out in reverse order, so that they do not merge")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check}
+	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check, reverse: *reverse}
 	switch *op {
 	case "read":
 		o.op = p2p.Read
@@ -212,7 +214,11 @@ func run(o *options) error {
 			local[i] = lr.Desc(uint64(i*blk), uint64(blk))
 			// Reverse order on the target, so that descriptors do not merge
 			// and the batch costs what it says.
-			rem[i] = remote(uint64((batch-1-i)*blk), uint64(blk))
+			j := i
+			if o.reverse {
+				j = batch - 1 - i
+			}
+			rem[i] = remote(uint64(j*blk), uint64(blk))
 		}
 		ll, err := a.PrepareLocal(p2p.DescList{Type: p2p.DRAM, Descs: local})
 		if err != nil {
@@ -251,7 +257,7 @@ func run(o *options) error {
 		}
 		if o.check && o.op == p2p.Write {
 			// Read back into a scratch buffer and compare.
-			if err := verify(a, o, peer, rl, buf[:blk*batch], blk, batch); err != nil {
+			if err := verify(a, rl, buf[:blk*batch], blk, batch); err != nil {
 				return fmt.Errorf("block %d batch %d: %w", blk, batch, err)
 			}
 		}
@@ -266,7 +272,7 @@ func run(o *options) error {
 
 // verify reads the target's bytes back and compares them with what was
 // written (the reversed layout included).
-func verify(a *p2p.Agent, o *options, peer string, rl *p2p.PreparedList, want []byte, blk, batch int) error {
+func verify(a *p2p.Agent, rl *p2p.PreparedList, want []byte, blk, batch int) error {
 	got := make([]byte, len(want))
 	gr, err := a.RegisterMem(got)
 	if err != nil {
