@@ -296,8 +296,10 @@ func (a *Agent) Alloc(size int) (*Region, error) {
 // RegisterMem registers buf (DRAM on the heap, or part of an Alloc'd
 // region). Registering a range that an existing DRAM region holds returns
 // that region, counted once more (a cache hit: no system call, no
-// allocation); each registration needs its own DeregisterMem. VRAM is not
-// supported yet.
+// allocation); each registration needs its own DeregisterMem. The region
+// returned may then be larger than buf and start before it: describe buf's
+// bytes by address (AddrOf(buf)), or with Desc offsets from Region.Addr.
+// VRAM is not supported yet.
 func (a *Agent) RegisterMem(buf []byte) (*Region, error) {
 	if len(buf) == 0 {
 		return nil, errors.New("p2p: RegisterMem of an empty buffer")

@@ -22,6 +22,7 @@ type remoteAgent struct {
 	maps    map[uint32]*shm.Region // shared regions mapped here, by region ID
 	users   int                    // transfers running on the mappings
 	invalid bool
+	dropped map[uint32]bool // regions the peer deregistered since its metadata
 }
 
 // newRemoteAgent maps the peer's shared regions (taking over old's mappings
@@ -125,20 +126,31 @@ func (ra *remoteAgent) unmap() {
 	}
 }
 
-// dropRegion forgets a region the peer deregistered.
+// dropRegion forgets a region the peer deregistered. Its mapping stays
+// until the peer is forgotten: a prepared list may still point into it, and
+// copying into pages the owner let go is harmless, while copying into an
+// unmapped range would crash this process. Requests that use the region
+// fail at Post (droppedAny).
 func (ra *remoteAgent) dropRegion(id uint32) {
 	ra.mu.Lock()
+	defer ra.mu.Unlock()
 	ra.table.remove(id)
-	m := ra.maps[id]
-	if ra.users == 0 {
-		delete(ra.maps, id)
-	} else {
-		m = nil // a transfer still copies into it: unmapped with the others
+	if ra.dropped == nil {
+		ra.dropped = map[uint32]bool{}
 	}
-	ra.mu.Unlock()
-	if m != nil {
-		m.Close()
+	ra.dropped[id] = true
+}
+
+// droppedAny returns one of ids that the peer deregistered, if any.
+func (ra *remoteAgent) droppedAny(ids []uint32) (uint32, bool) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	for _, id := range ids {
+		if ra.dropped[id] {
+			return id, true
+		}
 	}
+	return 0, false
 }
 
 // lookup finds the peer's region for a descriptor and, when mapped, its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,7 @@ type PreparedList struct {
 	local  []*Region    // per descriptor, local lists and lists on this agent
 	remote []regionInfo // per descriptor, remote lists
 	rmem   [][]byte     // per descriptor's region: mapped memory, or nil
+	rids   []uint32     // the remote regions the list uses, once each
 	pinned []*Region
 	done   atomic.Bool
 }
@@ -123,6 +125,9 @@ func (a *Agent) PrepareRemote(peer string, list DescList) (*PreparedList, error)
 			return nil, fmt.Errorf("p2p: descriptor %d at %s: %w", i, peer, err)
 		}
 		pl.remote[i], pl.rmem[i] = r, mem
+		if n := len(pl.rids); (n == 0 || pl.rids[n-1] != r.ID) && !slices.Contains(pl.rids, r.ID) {
+			pl.rids = append(pl.rids, r.ID)
+		}
 	}
 	return pl, nil
 }
@@ -376,6 +381,15 @@ func (r *Request) Post() (Status, error) {
 		err := fmt.Errorf("%w: %s (its metadata was invalidated or replaced; prepare again)", ErrRemoteDisconnect, r.peer)
 		r.complete(err, false)
 		return StatusFailed, err
+	}
+	if r.ra != nil && (r.backend == BackendSHM || r.backend == BackendPVM) {
+		// Nothing on the target checks a copy it does not run: refuse here
+		// what the peer has deregistered since (tcp: the target refuses).
+		if id, ok := r.ra.droppedAny(r.remote.rids); ok {
+			err := fmt.Errorf("%w: %s deregistered region %d; prepare again", ErrOutOfBounds, r.peer, id)
+			r.complete(err, true)
+			return StatusFailed, err
+		}
 	}
 	if !r.self {
 		a.mu.RLock()

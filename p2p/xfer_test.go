@@ -143,6 +143,41 @@ func TestOutOfBoundsRefusedByTarget(t *testing.T) {
 	}
 }
 
+// TestDeregisteredSharedRegion: the target deregisters a shared region
+// behind a prepared list; once its invalidation arrived, shm requests on it
+// are refused (and nothing is unmapped under them).
+func TestDeregisteredSharedRegion(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory is Linux only")
+	}
+	a := newAgent(t, "a", Config{})
+	b := newAgent(t, "b", Config{})
+	tr, err := b.Alloc(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 8192))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 8192)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 8192)}}, nil)
+	if err != nil || req.Backend() != BackendSHM {
+		t.Fatalf("%v %v", req.Backend(), err)
+	}
+	if _, err := req.Post(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeregisterMem(tr); err != nil {
+		t.Fatal(err)
+	}
+	ra, _ := a.remote("b")
+	waitFor(t, func() bool { _, ok := ra.droppedAny([]uint32{tr.ID()}); return ok })
+	if _, err := req.Post(); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("Post into a deregistered shared region: %v", err)
+	}
+	req.Release()
+}
+
 func TestFileBackend(t *testing.T) {
 	dir := t.TempDir()
 	for _, direct := range []bool{false, true} {
