@@ -105,7 +105,22 @@ func AllReduce(lay Layout, rank int) *algo.Plan {
 			}
 		}
 	}
-	if H > 1 {
+	if H == 2 && L > 1 {
+		// Stage 2 on two hosts: the rail's two ranks swap their partial
+		// super-blocks and each reduces the other's into its own. That is
+		// the bytes of a two-rank ring, but one dependent hop per chunk
+		// instead of two, so the network link stays busy. Both ranks
+		// compute the same commutative op on the same two values, so they
+		// agree bitwise; Out is already pre-scaled by stage 1, so reading it
+		// twice is safe for every op.
+		peer := lay.Hosts[1-h][l]
+		for j := range H {
+			steps = append(steps, algo.SendStep(peer, algo.OutBlock(l*H+j)))
+		}
+		for j := range H {
+			steps = append(steps, algo.RecvReduceCopyStep(peer, algo.OutBlock(l*H+j), algo.OutBlock(l*H+j)).AsFinal())
+		}
+	} else if H > 1 {
 		// Stage 2: all-reduce across hosts on this rank's super-block,
 		// starting from the host's partial sums in Out (read from In only
 		// when stage 1 did not run, so In is pre-scaled exactly once).
