@@ -335,16 +335,9 @@ func (a *Agent) addRegionLocked(info regionInfo) *Region {
 	r := &Region{a: a, info: info, refs: 1}
 	a.regions[info.ID] = r
 	a.local.add(info)
-	a.cache[regionKey{typ: info.Type, base: info.Base, len: info.Len, file: fileKey(r)}] = r
+	a.cache[regionKey{typ: info.Type, base: info.Base, len: info.Len}] = r
 	a.gen++
 	return r
-}
-
-func fileKey(r *Region) string {
-	if r.file != nil {
-		return r.file.path
-	}
-	return ""
 }
 
 // DeregisterMem undoes one registration of r. The last one removes the
