@@ -92,6 +92,9 @@ type config struct {
 	roots      []int      // -r, with "all" expanded; [-1] for tests without one
 	jsonPath   string     // -J
 	register   bool       // -R 1 or 2: buffers from comm.Comm.Alloc
+	simulate   bool       // --simulate: print the cost model's table instead of running
+	topoFile   string     // --topo-file, for --simulate
+	nodes      int        // --nodes, for --simulate
 	args       []string   // the command line, for the header and the JSON
 	// rankArgs is args without -np: the command line of each rank that
 	// -np launches.
@@ -159,6 +162,8 @@ var flagDefs = []flagDef{
 	}},
 	{"J", "json", func(c *config, _ *rawChoices, v string) error { c.jsonPath = v; return nil }},
 	{"R", "local_register", func(_ *config, r *rawChoices, v string) error { return parseChoice(v, 2, &r.register) }},
+	{"", "topo-file", func(c *config, _ *rawChoices, v string) error { c.topoFile = v; return nil }},
+	{"", "nodes", func(c *config, _ *rawChoices, v string) error { return parseInt(v, 1, &c.nodes) }},
 }
 
 func findFlag(name string, long bool) *flagDef {
@@ -192,6 +197,10 @@ func parseArgsInJob(args []string, jobProcs int) (*config, error) {
 		if arg == "-h" || arg == "--help" {
 			c.help = true
 			return c, nil
+		}
+		if arg == "--simulate" {
+			c.simulate = true
+			continue
 		}
 		if !strings.HasPrefix(arg, "-") || arg == "-" {
 			if c.test != nil {

@@ -76,6 +76,9 @@ K, M and G suffixes (powers of 1024).
                              all-reduces read peers' buffers directly);
                              0: Go heap (default)
   -t, --nthreads <n>         accepted for compatibility; must be 1
+  --simulate                 print the cost model's predicted table for the
+                             system of --topo-file <NCCL topology XML> on
+                             --nodes <k> such hosts (default 1); runs nothing
   -h, --help                 this text
 
 gccl-perf plot draws bus bandwidth and time against size from -J files
@@ -182,6 +185,8 @@ func run(args []string, stdout, stderr io.Writer, env *environment) int {
 		return 1
 	}
 	switch {
+	case cfg.simulate:
+		return runSimulate(cfg, stdout, stderr)
 	case env.job.found:
 		return runAsRank(cfg, env, stdout, stderr)
 	case cfg.procs > 1:

@@ -52,6 +52,7 @@ func tableRows(out string) [][]string {
 // Field positions in a data line.
 const (
 	fieldSize       = 0
+	fieldBusBWOut   = 7
 	fieldWrongOut   = 8
 	fieldWrongIn    = 12
 	fieldsPerRow    = 13
@@ -291,5 +292,41 @@ func TestCombineTimes(t *testing.T) {
 	r0, r3 := tableRows(rank0)[0][5], tableRows(slowest)[0][5]
 	if r0 != "6.02" || r3 != "6.12" {
 		t.Errorf("-a 0 time %s, -a 3 time %s; want 6.02 and 6.12", r0, r3)
+	}
+}
+
+// --simulate prints the cost model's table for a topology file: on the IBM
+// 8xH100 dump the large ring all-reduce must come within 20% of the
+// ~370 GB/s busbw published for 8 H100s on NVLink.
+func TestSimulate(t *testing.T) {
+	file := "../../topo/testdata/ibm-gx3d-8xH100-nvswitch-roce-topo-dump.xml"
+	out, errOut, status := runMain(t, testEnvironment(), "all_reduce --simulate --topo-file "+file+" -b 1G -e 8G -f 8")
+	if status != 0 {
+		t.Fatalf("exit status %d, stderr %s\n%s", status, errOut, out)
+	}
+	if !strings.Contains(out, "# Predicted by gccl's cost model, not measured") {
+		t.Errorf("the table does not say it is a prediction:\n%s", out)
+	}
+	rows := tableRows(out)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2:\n%s", len(rows), out)
+	}
+	last := rows[len(rows)-1]
+	busbw, err := strconv.ParseFloat(last[fieldBusBWOut], 64)
+	if err != nil {
+		t.Fatalf("row %q: %v", last, err)
+	}
+	if busbw < 0.8*370 || busbw > 1.2*370 {
+		t.Errorf("predicted busbw %.1f GB/s at 8 GiB, want 370 +- 20%%", busbw)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"all_reduce --simulate", "--simulate needs --topo-file"},
+		{"alltoall --simulate --topo-file " + file, "does not cover alltoall"},
+		{"all_reduce --simulate --topo-file /nonexistent.xml", "nonexistent"},
+	} {
+		_, errOut, status := runMain(t, testEnvironment(), tc.args)
+		if status == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: status %d, stderr %q; want failure with %q", tc.args, status, errOut, tc.want)
+		}
 	}
 }
