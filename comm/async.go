@@ -124,6 +124,11 @@ func (a *asyncState) push(c *Comm, r *Request) bool {
 
 func (a *asyncState) progress(c *Comm) {
 	defer close(a.exited)
+	if len(c.progressCPUs) > 0 {
+		if err := pinThread(c.progressCPUs); err != nil {
+			c.log.Warn("cannot pin the progress thread", "subsys", "INIT", "cpus", c.progressCPUs, "err", err)
+		}
+	}
 	for r := range a.queue {
 		r.err = c.run(context.Background(), &r.cl)
 		a.pending.Add(-1)

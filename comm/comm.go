@@ -32,6 +32,7 @@ import (
 	"github.com/gccl/gccl/algo/hier"
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
 	"github.com/gccl/gccl/transport/inproc"
 )
@@ -123,6 +124,11 @@ type Comm struct {
 	// several hosts with the same number of ranks (more than one) on each;
 	// nil otherwise.
 	hier *hier.Layout
+	// topo is the job's system graph (multi-process communicators whose
+	// hosts could describe themselves), and progressCPUs where the
+	// progress goroutine's thread is pinned (empty: not pinned).
+	topo         *topo.Job
+	progressCPUs []int
 }
 
 type planKey struct {

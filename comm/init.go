@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
 	"github.com/gccl/gccl/transport/shm"
 	"github.com/gccl/gccl/transport/tcp"
@@ -88,10 +89,26 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	}
 	var local []int
 	remote := false
-	sameHost := 0
-	for _, info := range infos {
+	sameHost, localRank := 0, 0
+	for p, info := range infos {
 		if info.HostID == me.HostID {
 			sameHost++
+			if p < rank {
+				localRank++
+			}
+		}
+	}
+	// The lowest rank of each host describes the host for everyone.
+	var topoWarn []string
+	if localRank == 0 {
+		g, terr := topo.Load(os.Getenv, topo.Detector{})
+		switch {
+		case terr != nil && os.Getenv(topo.EnvTopoFile) != "":
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidArgument, topo.EnvTopoFile, terr)
+		case terr != nil:
+			topoWarn = append(topoWarn, fmt.Sprintf("topology detection failed (%v): the host is taken as flat", terr))
+		default:
+			me.Topo = topo.MarshalXML(g.Doc)
 		}
 	}
 	for p, info := range infos {
@@ -213,6 +230,10 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	for _, line := range rc.downgrade {
 		c.log.Warn(line, "subsys", "INIT")
 	}
+	for _, line := range topoWarn {
+		c.log.Warn(line, "subsys", "GRAPH")
+	}
+	c.useTopology(infos, localRank, sameHost)
 	// When this host's ranks outnumber its cores, a waiting rank must give
 	// its core to peer processes (sched_yield), not just to goroutines;
 	// otherwise the rank with work waits for a time slice (8 B all-reduce,

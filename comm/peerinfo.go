@@ -36,9 +36,16 @@ type peerInfo struct {
 	Pid     int
 	Shm     string // shared-memory mailbox name, empty if none
 	TCP     string // TCP listen address, empty if none
+	// Topo is the host's topology as NCCL XML, sent by the lowest rank of
+	// each host only (the others would repeat it).
+	Topo []byte
 }
 
-const peerInfoMagic = "gcclPI1"
+const peerInfoMagic = "gcclPI2"
+
+// maxTopoXML bounds a descriptor's topology document (the largest published
+// NCCL dumps are tens of KiB).
+const maxTopoXML = 1 << 20
 
 // marshal encodes the descriptor: a magic, then length-prefixed fields.
 func (p *peerInfo) marshal() []byte {
@@ -47,7 +54,9 @@ func (p *peerInfo) marshal() []byte {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	return binary.AppendUvarint(b, uint64(p.Pid))
+	b = binary.AppendUvarint(b, uint64(p.Pid))
+	b = binary.AppendUvarint(b, uint64(len(p.Topo)))
+	return append(b, p.Topo...)
 }
 
 var errBadPeerInfo = errors.New("malformed peer descriptor")
@@ -69,10 +78,18 @@ func unmarshalPeerInfo(b []byte) (peerInfo, error) {
 		b = b[k+int(n):]
 	}
 	pid, k := binary.Uvarint(b)
-	if k <= 0 || pid > 1<<31 || len(b) != k {
-		return p, fmt.Errorf("%w: bad pid or trailing bytes", errBadPeerInfo)
+	if k <= 0 || pid > 1<<31 {
+		return p, fmt.Errorf("%w: bad pid", errBadPeerInfo)
 	}
 	p.Pid = int(pid)
+	b = b[k:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > maxTopoXML || n != uint64(len(b)-k) {
+		return p, fmt.Errorf("%w: bad topology field or trailing bytes", errBadPeerInfo)
+	}
+	if n > 0 {
+		p.Topo = append([]byte(nil), b[k:]...)
+	}
 	return p, nil
 }
 

@@ -2,15 +2,19 @@ package comm
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
 
 func TestPeerInfoRoundTrip(t *testing.T) {
-	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, Shm: "/dev/shm/gccl-ab-3", TCP: "10.0.0.1:1234"}
-	q, err := unmarshalPeerInfo(p.marshal())
-	if err != nil || q != p {
-		t.Fatalf("round trip: %+v, %v", q, err)
+	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, Shm: "/dev/shm/gccl-ab-3", TCP: "10.0.0.1:1234",
+		Topo: []byte(`<system version="1"><cpu numaid="0"/></system>`)}
+	for _, p := range []peerInfo{p, {Version: Version, HostID: "h-2", Pid: 1}} {
+		q, err := unmarshalPeerInfo(p.marshal())
+		if err != nil || !reflect.DeepEqual(q, p) {
+			t.Fatalf("round trip: %+v, %v", q, err)
+		}
 	}
 	for _, bad := range [][]byte{nil, []byte("nope"), p.marshal()[:10], append(p.marshal(), 0)} {
 		if _, err := unmarshalPeerInfo(bad); !errors.Is(err, errBadPeerInfo) {
@@ -28,7 +32,7 @@ func FuzzPeerInfo(f *testing.F) {
 			return
 		}
 		q, err := unmarshalPeerInfo(p.marshal())
-		if err != nil || q != p {
+		if err != nil || !reflect.DeepEqual(q, p) {
 			t.Fatalf("re-encoding %+v gave %+v, %v", p, q, err)
 		}
 	})

@@ -2,9 +2,13 @@ package tests
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/topo"
 )
 
 // Every collective of the matrix (a representative subset of types and
@@ -99,4 +103,44 @@ func TestSplitAcrossProcesses(t *testing.T) {
 			mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of 5 ok", r))
 		}
 	}
+}
+
+// Init describes the host: GCCL_TOPO_DUMP_FILE writes the detected graph
+// (NCCL's XML, readable back), GCCL_TOPO_FILE replaces detection and a bad
+// one fails Init with the reason, and a CPU mask of one core is a WARN.
+func TestTopologyAtInit(t *testing.T) {
+	dump := filepath.Join(t.TempDir(), "topo.xml")
+	res := run(t, time.Minute, []string{"GCCL_TOPO_DUMP_FILE=" + dump, "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=GRAPH,INIT"},
+		bins.run, "-np", "2", bins.collcheck, "-large", "1000")
+	if res.code != 0 {
+		t.Fatalf("exit %d:\n%s", res.code, res.out)
+	}
+	mustContain(t, res.out, "topology: 1 host(s); this one has", "progress thread on CPUs")
+	g, err := topo.ReadFile(dump)
+	if err != nil {
+		t.Fatalf("the dump does not read back: %v", err)
+	}
+	if len(g.Nodes[topo.CPU]) == 0 {
+		t.Fatalf("the dump has no NUMA node:\n%s", topo.MarshalXML(g.Doc))
+	}
+
+	// The dump as the topology file: the same host, not detected.
+	res = run(t, time.Minute, []string{"GCCL_TOPO_FILE=" + dump}, bins.run, "-np", "2", bins.collcheck, "-large", "1000")
+	if res.code != 0 {
+		t.Fatalf("GCCL_TOPO_FILE=%s: exit %d:\n%s", dump, res.code, res.out)
+	}
+	res = run(t, time.Minute, []string{"GCCL_TOPO_FILE=/nonexistent/topo.xml"}, bins.run, "-np", "2", bins.collcheck)
+	if res.code == 0 {
+		t.Fatalf("a missing GCCL_TOPO_FILE was accepted:\n%s", res.out)
+	}
+	mustContain(t, res.out, "GCCL_TOPO_FILE", "/nonexistent/topo.xml")
+
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("taskset is not installed")
+	}
+	res = run(t, time.Minute, nil, "taskset", "-c", "0", bins.run, "-np", "2", bins.collcheck, "-large", "1000")
+	if res.code != 0 {
+		t.Fatalf("under taskset -c 0: exit %d:\n%s", res.code, res.out)
+	}
+	mustContain(t, res.out, "WARN", "progress thread: the CPU mask leaves the progress thread one core (CPU 0)")
 }
