@@ -433,6 +433,13 @@ func (a *Agent) LocalMetadata() []byte {
 	return encodeMetadata(a.infoLocked())
 }
 
+// snapshot is this agent's metadata now.
+func (a *Agent) snapshot() *agentInfo {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.infoLocked()
+}
+
 func (a *Agent) infoLocked() *agentInfo {
 	return &agentInfo{
 		Gen: a.gen, Name: a.name, Host: a.host, Addr: a.addr, Pid: uint32(os.Getpid()),

@@ -126,7 +126,8 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 		conn.SetDeadline(dl)
 	}
 	br := bufio.NewReaderSize(conn, connBufSize)
-	if err := writeHello(conn, token, a.LocalMetadata()); err != nil {
+	sent := a.snapshot()
+	if err := writeHello(conn, token, encodeMetadata(sent)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("p2p: hello to %s: %w", addr, err)
 	}
@@ -142,7 +143,7 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 		return nil, fmt.Errorf("p2p: handshake with %s: %w", addr, err)
 	}
 	conn.SetDeadline(time.Time{})
-	return a.startPeer(conn, br, info)
+	return a.startPeer(conn, br, info, sent)
 }
 
 func (a *Agent) acceptLoop() {
@@ -184,11 +185,12 @@ func (a *Agent) accept(conn net.Conn) error {
 	if info.Name == a.name {
 		return errors.New("a peer with this agent's own name")
 	}
-	if err := writeHello(conn, info.Token, a.LocalMetadata()); err != nil {
+	sent := a.snapshot()
+	if err := writeHello(conn, info.Token, encodeMetadata(sent)); err != nil {
 		return err
 	}
 	conn.SetDeadline(time.Time{})
-	_, err = a.startPeer(conn, br, info)
+	_, err = a.startPeer(conn, br, info, sent)
 	return err
 }
 
@@ -224,7 +226,10 @@ func readHello(br *bufio.Reader, token *[tokenLen]byte) (*agentInfo, error) {
 
 // startPeer loads the peer's metadata (so that both sides know each other
 // after one handshake) and starts the connection's goroutines.
-func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo) (*peer, error) {
+//
+// sent is the metadata this agent sent in its hello: regions deregistered
+// since are invalidated at once, since DeregisterMem did not know the peer.
+func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo, sent *agentInfo) (*peer, error) {
 	if _, err := a.loadInfo(info); err != nil {
 		conn.Close()
 		return nil, err
@@ -242,10 +247,19 @@ func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo) (*pe
 		sender = p
 		a.peers[info.Name] = p
 	} // else both dialled at once: send on the first; this one is served all the same
+	var gone []uint32
+	for _, r := range sent.Regions {
+		if cur, ok := a.regions[r.ID]; !ok || cur.info != r {
+			gone = append(gone, r.ID)
+		}
+	}
 	a.wg.Add(2)
 	a.mu.Unlock()
 	go p.readLoop()
 	go p.respond()
+	for _, id := range gone {
+		p.sendInvalidate(id)
+	}
 	a.log.Info("p2p connected", "peer", info.Name, "local", conn.LocalAddr().String(), "remote", conn.RemoteAddr().String())
 	return sender, nil
 }

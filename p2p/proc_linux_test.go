@@ -136,6 +136,18 @@ func startChild(t testing.TB, size int, env ...string) *childProc {
 	return c
 }
 
+// stop stops the child (SIGSTOP) and waits until it is stopped: the signal
+// is asynchronous.
+func (c *childProc) stop(t testing.TB) {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGSTOP)
+	waitFor(t, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/stat")
+		i := bytes.LastIndexByte(b, ')')
+		return err == nil && i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+	})
+}
+
 func (c *childProc) next(t testing.TB) string {
 	t.Helper()
 	select {
@@ -333,7 +345,7 @@ func TestKilledPeer(t *testing.T) {
 			src := make([]byte, 8<<20)
 			lr, _ := a.RegisterMem(src)
 			// Stop the child so the tcp request cannot finish, then kill it.
-			c.cmd.Process.Signal(syscall.SIGSTOP)
+			c.stop(t)
 			r, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{{Addr: lr.Addr(), Len: 8 << 20}}}, "child",
 				DescList{Type: DRAM, Descs: []Desc{{Addr: cr.Base, Len: 8 << 20}}}, &RequestOptions{Backend: BackendTCP})
 			if err != nil {
@@ -382,7 +394,7 @@ func TestStalledPeer(t *testing.T) {
 	cr := childRegion(t, c.md)
 	src := make([]byte, 4096)
 	lr, _ := a.RegisterMem(src)
-	c.cmd.Process.Signal(syscall.SIGSTOP)
+	c.stop(t)
 	r, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{{Addr: lr.Addr(), Len: 4096}}}, "child",
 		DescList{Type: DRAM, Descs: []Desc{{Addr: cr.Base, Len: 4096}}}, nil)
 	if err != nil {
