@@ -65,6 +65,7 @@ func (c *Comm) useTopology(infos []peerInfo, localRank, localSize int) {
 		return
 	}
 	c.topo = job
+	c.orderRing(job)
 	g := job.Hosts[job.RankHost[c.rank]].Graph
 	c.log.Info(fmt.Sprintf("topology: %d host(s); this one has %d NUMA node(s), %d GPU(s), %d NIC(s)",
 		len(job.Hosts), len(g.Nodes[topo.CPU]), len(g.Nodes[topo.GPU]), len(g.Nodes[topo.NIC])), "subsys", "GRAPH")
@@ -77,5 +78,43 @@ func (c *Comm) useTopology(infos []peerInfo, localRank, localSize int) {
 	c.log.Info(fmt.Sprintf("progress thread on CPUs %v", cpus), "subsys", "INIT")
 	if warn != "" {
 		c.log.Warn("progress thread: "+warn, "subsys", "INIT")
+	}
+}
+
+// ringDevices returns each rank's device in its host's graph: for ranks on
+// host memory, the NUMA node its local rank maps to (as for its progress
+// thread). It returns nil when a host's graph has no NUMA node.
+func ringDevices(job *topo.Job) []*topo.Node {
+	dev := make([]*topo.Node, len(job.RankHost))
+	for _, h := range job.Hosts {
+		numas := h.Graph.Nodes[topo.CPU]
+		if len(numas) == 0 {
+			return nil
+		}
+		for i, r := range h.Ranks {
+			dev[r] = numas[i*len(numas)/len(h.Ranks)]
+		}
+	}
+	return dev
+}
+
+// orderRing lays the rings along the topology: each host's ranks together
+// (the ring crosses the network once per host) and, inside a host, fast
+// links adjacent and few NUMA crossings.
+func (c *Comm) orderRing(job *topo.Job) {
+	dev := ringDevices(job)
+	if dev == nil {
+		return
+	}
+	order, err := job.RingOrder(dev)
+	if err == nil {
+		err = c.setRingOrder(order)
+	}
+	if err != nil {
+		c.log.Warn("rings keep rank order: "+err.Error(), "subsys", "GRAPH")
+		return
+	}
+	if c.ringOrder != nil {
+		c.log.Info(fmt.Sprintf("ring order from the topology: %v", order), "subsys", "GRAPH")
 	}
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -55,5 +56,54 @@ func TestProgressCPUs(t *testing.T) {
 	// No graph: the inherited mask as it is.
 	if cpus, warn := progressCPUs(nil, 0, 1, seq(0, 3)); fmt.Sprint(cpus) != "[0 1 2 3]" || warn != "" {
 		t.Errorf("no graph: %v, %q", cpus, warn)
+	}
+}
+
+// Two hosts whose ranks alternate (rank r on host r%2): the ring order from
+// the merged topology keeps each host's ranks together, so the ring crosses
+// the network twice instead of at every hop.
+func TestOrderRingGroupsHosts(t *testing.T) {
+	xml, err := os.ReadFile("../topo/testdata/ibm-gx3d-8xH100-nvswitch-roce-topo-dump.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rts := make([]topo.RankTopology, 8)
+	for r := range rts {
+		rts[r] = topo.RankTopology{HostID: fmt.Sprintf("host%d", r%2), XML: emptyTopology}
+		if r < 2 {
+			rts[r].XML = xml
+		}
+	}
+	job, err := topo.Merge(rts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := InitLocal(8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	c := cs[0]
+	c.orderRing(job)
+	if c.ringOrder == nil {
+		t.Fatal("no ring order: rank order kept")
+	}
+	crossings := 0
+	for i, r := range c.ringOrder {
+		if next := c.ringOrder[(i+1)%8]; r%2 != next%2 {
+			crossings++
+		}
+	}
+	if crossings != 2 {
+		t.Errorf("ring %v crosses hosts %d times, want 2", c.ringOrder, crossings)
+	}
+	for r, pos := range c.ringPos {
+		if c.ringOrder[pos] != r {
+			t.Fatalf("ringPos %v does not invert ringOrder %v", c.ringPos, c.ringOrder)
+		}
 	}
 }

@@ -129,6 +129,9 @@ type Comm struct {
 	// progress goroutine's thread is pinned (empty: not pinned).
 	topo         *topo.Job
 	progressCPUs []int
+	// ringOrder is the ranks in ring order when it is not 0..n-1 (from
+	// the topology), and ringPos each rank's position in it.
+	ringOrder, ringPos []int
 }
 
 type planKey struct {

@@ -30,3 +30,13 @@ func Algo(c *Comm, coll string, bytes int) string {
 	}
 	return "?"
 }
+
+// SetRingOrder lays the rings of in-process ranks over the ranks in order.
+func SetRingOrder(cs []*Comm, order []int) error {
+	for _, c := range cs {
+		if err := c.setRingOrder(order); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -41,32 +41,40 @@ func TestHierarchical(t *testing.T) {
 		}
 		// Every collective: all-reduce and all-gather go hierarchical,
 		// the others fall back to their flat schedules.
-		for _, cc := range collCases {
-			for _, dt := range types {
-				for _, size := range sizes {
-					ops := []comm.Op{{}}
-					if cc.reducing {
-						ops = matrixOps()
+		checkCollectives(t, cs, types, sizes, fmt.Sprintf("%+v", lay))
+	}
+}
+
+// checkCollectives runs every case of the matrix on cs for the given types
+// and sizes, every op, in and out of place.
+func checkCollectives(t *testing.T, cs []*comm.Comm, types []comm.DataType, sizes []int, label string) {
+	t.Helper()
+	n := len(cs)
+	for _, cc := range collCases {
+		for _, dt := range types {
+			for _, size := range sizes {
+				ops := []comm.Op{{}}
+				if cc.reducing {
+					ops = matrixOps()
+				}
+				for _, op := range ops {
+					cnt := elemsFor(size, dt)
+					ins := make([][]byte, n)
+					for p := range ins {
+						ins[p] = make([]byte, inputLen(cc.name, n, cnt)*dt.Size())
+						fill(dt, op, n, p, ins[p])
 					}
-					for _, op := range ops {
-						cnt := elemsFor(size, dt)
-						ins := make([][]byte, lay.n)
-						for p := range ins {
-							ins[p] = make([]byte, inputLen(cc.name, lay.n, cnt)*dt.Size())
-							fill(dt, op, lay.n, p, ins[p])
-						}
-						var ref *expected
-						if cc.reducing {
-							ref = expect(dt, op, ins)
-						}
-						for _, inPlace := range []bool{false, true} {
-							errs := onAll(t, cs, func(c *comm.Comm) error {
-								return cc.run(c, cnt, ins, ref, dt, op, inPlace)
-							})
-							for r, err := range errs {
-								if err != nil {
-									t.Fatalf("%s %+v %v %v count=%d inPlace=%v: rank %d: %v", cc.name, lay, dt, op, cnt, inPlace, r, err)
-								}
+					var ref *expected
+					if cc.reducing {
+						ref = expect(dt, op, ins)
+					}
+					for _, inPlace := range []bool{false, true} {
+						errs := onAll(t, cs, func(c *comm.Comm) error {
+							return cc.run(c, cnt, ins, ref, dt, op, inPlace)
+						})
+						for r, err := range errs {
+							if err != nil {
+								t.Fatalf("%s %s %v %v count=%d inPlace=%v: rank %d: %v", label, cc.name, dt, op, cnt, inPlace, r, err)
 							}
 						}
 					}
@@ -102,5 +110,23 @@ func TestTunerChoosesHierarchical(t *testing.T) {
 		if got := comm.Algo(cs[0], "AllReduce", 1<<20); got != "Ring" {
 			t.Errorf("hosts %v: %s, want Ring", hosts, got)
 		}
+	}
+}
+
+// TestRingOrder lays the rings over a permuted order, as the topology does
+// when a host's ranks are not numbered consecutively: every collective
+// stays right.
+func TestRingOrder(t *testing.T) {
+	types := []comm.DataType{comm.Float32, comm.Int64, comm.BFloat16}
+	if testing.Short() || raceEnabled {
+		types = types[:1]
+	}
+	cs := world(t, 5, &comm.Config{Algo: "ring"})
+	if err := comm.SetRingOrder(cs, []int{3, 0, 4, 1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	checkCollectives(t, cs, types, []int{0, 1, 7, 4097}, "order [3 0 4 1 2]")
+	if err := comm.SetRingOrder(cs, []int{0, 1, 1, 2, 3}); err == nil {
+		t.Error("a ring order that is not a permutation was accepted")
 	}
 }

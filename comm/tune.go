@@ -70,13 +70,23 @@ func (c *Comm) plan(coll algo.Collective, root, bytes int, scaled bool) *algo.Pl
 		return p
 	}
 	var p *algo.Plan
-	if k.alg == algo.Hier {
+	switch {
+	case k.alg == algo.Hier:
 		if k.coll == algo.AllGather {
 			p = hier.AllGather(*c.hier, c.rank)
 		} else {
 			p = hier.AllReduce(*c.hier, c.rank)
 		}
-	} else {
+	case k.alg == algo.Ring && c.ringOrder != nil:
+		// The ring follows the topology's order: generate the plan of
+		// this rank's position and relabel positions as ranks.
+		pk := k
+		pk.root = c.ringPos[k.root]
+		var err error
+		if p, err = algo.Relabel(generate(pk, c.size, c.ringPos[c.rank]), c.ringOrder); err != nil {
+			panic("gccl: " + err.Error()) // setRingOrder checked the order
+		}
+	default:
 		p = generate(k, c.size, c.rank)
 	}
 	c.plans[k] = p
@@ -135,4 +145,33 @@ func (c *Comm) setHosts(hostOf []string) {
 		c.hier = &lay
 		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather from %d bytes", len(lay.Hosts), lay.PerHost(), hierMinBytes), "subsys", "TUNING")
 	}
+}
+
+// setRingOrder lays the rings over the ranks in order (ring position i is
+// rank order[i]); nil or the identity keeps rank order.
+func (c *Comm) setRingOrder(order []int) error {
+	clear(c.plans)
+	c.ringOrder, c.ringPos = nil, nil
+	if order == nil {
+		return nil
+	}
+	if len(order) != c.size {
+		return fmt.Errorf("ring order of %d ranks for %d", len(order), c.size)
+	}
+	pos := make([]int, c.size)
+	for i := range pos {
+		pos[i] = -1
+	}
+	identity := true
+	for i, r := range order {
+		if r < 0 || r >= c.size || pos[r] >= 0 {
+			return fmt.Errorf("ring order %v is not a permutation", order)
+		}
+		pos[r] = i
+		identity = identity && r == i
+	}
+	if !identity {
+		c.ringOrder, c.ringPos = order, pos
+	}
+	return nil
 }
