@@ -159,10 +159,14 @@ type copyPool struct {
 // transfer's size divided by the workers.
 type copyTask struct {
 	dst, src [][]byte
+	fn       func() // instead of dst and src: a share of a pvm transfer
 	done     *sync.WaitGroup
 }
 
 func (t copyTask) run() {
+	if t.fn != nil {
+		t.fn()
+	}
 	for i := range t.dst {
 		copy(t.dst[i], t.src[i])
 	}
@@ -195,37 +199,36 @@ func (p *copyPool) close() {
 	p.wg.Wait()
 }
 
-// copyAll copies every pair, in equal shares across the workers when the
-// transfer is large; small pieces stay grouped, so a share costs one
-// hand-over however many descriptors it holds.
-func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
-	if total < 2*copyMin || p.workers == 1 {
-		for i := range dst {
-			copy(dst[i], src[i])
-		}
-		return
-	}
-	share := int(total/uint64(p.workers)) + 1
-	var wg sync.WaitGroup
-	var tasks []copyTask
-	cur := copyTask{done: &wg}
-	room := share
-	for i := range dst {
-		d, s := dst[i], src[i]
-		for len(d) > 0 {
-			k := min(len(d), room)
-			cur.dst, cur.src = append(cur.dst, d[:k]), append(cur.src, s[:k])
-			d, s, room = d[k:], s[k:], room-k
+// shares cuts pieces of total bytes into about equal shares, one per
+// worker, splitting large pieces and keeping small ones grouped, so a share
+// costs one hand-over however many descriptors it holds. at(i, off, n) is
+// called for each slice of piece i, in order; a new share starts after
+// every call that filled one.
+func shares(lens []int, total uint64, workers int, at func(share, piece, off, n int)) int {
+	size := int(total/uint64(workers)) + 1
+	share, room := 0, size
+	for i, l := range lens {
+		for off := 0; off < l; {
+			k := min(l-off, room)
+			at(share, i, off, k)
+			off, room = off+k, room-k
 			if room == 0 {
-				tasks = append(tasks, cur)
-				cur, room = copyTask{done: &wg}, share
+				share, room = share+1, size
 			}
 		}
 	}
-	if len(cur.dst) > 0 {
-		tasks = append(tasks, cur)
+	if room == size {
+		return share
 	}
-	wg.Add(len(tasks))
+	return share + 1
+}
+
+// dispatch runs tasks on the pool and the caller.
+func (p *copyPool) dispatch(tasks []copyTask) {
+	if len(tasks) == 0 {
+		return
+	}
+	tasks[0].done.Add(len(tasks))
 	mine := tasks[len(tasks)-1:]
 	for _, t := range tasks[:len(tasks)-1] {
 		select {
@@ -237,7 +240,60 @@ func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
 	for _, t := range mine {
 		t.run()
 	}
-	wg.Wait()
+	tasks[0].done.Wait()
+}
+
+// copyAll copies every pair, in equal shares across the workers when the
+// transfer is large.
+func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
+	if total < 2*copyMin || p.workers == 1 {
+		for i := range dst {
+			copy(dst[i], src[i])
+		}
+		return
+	}
+	lens := make([]int, len(dst))
+	for i := range dst {
+		lens[i] = len(dst[i])
+	}
+	var wg sync.WaitGroup
+	tasks := make([]copyTask, p.workers)
+	n := shares(lens, total, p.workers, func(sh, i, off, k int) {
+		t := &tasks[sh]
+		t.dst, t.src = append(t.dst, dst[i][off:off+k]), append(t.src, src[i][off:off+k])
+	})
+	for i := range tasks {
+		tasks[i].done = &wg
+	}
+	p.dispatch(tasks[:n])
+}
+
+// pvmAll is pvmCopy in equal shares across the workers when the transfer is
+// large: one core's process_vm_writev does not reach memory bandwidth.
+func (p *copyPool) pvmAll(pid int, write bool, local [][]byte, remote []uint64, total uint64) error {
+	if total < 2*copyMin || p.workers == 1 {
+		return pvmCopy(pid, write, local, remote)
+	}
+	lens := make([]int, len(local))
+	for i := range local {
+		lens[i] = len(local[i])
+	}
+	ls, rs := make([][][]byte, p.workers), make([][]uint64, p.workers)
+	n := shares(lens, total, p.workers, func(sh, i, off, k int) {
+		ls[sh], rs[sh] = append(ls[sh], local[i][off:off+k]), append(rs[sh], remote[i]+uint64(off))
+	})
+	var wg sync.WaitGroup
+	var fe firstError
+	tasks := make([]copyTask, n)
+	for i := range tasks {
+		tasks[i] = copyTask{done: &wg, fn: func() {
+			if err := pvmCopy(pid, write, ls[i], rs[i]); err != nil {
+				fe.set(err)
+			}
+		}}
+	}
+	p.dispatch(tasks)
+	return fe.err
 }
 
 // runCopy is the local and shm backend: the initiator copies.
@@ -282,7 +338,7 @@ func (r *Request) runPVM() error {
 			s := &segs[k]
 			local[k], remote[k] = s.local.mem[s.loff:s.loff+s.n], s.raddr
 		}
-		if err := pvmCopy(int(r.ra.info.Pid), r.op == Write, local, remote); err != nil {
+		if err := r.a.copy.pvmAll(int(r.ra.info.Pid), r.op == Write, local, remote, ps.bytes); err != nil {
 			return fmt.Errorf("p2p: %v to %s: %w", r.op, r.peer, err)
 		}
 		if err := r.notifyPart(i); err != nil {
