@@ -315,8 +315,12 @@ func (p *peer) fail(err error, forget bool) {
 	}
 	a.Invalidate(p.name)
 	if len(p.segs) > 0 {
-		a.wg.Add(1)
-		go a.reapSegments(p.pid, p.segs)
+		a.mu.Lock() // Close waits for a.wg once closed is set: add before that
+		if !a.closed {
+			a.wg.Add(1)
+			go a.reapSegments(p.pid, p.segs)
+		}
+		a.mu.Unlock()
 	}
 }
 
