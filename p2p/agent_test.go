@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/logx"
 )
 
 func newAgent(t testing.TB, name string, cfg Config) *Agent {
@@ -14,12 +18,23 @@ func newAgent(t testing.TB, name string, cfg Config) *Agent {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
 	a, err := New(name, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// testLogger discards the agents' records; GCCL_TEST_LOG=1 shows them.
+func testLogger() *slog.Logger {
+	if os.Getenv("GCCL_TEST_LOG") != "" {
+		return logx.Default()
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -160,5 +175,99 @@ func TestReadWriteInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestMetadataReload: a newer blob of a peer replaces the loaded one (lists
+// prepared against the old one must be prepared again), an older one is
+// ignored, and Invalidate forgets the peer.
+func TestMetadataReload(t *testing.T) {
+	a := newAgent(t, "a", Config{DisableSHM: true, DisablePVM: true})
+	b := newAgent(t, "b", Config{})
+	r1, _ := b.RegisterMem(make([]byte, 4096))
+	old := b.LocalMetadata()
+	if _, err := a.LoadRemote(ctxT(t), old); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 4096)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := b.RegisterMem(make([]byte, 8192))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := a.RemoteRegions("b"); len(rs) != 2 || rs[1].ID != r2.ID() || rs[1].Len != 8192 {
+		t.Fatalf("regions after reload: %+v", rs)
+	}
+	if _, err := req.Post(); !errors.Is(err, ErrRemoteDisconnect) {
+		t.Fatalf("Post of a list prepared against replaced metadata: %v", err)
+	}
+	req.Release()
+	if _, err := a.LoadRemote(ctxT(t), old); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := a.RemoteRegions("b"); len(rs) != 2 {
+		t.Fatalf("an older blob replaced a newer one: %+v", rs)
+	}
+	if err := a.Invalidate("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrepareRemote("b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 1)}}); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("prepare against an invalidated peer: %v", err)
+	}
+	if err := a.Invalidate("b"); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("second Invalidate: %v", err)
+	}
+	if _, err := a.LoadRemote(ctxT(t), a.LocalMetadata()); err == nil {
+		t.Fatal("an agent loaded its own metadata")
+	}
+	if _, err := a.LoadRemote(ctxT(t), []byte("junk")); !errors.Is(err, ErrBadMetadata) {
+		t.Fatalf("junk metadata: %v", err)
+	}
+}
+
+// TestRequestInProgress: a request in progress can be neither posted again
+// nor released; OnComplete runs before Wait returns.
+func TestRequestInProgress(t *testing.T) {
+	a := newAgent(t, "a", Config{InlineLimit: -1})
+	b := newAgent(t, "b", Config{})
+	tr, _ := b.RegisterMem(make([]byte, 4096))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	hold, held := make(chan struct{}), make(chan struct{})
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}},
+		&RequestOptions{OnComplete: func(*Request, error) { close(held); <-hold }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Wait(ctxT(t)); err == nil {
+		t.Fatal("Wait before Post succeeded")
+	}
+	if st, err := req.Post(); st != StatusInProgress || err != nil {
+		t.Fatalf("Post with inlining off: %v, %v", st, err)
+	}
+	<-held
+	if _, err := req.Post(); !errors.Is(err, ErrRequestActive) {
+		t.Fatalf("second Post: %v", err)
+	}
+	if err := req.Release(); !errors.Is(err, ErrRequestActive) {
+		t.Fatalf("Release in progress: %v", err)
+	}
+	if st, _ := req.Status(); st != StatusInProgress {
+		t.Fatalf("status %v while the callback runs", st)
+	}
+	close(hold)
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := req.Post(); err == nil {
+		t.Fatal("Post after Release")
 	}
 }

@@ -39,7 +39,7 @@ const childSeed = 0x55
 
 func childMain() error {
 	size, _ := strconv.Atoi(os.Getenv("P2P_TEST_SIZE"))
-	cfg := Config{ListenAddr: "127.0.0.1:0"}
+	cfg := Config{ListenAddr: "127.0.0.1:0", Logger: testLogger()}
 	if d, err := time.ParseDuration(os.Getenv("P2P_TEST_PEER_TIMEOUT")); err == nil {
 		cfg.PeerTimeout = d
 	}

@@ -21,7 +21,7 @@ func frame(h header, payload []byte) []byte {
 // connected peer would send them: whatever arrives, the agent neither
 // panics, nor writes outside its registered region, nor hangs.
 func FuzzPeerStream(f *testing.F) {
-	a, err := New("target", Config{ListenAddr: "-"})
+	a, err := New("target", Config{ListenAddr: "-", Logger: testLogger()})
 	if err != nil {
 		f.Fatal(err)
 	}

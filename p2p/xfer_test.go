@@ -369,8 +369,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	g0, f0 := runtime.NumGoroutine(), fds()
 	for range 3 {
-		a, _ := New("a", Config{ListenAddr: "127.0.0.1:0", DisableSHM: true, DisablePVM: true})
-		b, _ := New("b", Config{ListenAddr: "127.0.0.1:0"})
+		a, _ := New("a", Config{ListenAddr: "127.0.0.1:0", DisableSHM: true, DisablePVM: true, Logger: testLogger()})
+		b, _ := New("b", Config{ListenAddr: "127.0.0.1:0", Logger: testLogger()})
 		buf := make([]byte, 1<<20)
 		tr, _ := b.RegisterMem(buf)
 		if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
