@@ -344,8 +344,8 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	if cl.coll.Reducing() {
 		c.setOp(a, cl)
 	}
-	if cl.coll == algo.AllReduce && !cl.barrier {
-		if done, err := c.trySymAllReduce(ctx, a, cl); done {
+	if !cl.barrier {
+		if done, err := c.trySym(ctx, a, cl); done {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/internal/memops"
 	"github.com/gccl/gccl/transport"
 )
@@ -60,33 +61,43 @@ const symNTMinBytes = 8 << 20
 
 // symRecord is what a rank announces on arrival.
 type symRecord struct {
-	inID, outID   uint32
+	inID, outID   uint32 // Alloc numbers; noSym for a buffer not passed
 	inOff, outOff uint64
+	inLen, outLen uint64 // bytes
 	count         uint64
-	dt, op        uint8
+	dt, op, coll  uint8
+	root          uint32
 	scalar        float64 // the rank's own pre-multiplier (PreMulSum, Avg)
 }
 
-const symRecordLen = 42
+// noSym marks a record's buffer as absent (a non-root's Broadcast input).
+const noSym = ^uint32(0)
+
+const symRecordLen = 63
 
 func (r *symRecord) put(b []byte) {
-	binary.LittleEndian.PutUint32(b[0:], r.inID)
-	binary.LittleEndian.PutUint32(b[4:], r.outID)
-	binary.LittleEndian.PutUint64(b[8:], r.inOff)
-	binary.LittleEndian.PutUint64(b[16:], r.outOff)
-	binary.LittleEndian.PutUint64(b[24:], r.count)
-	b[32], b[33] = r.dt, r.op
-	binary.LittleEndian.PutUint64(b[34:], math.Float64bits(r.scalar))
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], r.inID)
+	le.PutUint32(b[4:], r.outID)
+	le.PutUint64(b[8:], r.inOff)
+	le.PutUint64(b[16:], r.outOff)
+	le.PutUint64(b[24:], r.inLen)
+	le.PutUint64(b[32:], r.outLen)
+	le.PutUint64(b[40:], r.count)
+	b[48], b[49], b[50] = r.dt, r.op, r.coll
+	le.PutUint32(b[51:], r.root)
+	le.PutUint64(b[55:], math.Float64bits(r.scalar))
 }
 
 func (r *symRecord) get(b []byte) {
-	r.inID = binary.LittleEndian.Uint32(b[0:])
-	r.outID = binary.LittleEndian.Uint32(b[4:])
-	r.inOff = binary.LittleEndian.Uint64(b[8:])
-	r.outOff = binary.LittleEndian.Uint64(b[16:])
-	r.count = binary.LittleEndian.Uint64(b[24:])
-	r.dt, r.op = b[32], b[33]
-	r.scalar = math.Float64frombits(binary.LittleEndian.Uint64(b[34:]))
+	le := binary.LittleEndian
+	r.inID, r.outID = le.Uint32(b[0:]), le.Uint32(b[4:])
+	r.inOff, r.outOff = le.Uint64(b[8:]), le.Uint64(b[16:])
+	r.inLen, r.outLen = le.Uint64(b[24:]), le.Uint64(b[32:])
+	r.count = le.Uint64(b[40:])
+	r.dt, r.op, r.coll = b[48], b[49], b[50]
+	r.root = le.Uint32(b[51:])
+	r.scalar = math.Float64frombits(le.Uint64(b[55:]))
 }
 
 // symPeer is where one peer's buffers are for the running operation.
@@ -96,34 +107,103 @@ type symPeer struct {
 	scalar  float64
 }
 
-// trySymAllReduce runs a prepared all-reduce on symmetric memory if its
-// buffers allow it, and reports whether it did.
-func (c *Comm) trySymAllReduce(ctx context.Context, a *collArgs, cl *call) (bool, error) {
-	if c.size < 2 || c.algoPref != 0 || len(a.out) < symMinBytes || c.syms.Load() == nil {
+// trySym runs a prepared all-reduce, reduce-scatter, all-gather or
+// broadcast on symmetric memory if its buffers allow it, and reports
+// whether it did. Every rank must pass Alloc'd buffers (for a broadcast,
+// the root's input and every output).
+func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) {
+	switch cl.coll {
+	case algo.AllReduce, algo.ReduceScatter, algo.AllGather, algo.Broadcast:
+	default:
 		return false, nil
 	}
-	inReg, inOff, ok := c.findSym(a.in)
-	if !ok || !inReg.all {
+	if c.size < 2 || c.algoPref != 0 || max(len(a.in), len(a.out)) < symMinBytes || c.syms.Load() == nil {
 		return false, nil
 	}
-	outReg, outOff, ok := c.findSym(a.out)
-	if !ok || !outReg.all {
+	me := symRecord{
+		inID: noSym, outID: noSym, inLen: uint64(len(a.in)), outLen: uint64(len(a.out)),
+		count: uint64(a.count), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), coll: uint8(cl.coll),
+		root: uint32(cl.root), scalar: a.s,
+	}
+	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
+	if reg, off, ok := c.findSym(a.in); ok && reg.all {
+		me.inID, me.inOff = reg.id, uint64(off)
+	} else if needIn {
 		return false, nil
+	}
+	if reg, off, ok := c.findSym(a.out); ok && reg.all {
+		me.outID, me.outOff = reg.id, uint64(off)
+	} else {
+		return false, nil
+	}
+	if !needIn {
+		me.inID, me.inLen = noSym, 0
 	}
 	c.symOps.Add(1)
 	x := &c.exec
 	x.begin(ctx, cl.name(), transport.MakeTag(tagSymArrive, cl.seq))
 	c.reached.Store(cl.seq)
-	me := symRecord{
-		inID: inReg.id, outID: outReg.id, inOff: uint64(inOff), outOff: uint64(outOff),
-		count: uint64(a.count), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), scalar: a.s,
-	}
 	if err := c.symArrive(&me); err != nil {
 		return true, err
 	}
-	c.symReduceScatterWrite(a, &me)
+	switch cl.coll {
+	case algo.AllReduce:
+		c.symReduceScatterWrite(a, &me)
+	case algo.ReduceScatter:
+		c.symReduceScatter(a, &me)
+	case algo.AllGather:
+		c.symAllGather(a)
+	case algo.Broadcast:
+		c.symBroadcast(a, cl.root)
+	}
 	x.tag = transport.MakeTag(tagSymDepart, cl.seq)
 	return true, c.symRound(c.barrier[:1])
+}
+
+// symReduceScatter reduces this rank's block straight from every rank's
+// input into its output.
+func (c *Comm) symReduceScatter(a *collArgs, me *symRecord) {
+	esz := a.esz
+	blk := a.count * esz
+	base := c.rank * blk
+	step := max(symChunkBytes/esz, 1) * esz
+	for b := 0; b < blk; b += step {
+		f := min(b+step, blk)
+		c.symReduceChunk(a, me, a.out[b:f], base+b, base+f)
+	}
+}
+
+// symAllGather writes this rank's block straight into every rank's output;
+// large blocks go to the peers with non-temporal stores (their outputs are
+// cold here).
+func (c *Comm) symAllGather(a *collArgs) {
+	blk := len(a.in)
+	at := c.rank * blk
+	if !sameMem(a.in, a.out[at:at+blk]) {
+		copy(a.out[at:at+blk], a.in)
+	}
+	nt := len(a.out) >= symNTMinBytes
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size // spread the writers over the targets
+		dst := c.symPeers[p].out[at : at+blk]
+		if nt {
+			memops.CopyNT(dst, a.in)
+		} else {
+			copy(dst, a.in)
+		}
+	}
+}
+
+// symBroadcast copies the root's input straight into this rank's output:
+// every rank pulls its own copy, so the root does not copy n times.
+func (c *Comm) symBroadcast(a *collArgs, root int) {
+	src := a.in
+	if c.rank != root {
+		src = c.symPeers[root].in
+	}
+	if !sameMem(a.out, src) {
+		copy(a.out, src)
+	}
 }
 
 // symArrive exchanges arrival records and resolves every peer's buffers.
@@ -174,18 +254,23 @@ func (c *Comm) symResolve(p int, msg, mine []byte) error {
 	var me, rec symRecord
 	me.get(mine)
 	rec.get(msg)
-	if rec.count != me.count || rec.dt != me.dt || rec.op != me.op {
-		return fmt.Errorf("%w: peer runs AllReduce of %d %v with op %v on symmetric memory, this rank %d %v with op %v",
-			ErrMismatch, rec.count, DataType(rec.dt), Op{Kind: OpKind(rec.op)}, me.count, DataType(me.dt), Op{Kind: OpKind(me.op)})
+	if rec.count != me.count || rec.dt != me.dt || rec.op != me.op || rec.coll != me.coll || rec.root != me.root {
+		return fmt.Errorf("%w: peer runs %v of %d %v (op %v, root %d) on symmetric memory, this rank %v of %d %v (op %v, root %d)",
+			ErrMismatch, algo.Collective(rec.coll), rec.count, DataType(rec.dt), Op{Kind: OpKind(rec.op)}, int32(rec.root),
+			algo.Collective(me.coll), me.count, DataType(me.dt), Op{Kind: OpKind(me.op)}, int32(me.root))
 	}
-	bytes := rec.count * uint64(DataType(rec.dt).Size())
-	in, err := c.symPeerBytes(p, rec.inID, rec.inOff, bytes)
-	if err != nil {
+	var in, out []byte
+	var err error
+	if rec.inID != noSym {
+		if in, err = c.symPeerBytes(p, rec.inID, rec.inOff, rec.inLen); err != nil {
+			return err
+		}
+	}
+	if out, err = c.symPeerBytes(p, rec.outID, rec.outOff, rec.outLen); err != nil {
 		return err
 	}
-	out, err := c.symPeerBytes(p, rec.outID, rec.outOff, bytes)
-	if err != nil {
-		return err
+	if (me.inLen != rec.inLen && me.inID != noSym && rec.inID != noSym) || me.outLen != rec.outLen {
+		return fmt.Errorf("%w: peer's buffers hold %d and %d bytes, this rank's %d and %d", ErrMismatch, rec.inLen, rec.outLen, me.inLen, me.outLen)
 	}
 	c.symPeers[p] = symPeer{in: in, out: out, inPlace: sameMem(in, out), scalar: rec.scalar}
 	return nil
