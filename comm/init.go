@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/topo"
@@ -69,9 +70,19 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	slotSize, slotCount := cfg.SlotSize, cfg.SlotCount
 	if slotSize == 0 {
 		slotSize = defaultSlotSize
+		if v, ok, err := envBytes("GCCL_SLOT_SIZE"); err != nil {
+			return nil, err
+		} else if ok {
+			slotSize = v
+		}
 	}
 	if slotCount == 0 {
 		slotCount = defaultSlotCount
+		if v, ok, err := envBytes("GCCL_SLOT_COUNT"); err != nil {
+			return nil, err
+		} else if ok {
+			slotCount = v
+		}
 	}
 	shmDisabled := os.Getenv("GCCL_SHM_DISABLE") == "1"
 	strict := os.Getenv("GCCL_STRICT") == "1"
@@ -292,4 +303,30 @@ func (c *Comm) watchLost(client *bootstrap.Client) {
 		c.async.stop(c)
 		return
 	}
+}
+
+// envBytes reads a positive integer from the environment, with an optional
+// K, M or G suffix (powers of 1024).
+func envBytes(name string) (int, bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	mult := 1
+	switch v[len(v)-1] {
+	case 'k', 'K':
+		mult = 1 << 10
+	case 'm', 'M':
+		mult = 1 << 20
+	case 'g', 'G':
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		v = v[:len(v)-1]
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, false, invalid("%s=%q is not a positive size", name, os.Getenv(name))
+	}
+	return n * mult, true, nil
 }

@@ -86,3 +86,22 @@ func TestHostIDOverride(t *testing.T) {
 		t.Fatal("GCCL_HOSTID ignored")
 	}
 }
+
+func TestEnvBytes(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+		ok   bool
+		bad  bool
+	}{{"", 0, false, false}, {"4096", 4096, true, false}, {"128K", 128 << 10, true, false}, {"2m", 2 << 20, true, false},
+		{"1G", 1 << 30, true, false}, {"0", 0, false, true}, {"-5", 0, false, true}, {"12x", 0, false, true}, {"K", 0, false, true}} {
+		t.Setenv("GCCL_TEST_BYTES", tc.v)
+		got, ok, err := envBytes("GCCL_TEST_BYTES")
+		if (err != nil) != tc.bad || got != tc.want || ok != tc.ok {
+			t.Errorf("%q: %d, %v, %v", tc.v, got, ok, err)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: %v is not ErrInvalidArgument", tc.v, err)
+		}
+	}
+}
