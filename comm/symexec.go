@@ -179,18 +179,23 @@ func (c *Comm) symReduceScatter(a *collArgs, me *symRecord) {
 func (c *Comm) symAllGather(a *collArgs) {
 	blk := len(a.in)
 	at := c.rank * blk
-	if !sameMem(a.in, a.out[at:at+blk]) {
-		copy(a.out[at:at+blk], a.in)
-	}
 	nt := len(a.out) >= symNTMinBytes
+	if !sameMem(a.in, a.out[at:at+blk]) {
+		ntCopy(a.out[at:at+blk], a.in, nt)
+	}
 	for i := 1; i < c.size; i++ {
 		p := (c.rank + i) % c.size // spread the writers over the targets
-		dst := c.symPeers[p].out[at : at+blk]
-		if nt {
-			memops.CopyNT(dst, a.in)
-		} else {
-			copy(dst, a.in)
-		}
+		ntCopy(c.symPeers[p].out[at:at+blk], a.in, nt)
+	}
+}
+
+// ntCopy copies with non-temporal stores when nt is set (large copies into
+// memory this rank has not touched), else with copy.
+func ntCopy(dst, src []byte, nt bool) {
+	if nt {
+		memops.CopyNT(dst, src)
+	} else {
+		copy(dst, src)
 	}
 }
 
@@ -202,7 +207,7 @@ func (c *Comm) symBroadcast(a *collArgs, root int) {
 		src = c.symPeers[root].in
 	}
 	if !sameMem(a.out, src) {
-		copy(a.out, src)
+		ntCopy(a.out, src, len(a.out) >= symNTMinBytes)
 	}
 }
 
