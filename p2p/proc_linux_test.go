@@ -124,6 +124,16 @@ func startChild(t testing.TB, size int, env ...string) *childProc {
 		cmd.Process.Signal(syscall.SIGCONT)
 		cmd.Process.Kill()
 		cmd.Wait()
+		// A child killed while its peers had only found it silent (never
+		// dead) keeps its segments: no survivor reaps them. Remove them as
+		// a launcher would, so tests leave /dev/shm as they found it.
+		if info, err := decodeMetadata(c.md); err == nil {
+			for _, r := range info.Regions {
+				if r.Flags&regionSHM != 0 {
+					removeSegment(r.SHM)
+				}
+			}
+		}
 	})
 	line := c.next(t)
 	hexMD, ok := strings.CutPrefix(line, "MD ")
