@@ -1,0 +1,128 @@
+// Package cuda is gccl's binding to the CUDA driver API (libcuda.so.1),
+// loaded at run time with dlopen so that gccl builds and runs where no CUDA
+// toolkit or driver is installed. It declares only the calls gccl uses, by
+// their versioned symbol names (cuMemAlloc_v2, ...), and reports every
+// failure with the driver's error name.
+//
+// Without a driver, or without cgo, Load returns an error wrapping
+// ErrNotSupported that says why. GCCL_CUDA_LIBRARY names another library to
+// load instead of libcuda.so.1 (tests use a fake one).
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotSupported is wrapped by Load's error when the driver cannot be used
+// here: no cgo, not Linux, no libcuda.so.1, or a library without the calls
+// gccl needs.
+var ErrNotSupported = errors.New("cuda: not supported on this system")
+
+// Result is a CUresult, the status every driver call returns.
+type Result int
+
+// The results gccl tests for; the rest are named by resultNames.
+const (
+	Success         Result = 0
+	ErrInvalidValue Result = 1
+	ErrOutOfMemory  Result = 2
+	ErrNoDevice     Result = 100
+	ErrNotReady     Result = 600
+)
+
+// resultNames are the driver's names of its results (cuda.h's CUresult),
+// used when the loaded driver cannot name a result itself.
+var resultNames = map[Result]string{
+	0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+	3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 5: "CUDA_ERROR_PROFILER_DISABLED",
+	6: "CUDA_ERROR_PROFILER_NOT_INITIALIZED", 7: "CUDA_ERROR_PROFILER_ALREADY_STARTED",
+	8: "CUDA_ERROR_PROFILER_ALREADY_STOPPED", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+	200: "CUDA_ERROR_INVALID_IMAGE", 201: "CUDA_ERROR_INVALID_CONTEXT", 202: "CUDA_ERROR_CONTEXT_ALREADY_CURRENT",
+	205: "CUDA_ERROR_MAP_FAILED", 206: "CUDA_ERROR_UNMAP_FAILED", 207: "CUDA_ERROR_ARRAY_IS_MAPPED",
+	208: "CUDA_ERROR_ALREADY_MAPPED", 209: "CUDA_ERROR_NO_BINARY_FOR_GPU", 210: "CUDA_ERROR_ALREADY_ACQUIRED",
+	211: "CUDA_ERROR_NOT_MAPPED", 212: "CUDA_ERROR_NOT_MAPPED_AS_ARRAY", 213: "CUDA_ERROR_NOT_MAPPED_AS_POINTER",
+	214: "CUDA_ERROR_ECC_UNCORRECTABLE", 215: "CUDA_ERROR_UNSUPPORTED_LIMIT", 216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
+	217: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", 218: "CUDA_ERROR_INVALID_PTX", 219: "CUDA_ERROR_INVALID_GRAPHICS_CONTEXT",
+	220: "CUDA_ERROR_NVLINK_UNCORRECTABLE", 300: "CUDA_ERROR_INVALID_SOURCE", 301: "CUDA_ERROR_FILE_NOT_FOUND",
+	302: "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND", 303: "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
+	304: "CUDA_ERROR_OPERATING_SYSTEM", 400: "CUDA_ERROR_INVALID_HANDLE", 500: "CUDA_ERROR_NOT_FOUND",
+	600: "CUDA_ERROR_NOT_READY", 700: "CUDA_ERROR_ILLEGAL_ADDRESS", 701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+	702: "CUDA_ERROR_LAUNCH_TIMEOUT", 703: "CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING",
+	704: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", 705: "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+	708: "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", 709: "CUDA_ERROR_CONTEXT_IS_DESTROYED", 710: "CUDA_ERROR_ASSERT",
+	711: "CUDA_ERROR_TOO_MANY_PEERS", 712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+	713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", 714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
+	715: "CUDA_ERROR_ILLEGAL_INSTRUCTION", 716: "CUDA_ERROR_MISALIGNED_ADDRESS", 717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+	999: "CUDA_ERROR_UNKNOWN",
+}
+
+// Name returns the driver's name for r, or "CUDA_ERROR_<n>" for a result
+// this table does not know (a newer driver's).
+func (r Result) Name() string {
+	if n, ok := resultNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("CUDA_ERROR_%d", int(r))
+}
+
+// Error is a failed driver call.
+type Error struct {
+	Call   string // the driver symbol, e.g. "cuMemAlloc_v2"
+	Result Result
+	Name   string // the result's name, from the driver when it can say
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, int(e.Result))
+}
+
+// Is lets errors.Is match an *Error by result: errors.Is(err,
+// &cuda.Error{Result: cuda.ErrOutOfMemory}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Result == e.Result && (t.Call == "" || t.Call == e.Call)
+}
+
+// symbols are the driver entry points gccl uses, by the names the driver
+// exports for the API version gccl declares (the _v2 entry points take
+// 64-bit sizes and device pointers). Load fails, naming the first one
+// missing, if the library lacks any.
+var symbols = []string{
+	"cuInit",
+	"cuDriverGetVersion",
+	"cuGetErrorName",
+	"cuDeviceGetCount",
+	"cuDeviceGet",
+	"cuDeviceGetAttribute",
+	"cuDeviceGetPCIBusId",
+	"cuDevicePrimaryCtxRetain",
+	"cuDevicePrimaryCtxRelease_v2",
+	"cuCtxSetCurrent",
+	"cuStreamCreate",
+	"cuStreamSynchronize",
+	"cuStreamDestroy_v2",
+	"cuEventCreate",
+	"cuEventRecord",
+	"cuEventSynchronize",
+	"cuEventDestroy_v2",
+	"cuMemAlloc_v2",
+	"cuMemFree_v2",
+	"cuMemAllocHost_v2",
+	"cuMemFreeHost",
+	"cuMemHostRegister_v2",
+	"cuMemHostUnregister",
+	"cuMemcpyHtoDAsync_v2",
+	"cuMemcpyDtoHAsync_v2",
+	"cuMemcpyDtoDAsync_v2",
+	"cuMemsetD8Async",
+	"cuIpcGetMemHandle",
+	"cuIpcOpenMemHandle_v2",
+	"cuIpcCloseMemHandle",
+	"cuModuleLoadData",
+	"cuModuleGetFunction",
+	"cuLaunchKernel",
+}
+
+// Symbols returns the driver entry points gccl resolves at Load.
+func Symbols() []string { return append([]string(nil), symbols...) }

@@ -1,0 +1,51 @@
+package cuda
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestResultNames(t *testing.T) {
+	for r, want := range map[Result]string{
+		Success: "CUDA_SUCCESS", ErrOutOfMemory: "CUDA_ERROR_OUT_OF_MEMORY", ErrNoDevice: "CUDA_ERROR_NO_DEVICE",
+		ErrNotReady: "CUDA_ERROR_NOT_READY", 700: "CUDA_ERROR_ILLEGAL_ADDRESS", 12345: "CUDA_ERROR_12345",
+	} {
+		if got := r.Name(); got != want {
+			t.Errorf("Result(%d).Name() = %q, want %q", int(r), got, want)
+		}
+	}
+	err := error(&Error{Call: "cuMemAlloc_v2", Result: ErrOutOfMemory, Name: ErrOutOfMemory.Name()})
+	if got := err.Error(); got != "cuda: cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2)" {
+		t.Errorf("message %q", got)
+	}
+	if !errors.Is(err, &Error{Result: ErrOutOfMemory}) || errors.Is(err, &Error{Result: ErrNoDevice}) {
+		t.Error("errors.Is does not match by result")
+	}
+}
+
+// The symbol table: unique names, and the versioned entry points wherever
+// the driver has them (calling an unversioned one would get the 32-bit-size
+// ABI of CUDA 3.x).
+func TestSymbolTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Symbols() {
+		if seen[s] {
+			t.Errorf("%s listed twice", s)
+		}
+		seen[s] = true
+		if !strings.HasPrefix(s, "cu") {
+			t.Errorf("%s is not a driver entry point", s)
+		}
+	}
+	for _, s := range []string{"cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
+		"cuMemcpyDtoDAsync_v2", "cuMemHostRegister_v2", "cuIpcOpenMemHandle_v2", "cuDevicePrimaryCtxRelease_v2",
+		"cuStreamDestroy_v2", "cuEventDestroy_v2", "cuMemAllocHost_v2"} {
+		if !seen[s] {
+			t.Errorf("%s missing", s)
+		}
+		if seen[strings.TrimSuffix(s, "_v2")] {
+			t.Errorf("the unversioned %s is listed", strings.TrimSuffix(s, "_v2"))
+		}
+	}
+}
