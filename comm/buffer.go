@@ -1,7 +1,9 @@
 package comm
 
+import "fmt"
+
 // Buffer is memory a collective reads or writes. Host buffers come from
-// Host; device buffers (GPU memory) will implement the same interface.
+// Host or Comm.Alloc; device buffers (GPU memory) implement DeviceBuffer.
 type Buffer interface {
 	// DataType is the element type.
 	DataType() DataType
@@ -37,9 +39,10 @@ func (h *HostBuffer) Len() int {
 
 // view is the executor's form of a buffer argument: bytes plus type.
 type view struct {
-	dt DataType
-	b  []byte
-	ok bool // false when the buffer is absent (nil)
+	dt  DataType
+	b   []byte
+	ok  bool         // false when the buffer is absent (nil)
+	dev DeviceBuffer // set when b is host staging for device memory
 }
 
 func viewOf[T Scalar](s []T) view {
@@ -52,7 +55,10 @@ func viewOfBuffer(b Buffer) (view, error) {
 	}
 	hb := b.HostBytes()
 	if hb == nil && b.Len() > 0 {
-		return view{}, ErrNotSupported
+		if db, ok := b.(DeviceBuffer); ok {
+			return stagedView(db)
+		}
+		return view{}, fmt.Errorf("%w: a buffer that is neither host memory nor a DeviceBuffer", ErrNotSupported)
 	}
 	if !b.DataType().Valid() {
 		return view{}, invalid("unknown data type %v", b.DataType())

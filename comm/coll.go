@@ -228,6 +228,9 @@ func (c *Comm) buffersCall(coll algo.Collective, send, recv Buffer, op Op, root 
 	if err != nil {
 		return nil, err
 	}
+	if in.dev != nil && recv == send {
+		out = in // one device buffer as both: in place, one staging
+	}
 	return &call{coll: coll, in: in, out: out, op: op, root: root}, nil
 }
 
@@ -289,11 +292,24 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
 	}
+	dev := cl.hasDevice()
 	var err error
-	if cl.isGroup {
-		err = c.runGroup(ctx, cl.group)
-	} else {
-		err = c.runCollective(ctx, cl)
+	if dev {
+		if err = cl.stageIn(); err != nil {
+			err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+		}
+	}
+	if err == nil {
+		if cl.isGroup {
+			err = c.runGroup(ctx, cl.group)
+		} else {
+			err = c.runCollective(ctx, cl)
+		}
+	}
+	if err == nil && dev {
+		if err = cl.stageOut(); err != nil {
+			err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+		}
 	}
 	if err != nil {
 		c.fail(err)

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 
 	"github.com/gccl/gccl/transport"
 )
@@ -56,8 +57,22 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
-	err := c.runGroup(ctx, ops)
+	dev := groupHasDevice(ops)
+	var err error
+	if dev {
+		err = groupStageIn(ops)
+	}
+	if err == nil {
+		err = c.runGroup(ctx, ops)
+	}
+	if err == nil && dev {
+		err = groupStageOut(ops)
+	}
 	if err != nil {
+		var oe *OpError
+		if !errors.As(err, &oe) {
+			err = &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: err}
+		}
 		c.fail(err)
 	}
 	return err

@@ -1,0 +1,168 @@
+//go:build linux && cgo
+
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/gpu"
+)
+
+// fakeDriver builds internal/cuda's fake driver library (device memory is
+// host malloc there) and makes the driver loader use it: the staging paths
+// run for real, the GPU does not exist.
+func fakeDriver(t *testing.T) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc is not installed: cannot build the fake driver")
+	}
+	lib := filepath.Join(t.TempDir(), "libfakecuda.so")
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, "../internal/cuda/testdata/fakecuda.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake driver: %v\n%s", err, out)
+	}
+	t.Setenv("GCCL_CUDA_LIBRARY", lib)
+}
+
+func TestOpenWithoutDriver(t *testing.T) {
+	t.Setenv("GCCL_CUDA_LIBRARY", "")
+	d, err := gpu.Open(0)
+	if err == nil {
+		d.Close()
+		t.Skip("a CUDA driver is installed here")
+	}
+	if !errors.Is(err, gpu.ErrNotSupported) {
+		t.Fatalf("Open without a driver: %v", err)
+	}
+}
+
+func f32(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4) }
+
+// Collectives and Send/Recv on device buffers across three in-process ranks,
+// through host staging: in place, out of place, async, a Reduce whose
+// non-roots' receive buffers must stay as they were, and a ring of
+// Send/Recv.
+func TestCollectivesOnDeviceBuffers(t *testing.T) {
+	fakeDriver(t)
+	const n, count = 3, 1000
+	cs, err := comm.InitLocal(n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[c.Rank()] = rankWork(c, count)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func rankWork(c *comm.Comm, count int) error {
+	ctx := context.Background()
+	n, r := c.Size(), c.Rank()
+	dev, err := gpu.Open(0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	alloc := func() (*gpu.Buffer, error) { return dev.Alloc(comm.Float32, count) }
+	x, err := alloc()
+	if err != nil {
+		return err
+	}
+	defer x.Free()
+	y, err := alloc()
+	if err != nil {
+		return err
+	}
+	defer y.Free()
+	host := make([]byte, 4*count)
+	set := func(b *gpu.Buffer, f func(i int) float32) error {
+		v := f32(host)
+		for i := range v {
+			v[i] = f(i)
+		}
+		return b.CopyFromHost(host)
+	}
+	check := func(what string, b *gpu.Buffer, f func(i int) float32) error {
+		if err := b.CopyToHost(host); err != nil {
+			return err
+		}
+		for i, v := range f32(host) {
+			if v != f(i) {
+				return fmt.Errorf("%s: element %d = %v, want %v", what, i, v, f(i))
+			}
+		}
+		return nil
+	}
+	sum := func(i int) float32 { return float32(n*(n-1)/2 + n*i) } // sum over ranks of r+i
+
+	// In place.
+	if err := set(x, func(i int) float32 { return float32(r + i) }); err != nil {
+		return err
+	}
+	if err := c.AllReduce(ctx, x, x, comm.Sum); err != nil {
+		return err
+	}
+	if err := check("in-place AllReduce", x, sum); err != nil {
+		return err
+	}
+	// Out of place, async.
+	if err := set(x, func(i int) float32 { return float32(r + i) }); err != nil {
+		return err
+	}
+	if err := c.AllReduceAsync(x, y, comm.Sum).Wait(ctx); err != nil {
+		return err
+	}
+	if err := check("async AllReduce", y, sum); err != nil {
+		return err
+	}
+	if err := check("AllReduce's send buffer", x, func(i int) float32 { return float32(r + i) }); err != nil {
+		return err
+	}
+	// Reduce to rank 1: the others' receive buffers keep their contents.
+	if err := set(y, func(i int) float32 { return -1 }); err != nil {
+		return err
+	}
+	if err := c.Reduce(ctx, x, y, comm.Sum, 1); err != nil {
+		return err
+	}
+	want := sum
+	if r != 1 {
+		want = func(int) float32 { return -1 }
+	}
+	if err := check("Reduce", y, want); err != nil {
+		return err
+	}
+	// A ring of Send/Recv on device buffers.
+	if err := set(x, func(i int) float32 { return float32(100*r + i) }); err != nil {
+		return err
+	}
+	next, prev := (r+1)%n, (r+n-1)%n
+	if err := c.Group(ctx, comm.SendBuffer(next, x), comm.RecvBuffer(prev, y)); err != nil {
+		return err
+	}
+	return check("Send/Recv", y, func(i int) float32 { return float32(100*prev + i) })
+}
