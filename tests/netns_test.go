@@ -70,33 +70,7 @@ func twoHosts(t *testing.T, shape string) (ns [2]string, addr [2]string, ifname 
 // TCP across, every result checked.
 func TestTwoHostsSharedMemoryInsideTCPAcross(t *testing.T) {
 	ns, addr, ifname := twoHosts(t, "")
-	secret, err := launch.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := launch.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"GCCL_SECRET=" + secret, "GCCL_SOCKET_IFNAME=" + ifname, "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=INIT"}
-	results := make([]result, 2)
-	var wg sync.WaitGroup
-	for node := 0; node < 2; node++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[node] = run(t, 2*time.Minute, env, "ip", "netns", "exec", ns[node], bins.run,
-				"-np", "2", "--nnodes", "2", "--node-rank", fmt.Sprint(node),
-				"--master-addr", addr[0], "--master-port", fmt.Sprint(port), bins.collcheck)
-		}()
-	}
-	wg.Wait()
-	out := results[0].out + results[1].out
-	for node, res := range results {
-		if res.code != 0 {
-			t.Fatalf("node %d exited %d:\n%s", node, res.code, out)
-		}
-	}
+	out := runOnTwoHosts(t, ns, addr, []string{"GCCL_SOCKET_IFNAME=" + ifname, "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=INIT"})
 	for r := 0; r < 4; r++ {
 		mustContain(t, out, fmt.Sprintf("collcheck: rank %d of 4 ok", r))
 		for p := 0; p < 4; p++ {
@@ -121,38 +95,46 @@ func TestTwoHostsHierarchical(t *testing.T) {
 	ns, addr, ifname := twoHosts(t, "2gbit")
 	for _, algo := range []string{"", "hier"} {
 		t.Run("GCCL_ALGO="+algo, func(t *testing.T) {
-			secret, err := launch.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			port, err := launch.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			env := []string{"GCCL_SECRET=" + secret, "GCCL_SOCKET_IFNAME=" + ifname, "GCCL_DEBUG=INFO",
-				"GCCL_DEBUG_SUBSYS=TUNING", "GCCL_ALGO=" + algo}
-			results := make([]result, 2)
-			var wg sync.WaitGroup
-			for node := 0; node < 2; node++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					results[node] = run(t, 2*time.Minute, env, "ip", "netns", "exec", ns[node], bins.run,
-						"-np", "2", "--nnodes", "2", "--node-rank", fmt.Sprint(node),
-						"--master-addr", addr[0], "--master-port", fmt.Sprint(port), bins.collcheck)
-				}()
-			}
-			wg.Wait()
-			out := results[0].out + results[1].out
-			for node, res := range results {
-				if res.code != 0 {
-					t.Fatalf("node %d exited %d:\n%s", node, res.code, out)
-				}
-			}
+			out := runOnTwoHosts(t, ns, addr, []string{"GCCL_SOCKET_IFNAME=" + ifname, "GCCL_DEBUG=INFO",
+				"GCCL_DEBUG_SUBSYS=TUNING", "GCCL_ALGO=" + algo})
 			for r := 0; r < 4; r++ {
 				mustContain(t, out, fmt.Sprintf("collcheck: rank %d of 4 ok", r))
 			}
 			mustContain(t, out, "2 hosts of 2 ranks: hierarchical all-reduce and all-gather from 262144 bytes")
 		})
 	}
+}
+
+// runOnTwoHosts runs collcheck as a job of two ranks in each namespace,
+// gccl-run on each, and returns their output; a rank that fails fails t.
+func runOnTwoHosts(t *testing.T, ns, addr [2]string, env []string) string {
+	t.Helper()
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append([]string{"GCCL_SECRET=" + secret}, env...)
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for node := 0; node < 2; node++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[node] = run(t, 2*time.Minute, env, "ip", "netns", "exec", ns[node], bins.run,
+				"-np", "2", "--nnodes", "2", "--node-rank", fmt.Sprint(node),
+				"--master-addr", addr[0], "--master-port", fmt.Sprint(port), bins.collcheck)
+		}()
+	}
+	wg.Wait()
+	out := results[0].out + results[1].out
+	for node, res := range results {
+		if res.code != 0 {
+			t.Fatalf("node %d exited %d:\n%s", node, res.code, out)
+		}
+	}
+	return out
 }
