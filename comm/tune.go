@@ -10,11 +10,13 @@ import (
 )
 
 // hierMinBytes is the all-reduce and all-gather size from which jobs on
-// several hosts (with several ranks on each) go hierarchical: below it the
-// extra intra-host steps outweigh the saved network bytes, and trees, which
-// are latency-bound, do better. Calibrated in the two-namespace test with a
-// shaped link (docs/PERFORMANCE.md).
-const hierMinBytes = 256 << 10
+// several hosts (with several ranks on each) go hierarchical. It is zero:
+// measured on two namespaces of two ranks joined by a 2 Gbit/s link
+// (tests/twohosts_bench.sh, docs/PERFORMANCE.md), the hierarchical schedule
+// beat the tree and the ring from 8 B to 64 MiB, small messages included,
+// since it crosses the network fewest times (once each way with two hosts)
+// and its extra steps run over shared memory.
+const hierMinBytes = 0
 
 // treeMaxBytes is the message size up to which trees beat rings: a tree
 // takes 2*log2(n) latency steps against a ring's 2(n-1), but moves each byte
@@ -143,7 +145,7 @@ func (c *Comm) setHosts(hostOf []string) {
 	}
 	if len(lay.Hosts) > 1 && lay.PerHost() > 1 {
 		c.hier = &lay
-		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather from %d bytes", len(lay.Hosts), lay.PerHost(), hierMinBytes), "subsys", "TUNING")
+		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather", len(lay.Hosts), lay.PerHost()), "subsys", "TUNING")
 	}
 }
 

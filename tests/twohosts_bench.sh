@@ -6,7 +6,8 @@
 #   tests/twohosts_bench.sh [rate] [gccl-perf args...]
 #   tests/twohosts_bench.sh 2gbit all_reduce -b 256K -e 64M -f 4 -n 5 -w 2
 #
-# Prints gccl-perf's table for the tuner's choice and for GCCL_ALGO=ring.
+# Prints gccl-perf's table for the tuner's choice and for GCCL_ALGO=ring, or
+# for each GCCL_ALGO value in $ALGOS ("default" for the tuner's choice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-2gbit}
@@ -40,7 +41,8 @@ run() { # $1: GCCL_ALGO value
 	done
 	wait
 }
-echo "### link $rate, tuner's choice"
-run "" | grep -v '^\[rank [1-3]\]'
-echo "### link $rate, GCCL_ALGO=ring"
-run ring | grep -v '^\[rank [1-3]\]'
+for algo in ${ALGOS:-default ring}; do
+	echo "### link $rate, GCCL_ALGO=$algo"
+	[ "$algo" = default ] && algo=""
+	run "$algo" | grep -v '^\[rank [1-3]\]'
+done
