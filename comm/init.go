@@ -86,6 +86,14 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	}
 	shmDisabled := os.Getenv("GCCL_SHM_DISABLE") == "1"
 	strict := os.Getenv("GCCL_STRICT") == "1"
+	if f := os.Getenv(topo.EnvTopoFile); f != "" {
+		// Only the lowest rank of each host publishes the topology, but
+		// every rank checks the file first: a bad one fails all of them
+		// alike, each with the reason, before any waits on the others.
+		if _, err := topo.ReadFile(f); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidArgument, topo.EnvTopoFile, err)
+		}
+	}
 
 	// Pass 1: who lives where. The shm mailbox needs the list of local
 	// peers, so hosts are exchanged before transports are created.
