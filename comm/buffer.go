@@ -55,6 +55,9 @@ func viewOfBuffer(b Buffer) (view, error) {
 	}
 	hb := b.HostBytes()
 	if hb == nil && b.Len() > 0 {
+		if sb, ok := b.(*SymBuffer); ok && sb.HostBytes() == nil {
+			return view{}, invalid("a SymBuffer used after Free")
+		}
 		if db, ok := b.(DeviceBuffer); ok {
 			return stagedView(db)
 		}

@@ -49,8 +49,9 @@ func (b *SymBuffer) HostBytes() []byte {
 func (b *SymBuffer) Mapped() bool { return b.reg != nil && !b.reg.freed && b.reg.all }
 
 // SymSlice returns b's memory as a []T, or an error when T is not b's type
-// or b was freed. The slice is valid until Free; passing it (or part of it)
-// to a collective counts as passing b.
+// or b was freed. The slice is valid until Free or the Comm's Close (the
+// memory is unmapped then: touching it afterwards faults); passing it (or
+// part of it) to a collective counts as passing b.
 func SymSlice[T Scalar](b *SymBuffer) ([]T, error) {
 	if TypeOf[T]() != b.dt {
 		return nil, invalid("SymSlice of a %v buffer as %v", b.dt, TypeOf[T]())

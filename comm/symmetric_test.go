@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gccl/gccl/comm"
@@ -279,6 +280,9 @@ func TestAllocArguments(t *testing.T) {
 		b.Free()
 		if b.HostBytes() != nil {
 			t.Error("HostBytes after Free is not nil")
+		}
+		if err := cs[0].AllReduce(bg, b, b, comm.Sum); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "after Free") {
+			t.Errorf("AllReduce on a freed SymBuffer: %v", err)
 		}
 		if _, err := comm.SymSlice[float32](b); err == nil {
 			t.Error("SymSlice after Free succeeded")
