@@ -236,3 +236,27 @@ func TestDetectLeaksNoFiles(t *testing.T) {
 		t.Errorf("%d open files before 20 detections, %d after", before, after)
 	}
 }
+
+// NVML writes bus ids with an 8-digit domain ("00000000:82:00.0", as
+// nvidia-smi shows them) while sysfs uses 4 digits. The GPU must still be
+// found in sysfs, under its PCI chain and NUMA node, and NVLinks between
+// GPUs written that way must resolve.
+func TestDetectNVMLEightDigitDomain(t *testing.T) {
+	root := fakeSysfs(t)
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "00000000:82:00.0", SM: 90,
+		NVLinks: []NVLinkPeer{{BusID: "00000000:C0:00.0", Class: 0x068000, Count: 18}}}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := g.Find(GPU, "0000:82:00.0")
+	if gpu == nil {
+		t.Fatalf("GPU not found as 0000:82:00.0: %v", g.Nodes[GPU])
+	}
+	if gpu.Parent == nil || gpu.Parent.ID != "0000:81:00.0" || g.LocalCPU(gpu) != g.Find(CPU, "numa1") {
+		t.Errorf("GPU detached from its PCI chain: parent %v", gpu.Parent)
+	}
+	if p := g.Path(gpu, g.Find(NIC, "0000:83:00.0")); p.Type != PathPIX {
+		t.Errorf("GPU -> ConnectX: %s, want PIX", p.Type)
+	}
+}

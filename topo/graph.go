@@ -258,7 +258,13 @@ func NormalizeBusID(s string) (string, error) {
 	if !ok || !isHex(parts[0], 4, 8) || !isHex(parts[1], 2, 2) || !isHex(dev, 2, 2) || !isHex(fn, 1, 1) {
 		return "", fmt.Errorf("topo: bad PCI bus id %q", truncate(s))
 	}
-	return fmt.Sprintf("%s:%s:%s.%s", parts[0], parts[1], dev, fn), nil
+	// NVML writes the domain with 8 digits ("00000000:17:00.0"), sysfs with
+	// 4 (more only when the domain needs them, as VMD's 10000 does).
+	dom := parts[0]
+	for len(dom) > 4 && dom[0] == '0' {
+		dom = dom[1:]
+	}
+	return fmt.Sprintf("%s:%s:%s.%s", dom, parts[1], dev, fn), nil
 }
 
 func isHex(s string, minLen, maxLen int) bool {

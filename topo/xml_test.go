@@ -201,3 +201,32 @@ func TestBuildRejectsHugeHosts(t *testing.T) {
 		t.Error("no error for a host with more than maxNodes devices")
 	}
 }
+
+func TestNormalizeBusIDLongDomain(t *testing.T) {
+	for in, want := range map[string]string{
+		"00000000:17:00.0": "0000:17:00.0", // NVML's busId
+		"00000001:17:00.0": "0001:17:00.0",
+		"10000:01:00.0":    "10000:01:00.0", // VMD domains are wider than 16 bits
+		"17:00.0":          "0000:17:00.0",
+	} {
+		got, err := NormalizeBusID(in)
+		if err != nil || got != want {
+			t.Errorf("NormalizeBusID(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	// A GPU-to-GPU NVLink written with NVML's domain still resolves.
+	doc, err := ParseXML(strings.NewReader(`<system><cpu numaid="0">` +
+		`<pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="00000000:02:00.0" count="2"/></gpu></pci>` +
+		`<pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="80"><nvlink target="00000000:01:00.0" count="2"/></gpu></pci>` +
+		`</cpu></system>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Path(g.Nodes[GPU][0], g.Nodes[GPU][1]); p.Type != PathNVL {
+		t.Errorf("GPU0 -> GPU1: %s, want NVL (warnings %q)", p.Type, g.Warnings)
+	}
+}
