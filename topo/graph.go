@@ -201,7 +201,13 @@ func PCIBW(speedGTs float64, width int) float64 {
 		speedGTs = 8 // NCCL's fallback: Gen3
 	}
 	// 8 GT/s per lane moves 0.75 GB/s in NCCL's model (12 GB/s at x16).
-	return float64(width) * speedGTs * 0.75 / 8
+	bw := float64(width) * speedGTs * 0.75 / 8
+	if speedGTs < 8 {
+		// Gen1 and Gen2 use 8b/10b encoding: NCCL gives them 1.5 and 3
+		// Gb/s per lane, not 1.875 and 3.75.
+		bw *= 0.8
+	}
+	return bw
 }
 
 // SMPBW returns the bandwidth between two CPU sockets of this kind.

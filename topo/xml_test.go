@@ -3,6 +3,7 @@ package topo
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,5 +229,20 @@ func TestNormalizeBusIDLongDomain(t *testing.T) {
 	}
 	if p := g.Path(g.Nodes[GPU][0], g.Nodes[GPU][1]); p.Type != PathNVL {
 		t.Errorf("GPU0 -> GPU1: %s, want NVL (warnings %q)", p.Type, g.Warnings)
+	}
+}
+
+// NCCL's per-lane PCI figures (src/graph/topo.cc) are 15, 30, 60, 120, 240
+// and 480 (×100 Mb/s) for 2.5 to 64 GT/s: Gen1 and Gen2 lose 20% to their
+// 8b/10b encoding, so they are not a straight line through Gen3's 0.75 GB/s.
+func TestPCIBWOldGenerations(t *testing.T) {
+	for _, c := range []struct {
+		gts   float64
+		width int
+		want  float64
+	}{{2.5, 1, 0.1875}, {5, 16, 6}, {8, 16, 12}, {16, 16, 24}, {32, 16, 48}, {64, 16, 96}} {
+		if got := PCIBW(c.gts, c.width); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("PCIBW(%v, %d) = %v, want %v", c.gts, c.width, got, c.want)
+		}
 	}
 }
