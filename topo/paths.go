@@ -161,7 +161,7 @@ func better(a, b label) bool {
 // hops first, then the widest bottleneck, then the closest class, as NCCL's
 // breadth-first search does. A path may pass through a GPU only from NVLink
 // to NVLink (NVB), through a NIC only to its own port, and never through a
-// network port.
+// network port; an NVSwitch, like a GPU, only from NVLink to NVLink.
 func (g *Graph) computePaths() {
 	adj := g.searchGraph()
 	g.paths = map[[2]*Node]Path{}
@@ -183,7 +183,7 @@ func (g *Graph) computePaths() {
 					continue
 				}
 				for _, e := range adj[u] {
-					if u != src && u.Type == GPU && e.typ != LinkNVL {
+					if u != src && (u.Type == GPU || u.Type == NVS) && e.typ != LinkNVL {
 						continue
 					}
 					if u != src && u.Type == NIC && e.to.Type != NET {
@@ -238,7 +238,9 @@ func canPassThrough(u *Node, l label) bool {
 	switch u.Type {
 	case NET:
 		return false
-	case GPU:
+	case GPU, NVS:
+		// An NVSwitch that is also a PCI function (HGX A100) is a PCI
+		// endpoint: the fabric is no shortcut between PCI trees.
 		return l.via == LinkNVL
 	}
 	return true
