@@ -131,8 +131,9 @@ type Agent struct {
 	regions    map[uint32]*Region // by ID
 	cache      map[regionKey]*Region
 	remotes    map[string]*remoteAgent
-	peers      map[string]*peer // the connection used to send to each agent
-	conns      map[*peer]bool   // every live connection
+	peers      map[string]*peer  // the connection used to send to each agent
+	conns      map[*peer]bool    // every live connection
+	handshakes map[net.Conn]bool // accepted connections before their hello
 	lanes      map[string]*lane
 
 	notifMu sync.Mutex
@@ -162,7 +163,7 @@ func New(name string, cfg Config) (*Agent, error) {
 	a := &Agent{
 		name: name, cfg: cfg, log: cfg.Logger, host: hostIdentity(),
 		regions: map[uint32]*Region{}, cache: map[regionKey]*Region{},
-		remotes: map[string]*remoteAgent{}, peers: map[string]*peer{}, conns: map[*peer]bool{},
+		remotes: map[string]*remoteAgent{}, peers: map[string]*peer{}, conns: map[*peer]bool{}, handshakes: map[net.Conn]bool{},
 		lanes: map[string]*lane{}, notifs: map[string][][]byte{}, notifCh: make(chan struct{}, 1),
 		done: make(chan struct{}), nextRegion: 1,
 	}
@@ -606,9 +607,16 @@ func (a *Agent) Close() error {
 	remotes := a.remotes
 	a.remotes = map[string]*remoteAgent{}
 	lanes := a.lanes
+	var hs []net.Conn
+	for c := range a.handshakes {
+		hs = append(hs, c)
+	}
 	a.mu.Unlock()
 	if a.ln != nil {
 		a.ln.Close()
+	}
+	for _, c := range hs {
+		c.Close()
 	}
 	for _, p := range conns {
 		p.sendBye()

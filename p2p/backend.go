@@ -364,7 +364,7 @@ func (r *Request) runTCP() {
 	}
 	p.inflight[r.id] = r
 	p.mu.Unlock()
-	p.wmu.Lock()
+	p.lockWriter()
 	var err error
 	start := 0
 	for i := range r.parts {

@@ -57,8 +57,8 @@ func (a *Agent) RegisterFile(path string, opts FileOptions) (*Region, error) {
 		return nil, fmt.Errorf("p2p: RegisterFile: %w", err)
 	}
 	r, err := a.registerFile(f, true, opts)
-	if err != nil {
-		f.Close()
+	if err != nil || r.file.f != f {
+		f.Close() // failed, or a cache hit: the region keeps its own descriptor
 	}
 	return r, err
 }

@@ -30,8 +30,10 @@ type peer struct {
 
 	conn net.Conn
 	br   *bufio.Reader
+	data recvReader // br for data payloads: bytes arriving count as life
 
-	wmu  sync.Mutex // one writer at a time on bw
+	wmu  sync.Mutex // one writer at a time on bw (lockWriter)
+	bye  atomic.Bool
 	bw   *bufio.Writer
 	hdr  [wireHeaderLen]byte
 	werr error
@@ -76,6 +78,7 @@ func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
 			}
 		}
 	}
+	p.data = recvReader{p}
 	p.respCond = sync.NewCond(&p.respMu)
 	now := time.Now().UnixNano()
 	p.lastRecv.Store(now)
@@ -158,10 +161,22 @@ func (a *Agent) acceptLoop() {
 			}
 			return
 		}
+		a.mu.Lock() // Close closes connections still in their handshake
+		if a.closed {
+			a.mu.Unlock()
+			conn.Close()
+			return
+		}
+		a.handshakes[conn] = true
 		a.wg.Add(1)
+		a.mu.Unlock()
 		go func() {
 			defer a.wg.Done()
-			if err := a.accept(conn); err != nil {
+			err := a.accept(conn)
+			a.mu.Lock()
+			delete(a.handshakes, conn)
+			a.mu.Unlock()
+			if err != nil {
 				conn.Close()
 				if !errors.Is(err, ErrClosed) {
 					a.log.Warn("p2p refused a connection", "remote", conn.RemoteAddr().String(), "err", err)
@@ -437,15 +452,15 @@ func (p *peer) serveWrite(h header) error {
 			p.refused[h.req] = err.Error()
 		}
 		p.mu.Unlock()
-		_, err := io.CopyN(io.Discard, p.br, int64(h.length))
+		_, err := io.CopyN(io.Discard, p.data, int64(h.length))
 		return err
 	}
 	defer r.busy.Add(-1)
 	if r.info.Type == FILE {
-		return r.file.writeFrom(p.br, int64(h.offset), int64(h.length), p.a.files)
+		return r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
 	}
 	off := h.offset - r.info.Base
-	_, err = io.ReadFull(p.br, r.mem[off:off+h.length])
+	_, err = io.ReadFull(p.data, r.mem[off:off+h.length])
 	return err
 }
 
@@ -470,14 +485,26 @@ func (p *peer) readResp(h header) error {
 		dst = s.local.mem[s.loff : s.loff+s.n]
 	}
 	if dst == nil {
-		_, err := io.CopyN(io.Discard, p.br, int64(h.length)) // timed out meanwhile, or nonsense
+		_, err := io.CopyN(io.Discard, p.data, int64(h.length)) // timed out meanwhile, or nonsense
 		return err
 	}
-	if _, err := io.ReadFull(p.br, dst); err != nil {
+	if _, err := io.ReadFull(p.data, dst); err != nil {
 		return err
 	}
 	r.segDone(p, int(h.aux))
 	return nil
+}
+
+// recvReader reads from the connection and notes that the peer is alive:
+// one payload may take longer than PeerTimeout to arrive.
+type recvReader struct{ p *peer }
+
+func (r recvReader) Read(b []byte) (int, error) {
+	n, err := r.p.br.Read(b)
+	if n > 0 {
+		r.p.lastRecv.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 func (p *peer) queue(r reply) {
@@ -516,7 +543,7 @@ func (p *peer) respond() {
 		}
 		batch, p.resp = p.resp, batch[:0]
 		p.respMu.Unlock()
-		p.wmu.Lock()
+		p.lockWriter()
 		var err error
 		for i, r := range batch {
 			if err == nil {
@@ -592,7 +619,6 @@ func (p *peer) flushLocked() error {
 	if p.werr != nil {
 		return p.werr
 	}
-	p.conn.SetWriteDeadline(time.Now().Add(p.a.cfg.RequestTimeout))
 	if err := p.bw.Flush(); err != nil {
 		p.werr = err
 		return err
@@ -603,7 +629,7 @@ func (p *peer) flushLocked() error {
 
 // control sends a frame with no data between requests.
 func (p *peer) control(h header, payload []byte) error {
-	p.wmu.Lock()
+	p.lockWriter()
 	err := p.frameLocked(h, payload)
 	if err == nil {
 		err = p.flushLocked()
@@ -615,8 +641,19 @@ func (p *peer) control(h header, payload []byte) error {
 func (p *peer) sendInvalidate(id uint32) { p.control(header{op: opInvalidate, region: id}, nil) }
 
 func (p *peer) sendBye() {
+	p.bye.Store(true) // writers stop extending the deadline
 	p.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	p.control(header{op: opBye}, nil)
+}
+
+// lockWriter takes the writer and gives its writes RequestTimeout from now:
+// bufio writes large payloads (and full buffers) to the socket before the
+// flush, so a deadline left over from the last flush must not apply.
+func (p *peer) lockWriter() {
+	p.wmu.Lock()
+	if !p.bye.Load() {
+		p.conn.SetWriteDeadline(time.Now().Add(p.a.cfg.RequestTimeout))
+	}
 }
 
 // reapSegments removes a lost peer's shared segments once its process is

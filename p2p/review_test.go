@@ -1,0 +1,136 @@
+package p2p
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestRegisterFileCacheHitKeepsNoFD: a cached RegisterFile must not keep
+// the descriptor it opened (the region uses the first registration's).
+func TestRegisterFileCacheHitKeepsNoFD(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts /proc/self/fd")
+	}
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	path := filepath.Join(t.TempDir(), "f")
+	r1, err := a.RegisterFile(path, FileOptions{Length: 8192, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0 := fds()
+	for range 5 {
+		r, err := a.RegisterFile(path, FileOptions{Length: 8192})
+		if err != nil || r != r1 {
+			t.Fatalf("cached registration: %v, %v", r, err)
+		}
+	}
+	if f := fds(); f != f0 {
+		t.Fatalf("5 cached RegisterFile calls left %d more file descriptors open", f-f0)
+	}
+	for range 6 {
+		if err := a.DeregisterMem(r1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCloseWithSilentConnection: a connection that never sends its hello
+// must not hold Close up until the handshake timeout.
+func TestCloseWithSilentConnection(t *testing.T) {
+	a, err := New("a", Config{ListenAddr: "127.0.0.1:0", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond) // accepted, waiting for the hello
+	start := time.Now()
+	a.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v with a silent connection", d)
+	}
+}
+
+// TestTCPWriteAfterIdle: a large tcp WRITE after the connection was quiet
+// for longer than RequestTimeout (keepalives every PeerTimeout/4) must not
+// fail on a write deadline left over from the last flush.
+func TestTCPWriteAfterIdle(t *testing.T) {
+	cfg := Config{DisableSHM: true, DisablePVM: true, RequestTimeout: 200 * time.Millisecond, PeerTimeout: 10 * time.Second}
+	a, b := pair(t, cfg)
+	const size = 4 << 20
+	tr, _ := b.RegisterMem(make([]byte, size))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, size)
+	fill(src, 3)
+	lr, _ := a.RegisterMem(src)
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, size)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, size)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer req.Release()
+	for i := range 2 {
+		if _, err := req.Post(); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		if err := req.Wait(ctxT(t)); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	if !bytes.Equal(tr.Bytes(), src) {
+		t.Fatal("data differs")
+	}
+}
+
+// fakePeer connects a progress engine of a to a pipe the test writes.
+func fakePeer(t *testing.T, a *Agent) (*peer, net.Conn) {
+	ours, theirs := net.Pipe()
+	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
+	a.mu.Lock()
+	a.conns[p] = true
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+	go io.Copy(io.Discard, ours)
+	t.Cleanup(func() { ours.Close() })
+	return p, ours
+}
+
+// TestSlowPayloadKeepsPeer: a peer streaming one long payload is sending,
+// so it must not be dropped for silence (PeerTimeout) in the middle of it.
+func TestSlowPayloadKeepsPeer(t *testing.T) {
+	a := newAgent(t, "target", Config{ListenAddr: "-", PeerTimeout: 300 * time.Millisecond})
+	mem := make([]byte, 64<<10)
+	r, _ := a.RegisterMem(mem)
+	p, c := fakePeer(t, a)
+	c.Write(frame(header{op: opWrite, region: r.ID(), req: 1, offset: r.Addr(), length: uint64(len(mem))}, nil))
+	chunk := bytes.Repeat([]byte{7}, len(mem)/16)
+	for range 16 {
+		time.Sleep(50 * time.Millisecond) // 800 ms in all, chunks well within PeerTimeout
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatalf("target dropped the connection mid-payload: %v (%v)", err, p.err())
+		}
+	}
+	c.Write(frame(header{op: opPing}, nil))
+	waitFor(t, func() bool { return mem[len(mem)-1] == 7 })
+	if err := p.err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = errors.Is
