@@ -272,20 +272,35 @@ func alignedBuffer(n int) []byte {
 }
 
 // writeFrom lands n bytes that arrive over a connection in the file at off
-// (a peer's WRITE to this agent's file).
-func (h *fileHandle) writeFrom(r io.Reader, off, n int64, p *filePool) error {
+// (a peer's WRITE to this agent's file). A write the file refuses is
+// fileErr, and the rest of the data is drained so the connection stays in
+// step; err is the connection's.
+func (h *fileHandle) writeFrom(r io.Reader, off, n int64, p *filePool) (fileErr, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
 	for n > 0 {
 		k := min(n, int64(len(buf)))
 		if _, err := io.ReadFull(r, buf[:k]); err != nil {
-			return err
+			return fileErr, err
 		}
-		if err := fullIO(h.f, true, buf[:k], off); err != nil {
-			return err
+		if fileErr == nil {
+			fileErr = fullIO(h.f, true, buf[:k], off)
 		}
 		off, n = off+k, n-k
+	}
+	return fileErr, nil
+}
+
+// holds checks that the file has the n bytes at off, before a peer's READ
+// of them is answered.
+func (h *fileHandle) holds(off, n int64) error {
+	st, err := h.f.Stat()
+	if err != nil {
+		return fmt.Errorf("p2p: file I/O: %w", err)
+	}
+	if st.Size() < off+n {
+		return fmt.Errorf("p2p: reading %s at %d: %d bytes asked, the file ends at %d: %w", h.f.Name(), off, n, st.Size(), io.ErrUnexpectedEOF)
 	}
 	return nil
 }
@@ -298,8 +313,8 @@ func (h *fileHandle) readTo(w io.Writer, off, n int64, p *filePool) error {
 	for n > 0 {
 		k := min(n, int64(len(buf)))
 		if err := fullIO(h.f, false, buf[:k], off); err != nil {
-			// The header is sent: keep the stream in sync with zeros; the
-			// data is wrong, so the connection goes.
+			// The header is sent and the data cannot follow: the
+			// connection goes (holds refused reads past the end before).
 			return err
 		}
 		if _, err := w.Write(buf[:k]); err != nil {

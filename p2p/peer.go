@@ -447,21 +447,31 @@ func (p *peer) handle(h header) error {
 func (p *peer) serveWrite(h header) error {
 	r, err := p.a.pinRegion(h.region, h.offset, h.length)
 	if err != nil {
-		p.mu.Lock()
-		if _, dup := p.refused[h.req]; !dup && len(p.refused) < 1<<16 {
-			p.refused[h.req] = err.Error()
-		}
-		p.mu.Unlock()
+		p.refuse(h.req, err)
 		_, err := io.CopyN(io.Discard, p.data, int64(h.length))
 		return err
 	}
 	defer r.busy.Add(-1)
 	if r.info.Type == FILE {
-		return r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
+		ferr, err := r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
+		if ferr != nil { // the file refused the data: the commit says so
+			p.refuse(h.req, ferr)
+		}
+		return err
 	}
 	off := h.offset - r.info.Base
 	_, err = io.ReadFull(p.data, r.mem[off:off+h.length])
 	return err
+}
+
+// refuse records why a write of the peer's request req was refused, for
+// its commit's ack.
+func (p *peer) refuse(req uint64, err error) {
+	p.mu.Lock()
+	if _, dup := p.refused[req]; !dup && len(p.refused) < 1<<16 {
+		p.refused[req] = err.Error()
+	}
+	p.mu.Unlock()
 }
 
 // readResp lands READ data in the request's local memory.
@@ -583,6 +593,11 @@ func (p *peer) writeReplyLocked(r reply) error {
 	}
 	h.length = r.length
 	if r.region.info.Type == FILE {
+		if err := r.region.file.holds(int64(r.offset), int64(r.length)); err != nil {
+			// Refuse before the header: once it is sent, a failed read
+			// leaves the stream out of step and ends the connection.
+			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
+		}
 		if err := p.frameLocked(h, nil); err != nil {
 			return err
 		}

@@ -134,3 +134,54 @@ func TestSlowPayloadKeepsPeer(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// TestRemoteFileErrorKeepsConnection: a peer's READ past the end of a FILE
+// region's file, or a WRITE the file refuses, fails that request only; the
+// connection and the peer stay.
+func TestRemoteFileErrorKeepsConnection(t *testing.T) {
+	a := newAgent(t, "a", Config{})
+	b := newAgent(t, "b", Config{})
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := b.RegisterFile(short, FileOptions{Length: 8192}) // the file holds 4096
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rr, err := b.RegisterFileFD(ro, FileOptions{Offset: 0, Length: 4095}) // read-only descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 8192))
+	run := func(op Op, remote Desc) error {
+		req, err := a.CreateRequest(op, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, remote.Len)}}, "b", DescList{Type: FILE, Descs: []Desc{remote}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer req.Release()
+		req.Post()
+		return req.Wait(ctxT(t))
+	}
+	if err := run(Read, fr.Desc(0, 8192)); err == nil {
+		t.Fatal("a READ past the end of the file succeeded")
+	}
+	if err := run(Write, rr.Desc(0, 4095)); err == nil {
+		t.Fatal("a WRITE to a read-only file succeeded")
+	}
+	if err := run(Read, fr.Desc(0, 4096)); err != nil {
+		t.Fatalf("a good READ after the failed ones: %v", err)
+	}
+	if err := run(Write, fr.Desc(0, 4096)); err != nil {
+		t.Fatalf("a good WRITE after the failed ones: %v", err)
+	}
+}
