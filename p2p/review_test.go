@@ -185,3 +185,18 @@ func TestRemoteFileErrorKeepsConnection(t *testing.T) {
 		t.Fatalf("a good WRITE after the failed ones: %v", err)
 	}
 }
+
+// TestWireAckPayload: an ack carries a payload only as an error text; the
+// progress engine reads none otherwise, so the header must be refused
+// rather than leave the stream out of step.
+func TestWireAckPayload(t *testing.T) {
+	var b [wireHeaderLen]byte
+	putHeader(b[:], header{op: opAck, req: 1, length: 5})
+	if _, err := parseHeader(b[:]); err == nil {
+		t.Fatal("accepted an ack with a payload but no error flag")
+	}
+	putHeader(b[:], header{op: opAck, req: 1, flags: flagError, length: 5})
+	if _, err := parseHeader(b[:]); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -109,6 +109,9 @@ func parseHeader(b []byte) (header, error) {
 		if h.length > maxCtrlPayload {
 			return header{}, fmt.Errorf("p2p: %v with a %d-byte payload (at most %d)", h.op, h.length, maxCtrlPayload)
 		}
+		if h.op == opAck && h.flags&flagError == 0 && h.length != 0 {
+			return header{}, fmt.Errorf("p2p: ack with a %d-byte payload and no error", h.length)
+		}
 	case opReadResp:
 		if h.flags&flagError != 0 && h.length > maxCtrlPayload {
 			return header{}, fmt.Errorf("p2p: error text of %d bytes", h.length)
