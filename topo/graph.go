@@ -304,6 +304,11 @@ const (
 // real hosts have well under a hundred (the AWS p5 file: 81).
 const maxNodes = 512
 
+// maxNUMANodes bounds the CPU nodes of a host. Every pair of them is
+// linked, so paths over a full mesh of maxNodes sockets would take seconds
+// to find; the largest real hosts have a few dozen NUMA nodes.
+const maxNUMANodes = 128
+
 // errTooManyNodes is reported once a document exceeds maxNodes.
 var errTooManyNodes = fmt.Errorf("topo: more than %d devices in one host", maxNodes)
 
@@ -419,6 +424,9 @@ func (b *builder) cpu(e *Element) error {
 		return fmt.Errorf("topo: <cpu> has bad numaid %q", truncate(numaStr))
 	}
 	id := "numa" + strconv.Itoa(numa)
+	if len(b.g.Nodes[CPU]) >= maxNUMANodes {
+		return fmt.Errorf("topo: more than %d <cpu> elements (NUMA nodes) in one host", maxNUMANodes)
+	}
 	if b.g.Find(CPU, id) != nil {
 		return fmt.Errorf("topo: two <cpu> elements with numaid %d", numa)
 	}

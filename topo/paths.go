@@ -85,7 +85,12 @@ func (g *Graph) searchGraph() map[*Node][]edge {
 		}
 		return n
 	}
+	type key struct {
+		from, to *Node
+		typ      LinkType
+	}
 	adj := map[*Node][]edge{}
+	at := map[key]int{} // index of the edge in adj[from]
 	for t := range g.Nodes {
 		for _, n := range g.Nodes[t] {
 			from := fabric(n)
@@ -94,18 +99,13 @@ func (g *Graph) searchGraph() map[*Node][]edge {
 				if to == from {
 					continue
 				}
-				merged := false
-				for i := range adj[from] {
-					e := &adj[from][i]
-					if e.to == to && e.typ == l.Type {
-						e.bw += l.BW
-						merged = true
-						break
-					}
+				k := key{from, to, l.Type}
+				if i, ok := at[k]; ok {
+					adj[from][i].bw += l.BW
+					continue
 				}
-				if !merged {
-					adj[from] = append(adj[from], edge{to: to, typ: l.Type, bw: l.BW, from: from})
-				}
+				at[k] = len(adj[from])
+				adj[from] = append(adj[from], edge{to: to, typ: l.Type, bw: l.BW, from: from})
 			}
 		}
 	}
@@ -250,6 +250,19 @@ func canPassThrough(u *Node, l label) bool {
 // is through the CPU (PHB or worse) and the peer sits under the same PCI
 // switch as the NIC (PXB or better): NCCL's PXN, on by default since 2.12.
 func (g *Graph) applyPXN() {
+	// The GPUs that can relay for each NIC or port (PXB or better), found
+	// before any path is rerouted: looping over every GPU for every pair
+	// would cost GPUs² × NICs.
+	relays := map[*Node][]*Node{}
+	for _, t := range []NodeType{NIC, NET} {
+		for _, nic := range g.Nodes[t] {
+			for _, peer := range g.Nodes[GPU] {
+				if g.Path(peer, nic).Type <= PathPXB {
+					relays[nic] = append(relays[nic], peer)
+				}
+			}
+		}
+	}
 	for _, gpu := range g.Nodes[GPU] {
 		for _, t := range []NodeType{NIC, NET} {
 			for _, nic := range g.Nodes[t] {
@@ -258,7 +271,7 @@ func (g *Graph) applyPXN() {
 					continue
 				}
 				best := direct
-				for _, peer := range g.Nodes[GPU] {
+				for _, peer := range relays[nic] {
 					if peer == gpu {
 						continue
 					}

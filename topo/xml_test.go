@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseXMLErrors(t *testing.T) {
@@ -244,5 +245,81 @@ func TestPCIBWOldGenerations(t *testing.T) {
 		if got := PCIBW(c.gts, c.width); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("PCIBW(%v, %d) = %v, want %v", c.gts, c.width, got, c.want)
 		}
+	}
+}
+
+// Documents from other ranks must not cost much more to build than a plain
+// host of as many devices, whatever their shape: every socket linked to
+// every other, or hundreds of GPUs whose NIC paths all go through the CPU
+// (the PXN search). 511 sockets took 6 s and the PXN shape 8-11 s before (a
+// star of as many devices: 0.5 s); the budget is relative so that a loaded
+// machine does not fail it.
+func TestBuildHostileShapesAreCheap(t *testing.T) {
+	var star strings.Builder
+	star.WriteString(`<system><cpu numaid="0">`)
+	for i := 0; i < maxNodes-1; i++ {
+		fmt.Fprintf(&star, `<pci busid="0000:%02x:%02x.%x" class="0x060400"/>`, i/256, (i/8)%32, i%8)
+	}
+	star.WriteString(`</cpu></system>`)
+	var many strings.Builder
+	many.WriteString(`<system>`)
+	for i := 0; i < maxNUMANodes; i++ {
+		fmt.Fprintf(&many, `<cpu numaid="%d">`, i)
+		for j := 0; j < (maxNodes-maxNUMANodes)/maxNUMANodes; j++ {
+			fmt.Fprintf(&many, `<pci busid="0000:%02x:%02x.0" class="0x060400"/>`, i, j)
+		}
+		many.WriteString(`</cpu>`)
+	}
+	many.WriteString(`</system>`)
+	var pxn strings.Builder
+	pxn.WriteString(`<system><cpu numaid="0">`)
+	for i := 0; i < maxNodes-2; i++ {
+		class, child := "0x030200", `<gpu sm="80"><nvlink target="0000:ff:00.0" tclass="0x068000"/></gpu>`
+		if i%2 == 1 {
+			class, child = "0x020000", ""
+		}
+		fmt.Fprintf(&pxn, `<pci busid="0000:%02x:%02x.%x" class="%s">%s</pci>`, i/256, (i/8)%32, i%8, class, child)
+	}
+	pxn.WriteString(`</cpu></system>`)
+	build := func(name, s string) time.Duration {
+		doc, err := ParseXML(strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		g, err := Build(doc)
+		d := time.Since(start)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if g.count != maxNodes {
+			t.Errorf("%s: %d nodes, want %d", name, g.count, maxNodes)
+		}
+		t.Logf("%s: %v", name, d)
+		return d
+	}
+	base := build("star", star.String())
+	for _, c := range []struct{ name, doc string }{{"sockets", many.String()}, {"pxn", pxn.String()}} {
+		if d := build(c.name, c.doc); d > 4*base+100*time.Millisecond {
+			t.Errorf("%s: %d-byte document took %v to build, a star of as many devices %v", c.name, len(c.doc), d, base)
+		}
+	}
+}
+
+// Every pair of sockets is linked, so a document of hundreds of <cpu>
+// elements is refused rather than searched.
+func TestBuildRejectsTooManyNUMANodes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`<system>`)
+	for i := 0; i <= maxNUMANodes; i++ {
+		fmt.Fprintf(&b, `<cpu numaid="%d"/>`, i)
+	}
+	b.WriteString(`</system>`)
+	doc, err := ParseXML(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(doc); err == nil || !strings.Contains(err.Error(), "NUMA") {
+		t.Errorf("Build of %d NUMA nodes: %v, want an error", maxNUMANodes+1, err)
 	}
 }
