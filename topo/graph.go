@@ -654,6 +654,9 @@ func (b *builder) nic(e *Element, cpu *Node, node *Node) error {
 		}{{"dev", &net.Net.Dev}, {"speed", &net.Net.SpeedMbps}, {"port", &net.Net.Port}, {"maxconn", &net.Net.MaxConn}} {
 			if v, ok := c.Get(a.name); ok {
 				x, err := strconv.Atoi(v)
+				if err == nil && x == -1 && a.name == "speed" {
+					x = 0 // some NICs say -1: unknown, as NCCL reads it
+				}
 				if err != nil || x < 0 {
 					return fmt.Errorf("topo: <net name=%q> has bad %s %q", name, a.name, truncate(v))
 				}

@@ -323,3 +323,20 @@ func TestBuildRejectsTooManyNUMANodes(t *testing.T) {
 		t.Errorf("Build of %d NUMA nodes: %v, want an error", maxNUMANodes+1, err)
 	}
 }
+
+// NCCL reads a port speed of -1 (some NICs report it) as unknown, 10 Gb/s,
+// and so must gccl: a topology file NCCL accepts is not an error here.
+func TestNetSpeedMinusOneIsUnknown(t *testing.T) {
+	doc, err := ParseXML(strings.NewReader(`<system><cpu numaid="0"><pci busid="0000:01:00.0" class="0x020000"><nic><net name="eth0" speed="-1"/></nic></pci></cpu></system>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nic, port := g.Find(NIC, "0000:01:00.0"), g.Find(NET, "eth0")
+	if p := g.Path(nic, port); !near(p.BW, 10000.0/8000) {
+		t.Errorf("NIC -> port: %.3f GB/s, want 1.25", p.BW)
+	}
+}
