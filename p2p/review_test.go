@@ -200,3 +200,45 @@ func TestWireAckPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPeerChurnLeavesNoGoroutines: peers that come, transfer and go leave
+// no goroutine behind in a long-lived agent (a lane per peer ever met).
+func TestPeerChurnLeavesNoGoroutines(t *testing.T) {
+	a := newAgent(t, "a", Config{DisableSHM: true, DisablePVM: true})
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	round := func(i int) {
+		b, err := New("b"+string(rune('0'+i)), Config{ListenAddr: "127.0.0.1:0", Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, _ := b.RegisterMem(make([]byte, 4096))
+		name, err := a.LoadRemote(ctxT(t), b.LocalMetadata())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, name, DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Post()
+		if err := req.Wait(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		req.Release()
+		b.Close()
+		waitFor(t, func() bool { _, err := a.remote(name); return err != nil })
+	}
+	round(0)
+	time.Sleep(20 * time.Millisecond)
+	g0 := runtime.NumGoroutine()
+	for i := 1; i <= 8; i++ {
+		round(i)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > g0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines %d -> %d after 8 peers came and went", g0, runtime.NumGoroutine())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -528,14 +528,16 @@ func nonNil(b []byte) []byte {
 }
 
 // lane runs the requests to one peer in posting order, so that their
-// notifications arrive in that order.
+// notifications arrive in that order. Its goroutine runs only while
+// requests are queued, so peers that come and go leave none behind.
 type lane struct {
-	a      *Agent
-	mu     sync.Mutex
-	cond   *sync.Cond
-	q      []*Request
-	busy   bool
-	closed bool
+	a       *Agent
+	mu      sync.Mutex
+	cond    *sync.Cond
+	q       []*Request
+	busy    bool
+	running bool // a run goroutine drains q
+	closed  bool
 }
 
 func (a *Agent) lane(peer string) *lane {
@@ -554,8 +556,6 @@ func (a *Agent) lane(peer string) *lane {
 		l = &lane{a: a}
 		l.cond = sync.NewCond(&l.mu)
 		a.lanes[peer] = l
-		a.wg.Add(1)
-		go l.run()
 	}
 	return l
 }
@@ -587,6 +587,13 @@ func (l *lane) push(r *Request) bool {
 		return false
 	}
 	l.q = append(l.q, r)
+	if !l.running {
+		// Close closes the lane before it waits for a.wg: this Add
+		// comes before that.
+		l.running = true
+		l.a.wg.Add(1)
+		go l.run()
+	}
 	l.cond.Broadcast()
 	return true
 }
@@ -595,12 +602,12 @@ func (l *lane) run() {
 	defer l.a.wg.Done()
 	for {
 		l.mu.Lock()
-		for (len(l.q) == 0 || l.busy) && !l.closed {
+		for len(l.q) > 0 && l.busy && !l.closed {
 			l.cond.Wait()
 		}
-		if l.closed {
+		if l.closed || len(l.q) == 0 {
 			q := l.q
-			l.q = nil
+			l.q, l.running = nil, false
 			l.mu.Unlock()
 			for _, r := range q {
 				r.finish(ErrClosed)
