@@ -414,7 +414,7 @@ func (r *Request) acked(p *peer, part uint64, why string) {
 		return
 	}
 	if why != "" {
-		r.finish(fmt.Errorf("p2p: %s refused the write: %s", r.peer, why))
+		r.finish(refusal(r.peer, "the write", why))
 		return
 	}
 	r.partsDone.Add(1)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -474,6 +475,16 @@ func (p *peer) refuse(req uint64, err error) {
 	p.mu.Unlock()
 }
 
+// refusal is the initiator's error for a transfer the target refused with
+// the text why; a descriptor outside the target's regions is
+// ErrOutOfBounds on this side too.
+func refusal(target, what, why string) error {
+	if rest, ok := strings.CutPrefix(why, ErrOutOfBounds.Error()); ok {
+		return fmt.Errorf("p2p: %s refused %s: %w%s", target, what, ErrOutOfBounds, rest)
+	}
+	return fmt.Errorf("p2p: %s refused %s: %s", target, what, why)
+}
+
 // readResp lands READ data in the request's local memory.
 func (p *peer) readResp(h header) error {
 	p.mu.Lock()
@@ -485,7 +496,7 @@ func (p *peer) readResp(h header) error {
 			return err
 		}
 		if r != nil {
-			r.finishFrom(p, fmt.Errorf("p2p: %s refused a read: %s", p.name, b))
+			r.finishFrom(p, refusal(p.name, "a read", string(b)))
 		}
 		return nil
 	}

@@ -242,3 +242,34 @@ func TestPeerChurnLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestTargetRefusalIsOutOfBounds: a descriptor the target refuses (tcp)
+// fails with ErrOutOfBounds, as documented, for WRITE and READ.
+func TestTargetRefusalIsOutOfBounds(t *testing.T) {
+	cfg := Config{DisableSHM: true, DisablePVM: true}
+	a := newAgent(t, "a", cfg)
+	b := newAgent(t, "b", cfg)
+	gone, _ := b.RegisterMem(make([]byte, 4096))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	var reqs []*Request
+	for _, op := range []Op{Write, Read} {
+		req, err := a.CreateRequest(op, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{gone.Desc(0, 4096)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer req.Release()
+		reqs = append(reqs, req)
+	}
+	if err := b.DeregisterMem(gone); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range reqs {
+		req.Post()
+		if err := req.Wait(ctxT(t)); !errors.Is(err, ErrOutOfBounds) {
+			t.Errorf("%v refused by the target: %v", req.op, err)
+		}
+	}
+}
