@@ -273,3 +273,32 @@ func TestTargetRefusalIsOutOfBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPostAfterClose: a request posted after its agent closed fails with
+// ErrClosed, whatever its backend.
+func TestPostAfterClose(t *testing.T) {
+	for _, bc := range backendConfigs {
+		t.Run(bc.name, func(t *testing.T) {
+			if runtime.GOOS != "linux" && bc.want != BackendTCP {
+				t.Skip("linux only")
+			}
+			a, b := pair(t, bc.cfg)
+			tr := targetRegion(t, b, 4096, bc.heap)
+			if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+				t.Fatal(err)
+			}
+			lr, _ := a.RegisterMem(make([]byte, 4096))
+			req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			if _, err := req.Post(); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Post after Close: %v", err)
+			}
+			if err := req.Wait(ctxT(t)); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Wait after a Post after Close: %v", err)
+			}
+		})
+	}
+}

@@ -377,6 +377,12 @@ func (r *Request) Post() (Status, error) {
 	r.id = a.nextReq.Add(1)
 	r.done = make(chan struct{})
 	r.deadline.Store(time.Now().Add(a.cfg.RequestTimeout).UnixNano())
+	select {
+	case <-a.done: // Close invalidated the peers too: say why
+		r.complete(ErrClosed, false)
+		return StatusFailed, ErrClosed
+	default:
+	}
 	if r.ra != nil && !r.ra.acquire() {
 		err := fmt.Errorf("%w: %s (its metadata was invalidated or replaced; prepare again)", ErrRemoteDisconnect, r.peer)
 		r.complete(err, false)
