@@ -83,36 +83,64 @@ func elementKey(e *Element) string {
 	case "net":
 		return "net/" + e.Attr("name")
 	case "nvlink":
+		if id, err := NormalizeBusID(e.Attr("target")); err == nil {
+			return "nvlink/" + id
+		}
 		return "nvlink/" + e.Attr("target")
 	}
 	// gpu, nic, c2c and anything else: one per parent.
 	return e.Name
 }
 
-// fuse adds what src knows to dst.
+// sameValue says whether two spellings of attribute name mean the same: CPU
+// masks of different widths, bus ids with or without their domain.
+func sameValue(name, a, b string) bool {
+	if a == b {
+		return true
+	}
+	switch name {
+	case "affinity":
+		x, err1 := ParseCPUMask(a)
+		y, err2 := ParseCPUMask(b)
+		return err1 == nil && err2 == nil && x.Equal(y)
+	case "busid", "target":
+		x, err1 := NormalizeBusID(a)
+		y, err2 := NormalizeBusID(b)
+		return err1 == nil && err2 == nil && x == y
+	}
+	return false
+}
+
+// fuse adds what src knows to dst. Children are matched by key, the k-th
+// of a key in src with the k-th in dst, so that fusing a document with
+// itself changes nothing.
 func fuse(dst, src *Element, where string) error {
 	for _, a := range src.Attrs {
 		if v, ok := dst.Get(a.Name); !ok {
 			dst.Attrs = append(dst.Attrs, a)
-		} else if v != a.Value {
+		} else if !sameValue(a.Name, v, a.Value) {
 			return fmt.Errorf("topo: ranks disagree on %s %s: %q and %q", where, a.Name, truncate(v), truncate(a.Value))
 		}
 	}
-	byKey := map[string]*Element{}
+	byKey := map[string][]*Element{}
 	for _, c := range dst.Children {
-		byKey[elementKey(c)] = c
+		k := elementKey(c)
+		byKey[k] = append(byKey[k], c)
 	}
+	seen := map[string]int{}
 	for _, c := range src.Children {
 		k := elementKey(c)
-		if d, ok := byKey[k]; ok {
-			if err := fuse(d, c, where+"/"+k); err != nil {
+		i := seen[k]
+		seen[k]++
+		if i < len(byKey[k]) {
+			if err := fuse(byKey[k][i], c, where+"/"+k); err != nil {
 				return err
 			}
 			continue
 		}
 		cl := c.Clone()
 		dst.Children = append(dst.Children, cl)
-		byKey[k] = cl
+		byKey[k] = append(byKey[k], cl)
 	}
 	return nil
 }

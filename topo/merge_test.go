@@ -139,3 +139,51 @@ func TestJobRingOrder(t *testing.T) {
 		t.Error("no error for too few devices")
 	}
 }
+
+// Two ranks that describe the same things in different but equal spellings
+// agree: a CPU mask printed with more leading zero words (a rank that saw
+// more NUMA nodes prints wider masks), a bus id without its domain or in
+// upper case, an NVLink target in NVML's 8-digit form. Siblings that share
+// a key (two <nic> straight under a <cpu>) are matched in order, so that
+// two identical documents fuse to the same document.
+func TestMergeEqualSpellings(t *testing.T) {
+	r0 := `<system version="1">
+<cpu numaid="0" affinity="00000000,00000000,ffffffff,ffffffff"><pci busid="0000:0a:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="0000:0b:00.0" count="2"/></gpu></pci></cpu>
+<cpu numaid="1" affinity="ffffffff,ffffffff,00000000,00000000"/></system>`
+	r1 := `<system version="1">
+<cpu numaid="0" affinity="ffffffff,ffffffff"><pci busid="0A:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="00000000:0B:00.0" count="2"/></gpu></pci>
+<pci busid="0000:0b:00.0" class="0x030200"><gpu dev="1" sm="80"><nvlink target="0000:0a:00.0" count="2"/></gpu></pci></cpu></system>`
+	job, err := Merge([]RankTopology{{"h", []byte(r0)}, {"h", []byte(r1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := job.Hosts[0].Graph
+	a, b := g.Find(GPU, "0000:0a:00.0"), g.Find(GPU, "0000:0b:00.0")
+	if a == nil || b == nil || len(g.Nodes[GPU]) != 2 {
+		t.Fatalf("GPUs %v", ids(g.Nodes[GPU]))
+	}
+	if n := g.NVLinks(a); n != 2 {
+		t.Errorf("GPU0 has %d NVLinks after the merge, want 2", n)
+	}
+	if p := g.Path(a, b); p.Type != PathNVL {
+		t.Errorf("GPU0 -> GPU1: %s, want NVL", p.Type)
+	}
+
+	twoNICs := []byte(`<system version="1"><cpu numaid="0" affinity="f"><nic><net name="eth0" speed="10000"/></nic><nic><net name="eth1" speed="10000"/></nic></cpu></system>`)
+	job, err = Merge([]RankTopology{{"h", twoNICs}, {"h", twoNICs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(MarshalXML(job.Hosts[0].Graph.Doc)); got != string(MarshalXML(mustParse(t, twoNICs))) {
+		t.Errorf("two identical documents fused to\n%s", got)
+	}
+}
+
+func mustParse(t *testing.T, b []byte) *Element {
+	t.Helper()
+	doc, err := ParseXML(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
