@@ -118,16 +118,28 @@ func (h *hostFacts) document() (*Element, error) {
 		cpus[n.id] = e
 	}
 	devs := append([]deviceFacts(nil), h.devices...)
-	sort.SliceStable(devs, func(i, j int) bool {
-		return devs[i].chain[len(devs[i].chain)-1].busID < devs[j].chain[len(devs[j].chain)-1].busID
-	})
 	for _, d := range devs {
 		if len(d.chain) == 0 {
 			return nil, errors.New("topo: detected device without a PCI function")
 		}
-		parent, ok := cpus[d.numa]
-		if !ok {
-			parent = cpus[h.numa[0].id]
+	}
+	sort.SliceStable(devs, func(i, j int) bool {
+		return devs[i].chain[len(devs[i].chain)-1].busID < devs[j].chain[len(devs[j].chain)-1].busID
+	})
+	// A PCI tree hangs from one NUMA node, though its functions may
+	// disagree (-1 on some): the first known node of any of its functions.
+	treeNUMA := map[string]int{}
+	for _, d := range devs {
+		if _, ok := cpus[d.numa]; ok {
+			if _, set := treeNUMA[d.chain[0].busID]; !set {
+				treeNUMA[d.chain[0].busID] = d.numa
+			}
+		}
+	}
+	for _, d := range devs {
+		parent := cpus[h.numa[0].id]
+		if n, ok := treeNUMA[d.chain[0].busID]; ok {
+			parent = cpus[n]
 		}
 		for _, f := range d.chain {
 			var found *Element

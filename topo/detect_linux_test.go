@@ -260,3 +260,30 @@ func TestDetectNVMLEightDigitDomain(t *testing.T) {
 		t.Errorf("GPU -> ConnectX: %s, want PIX", p.Type)
 	}
 }
+
+// Functions of one PCI tree may disagree on numa_node (-1 on some, the
+// node on others: VMs and some firmware do this). Detection must still
+// place the tree once, under the node that is known, and not fail on a
+// bridge that appears under two NUMA nodes.
+func TestDetectMixedNUMANodeInOneTree(t *testing.T) {
+	root := fakeSysfs(t)
+	cx := filepath.Join(root, "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:83:00.0/numa_node")
+	if err := os.WriteFile(cx, []byte("-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "0000:82:00.0", SM: 90}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, nic := g.Find(GPU, "0000:82:00.0"), g.Find(NIC, "0000:83:00.0")
+	if gpu == nil || nic == nil {
+		t.Fatal("GPU or ConnectX missing")
+	}
+	if n1 := g.Find(CPU, "numa1"); g.LocalCPU(nic) != n1 || g.LocalCPU(gpu) != n1 {
+		t.Errorf("ConnectX on %v, GPU on %v; want both on numa1", g.LocalCPU(nic).ID, g.LocalCPU(gpu).ID)
+	}
+	if p := g.Path(gpu, nic); p.Type != PathPIX {
+		t.Errorf("GPU -> ConnectX: %s, want PIX", p.Type)
+	}
+}
