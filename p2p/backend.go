@@ -355,6 +355,19 @@ func (r *Request) runPVM() error {
 // piece, and the reader lands the answers and finishes the request.
 func (r *Request) runTCP() {
 	p := r.p
+	if len(r.segs) == 0 && r.op == Read { // nothing to ask for
+		for i := range r.parts {
+			if e := r.notifyPart(i); e != nil {
+				r.finish(e)
+				return
+			}
+		}
+		r.finish(nil)
+		return
+	}
+	// Once in flight the post may time out and the request be posted again
+	// while its frames are still being written: they keep this post's ID.
+	id := r.id
 	p.mu.Lock()
 	if p.failed != nil {
 		err := p.failed
@@ -362,7 +375,7 @@ func (r *Request) runTCP() {
 		r.finish(err)
 		return
 	}
-	p.inflight[r.id] = r
+	p.inflight[id] = r
 	p.mu.Unlock()
 	p.lockWriter()
 	var err error
@@ -372,13 +385,13 @@ func (r *Request) runTCP() {
 		for k := start; k < ps.end && err == nil; k++ {
 			s := &r.segs[k]
 			if r.op == Write {
-				err = p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: r.id, offset: s.raddr}, s.local.mem[s.loff:s.loff+s.n])
+				err = p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr}, s.local.mem[s.loff:s.loff+s.n])
 			} else {
-				err = p.frameLocked(header{op: opReadReq, region: s.rinfo.ID, req: r.id, aux: uint64(k), offset: s.raddr, length: s.n}, nil)
+				err = p.frameLocked(header{op: opReadReq, region: s.rinfo.ID, req: id, aux: uint64(k), offset: s.raddr, length: s.n}, nil)
 			}
 		}
 		if r.op == Write && err == nil {
-			h := header{op: opCommit, req: r.id, aux: uint64(i), flags: flagAck}
+			h := header{op: opCommit, req: id, aux: uint64(i), flags: flagAck}
 			var payload []byte
 			if ps.flag {
 				h.flags |= flagNotify
@@ -395,16 +408,6 @@ func (r *Request) runTCP() {
 	if err != nil {
 		// A frame may be half written: the connection is unusable.
 		p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
-		return
-	}
-	if len(r.segs) == 0 && r.op == Read {
-		for i := range r.parts {
-			if e := r.notifyPart(i); e != nil {
-				r.finish(e)
-				return
-			}
-		}
-		r.finish(nil)
 	}
 }
 

@@ -302,3 +302,68 @@ func TestPostAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestRepostWhileFramesGoOut: a tcp request that times out while its
+// frames are still being written, and is posted again at once, must not
+// have the old post's later frames (its commit) carry the new post's ID:
+// the target would acknowledge the new post before its data arrived.
+func TestRepostWhileFramesGoOut(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 5 * time.Second})
+	const seg = 512 << 10
+	p, c := fakePeer(t, a)
+	// fakePeer drains the pipe; this test reads it, so take it over.
+	c.Close()
+	ours, theirs := net.Pipe()
+	t.Cleanup(func() { ours.Close() })
+	p.fail(errors.New("replaced"), false)
+	p = newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
+	info := &agentInfo{Name: "fake", Host: "elsewhere", Regions: []regionInfo{{ID: 1, Type: DRAM, Base: 1 << 40, Len: 4 * seg}}}
+	ra := newRemoteAgent(a, info, nil)
+	a.mu.Lock()
+	a.conns[p] = true
+	a.peers["fake"] = p
+	a.remotes["fake"] = ra
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+
+	lr, _ := a.RegisterMem(make([]byte, 4*seg))
+	// Two pieces that do not merge, then the commit.
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, seg), lr.Desc(2*seg, seg)}},
+		"fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: seg}, {Addr: 1<<40 + 2*seg, Len: seg}}}, nil)
+	if err != nil || req.Backend() != BackendTCP || req.Pieces() != 2 {
+		t.Fatalf("%v %v", req, err)
+	}
+	readFrame := func() header {
+		var hb [wireHeaderLen]byte
+		if _, err := io.ReadFull(ours, hb[:]); err != nil {
+			t.Fatal(err)
+		}
+		h, err := parseHeader(hb[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.CopyN(io.Discard, ours, int64(h.payloadLen())); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if _, err := req.Post(); err != nil {
+		t.Fatal(err)
+	}
+	first := readFrame() // the second piece is now being written
+	time.Sleep(20 * time.Millisecond)
+	req.finish(ErrTimeout) // as the watchdog does
+	req.Wait(ctxT(t))
+	if _, err := req.Post(); err != nil {
+		t.Fatal(err)
+	}
+	second, commit := readFrame(), readFrame()
+	if second.req != first.req || commit.op != opCommit || commit.req != first.req {
+		t.Fatalf("frames of one post: %v req %d, %v req %d, %v req %d", first.op, first.req, second.op, second.req, commit.op, commit.req)
+	}
+	req.finish(ErrTimeout)
+	req.Wait(ctxT(t))
+	req.Release()
+}
