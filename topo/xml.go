@@ -30,6 +30,7 @@ const (
 	maxDocumentBytes = 16 << 20
 	maxDepth         = 64
 	maxElements      = 1 << 16
+	maxAttrs         = 64 // per element; NCCL's parser allows 16
 )
 
 // Get returns the value of attribute name and whether it is present.
@@ -119,6 +120,9 @@ func ParseXML(r io.Reader) (*Element, error) {
 			}
 			if t.Name.Space != "" {
 				return nil, fmt.Errorf("topo: unexpected namespaced element <%s:%s>", t.Name.Space, t.Name.Local)
+			}
+			if len(t.Attr) > maxAttrs {
+				return nil, fmt.Errorf("topo: <%s> has more than %d attributes", truncate(t.Name.Local), maxAttrs)
 			}
 			e := &Element{Name: t.Name.Local}
 			for _, a := range t.Attr {
