@@ -287,3 +287,25 @@ func TestDetectMixedNUMANodeInOneTree(t *testing.T) {
 		t.Errorf("GPU -> ConnectX: %s, want PIX", p.Type)
 	}
 }
+
+// A function on a device's path whose class or link files cannot be read
+// (a bridge of a platform bus, a restricted sysfs) is still a bridge: the
+// device is detected below it.
+func TestDetectUnreadableClass(t *testing.T) {
+	root := fakeSysfs(t)
+	sw := filepath.Join(root, "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0")
+	for _, f := range []string{"class", "max_link_speed", "max_link_width"} {
+		if err := os.Remove(filepath.Join(sw, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "0000:82:00.0", SM: 90}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := g.Find(GPU, "0000:82:00.0")
+	if gpu == nil || gpu.Parent == nil || gpu.Parent.ID != "0000:81:00.0" || gpu.Parent.Type != PCI {
+		t.Fatalf("GPU not below the switch: %+v", gpu)
+	}
+}

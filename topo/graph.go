@@ -495,7 +495,7 @@ func (b *builder) pci(e *Element, parent *Node) error {
 	}
 	b.seen[busID] = true
 	var info PCIInfo
-	if v, ok := e.Get("class"); ok {
+	if v, ok := e.Get("class"); ok && v != "" {
 		if info.Class, err = parseHex(v); err != nil {
 			return fmt.Errorf("topo: <pci busid=%s> has bad class %q", busID, truncate(v))
 		}
