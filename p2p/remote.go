@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,8 +30,17 @@ type remoteAgent struct {
 // of the same segments) and probes process_vm_readv.
 func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 	ra := &remoteAgent{a: a, info: info, maps: map[uint32]*shm.Region{}}
+	if old != nil && old.info.Token == info.Token {
+		// The same agent never reuses a region ID: what it deregistered
+		// stays gone, even in a blob made before the deregistration.
+		old.mu.Lock()
+		ra.dropped = maps.Clone(old.dropped)
+		old.mu.Unlock()
+	}
 	for _, r := range info.Regions {
-		ra.table.add(r)
+		if !ra.dropped[r.ID] {
+			ra.table.add(r)
+		}
 	}
 	ra.sameHost = info.Host == a.host
 	if !ra.sameHost {
@@ -49,7 +59,7 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 	}
 	if !a.cfg.DisableSHM {
 		for _, r := range info.Regions {
-			if r.Flags&regionSHM == 0 {
+			if r.Flags&regionSHM == 0 || ra.dropped[r.ID] {
 				continue
 			}
 			if !validSegment(r.SHM) {

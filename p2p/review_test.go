@@ -367,3 +367,30 @@ func TestRepostWhileFramesGoOut(t *testing.T) {
 	req.Wait(ctxT(t))
 	req.Release()
 }
+
+// TestStaleBlobKeepsRegionDropped: a blob of the peer that is newer than
+// the loaded one but older than a deregistration the peer announced must
+// not bring the deregistered region back (pvm would write into memory the
+// peer let go).
+func TestStaleBlobKeepsRegionDropped(t *testing.T) {
+	cfg := Config{DisableSHM: true, DisablePVM: true}
+	a := newAgent(t, "a", cfg)
+	b := newAgent(t, "b", cfg)
+	b.RegisterMem(make([]byte, 4096))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := b.RegisterMem(make([]byte, 4096))
+	stale := b.LocalMetadata() // published, say, to a store
+	if err := b.DeregisterMem(r1); err != nil {
+		t.Fatal(err)
+	}
+	ra, _ := a.remote("b")
+	waitFor(t, func() bool { _, ok := ra.droppedAny([]uint32{r1.ID()}); return ok })
+	if _, err := a.LoadRemote(ctxT(t), stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrepareRemote("b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 4096)}}); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("prepare against a region the peer deregistered: %v", err)
+	}
+}
