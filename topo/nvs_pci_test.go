@@ -73,3 +73,28 @@ func ids(ns []*Node) []string {
 	}
 	return out
 }
+
+// Two NICs under a GPU's switch, one with a 400 Gb/s port and one with a
+// 100 Gb/s port, both on x16 Gen5 links: the nearest is the one that can
+// carry more, as NCCL compares the paths to the network ports, and the
+// path between hosts goes at the faster NIC's speed.
+func TestNearestNICsCountsThePort(t *testing.T) {
+	doc := `<system version="1"><cpu numaid="0" affinity="f">
+<pci busid="0000:10:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
+  <pci busid="0000:11:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="90"/></pci>
+  <pci busid="0000:12:00.0" class="0x020000" link_speed="32.0 GT/s PCIe" link_width="16"><nic><net name="slow" speed="100000"/></nic></pci>
+  <pci busid="0000:13:00.0" class="0x020000" link_speed="32.0 GT/s PCIe" link_width="16"><nic><net name="fast" speed="400000"/></nic></pci>
+</pci></cpu></system>`
+	job, err := Merge([]RankTopology{{"a", []byte(doc)}, {"b", []byte(doc)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := job.Hosts[0].Graph
+	gpu := g.Nodes[GPU][0]
+	if got := g.NearestNICs(gpu); len(got) != 1 || got[0].ID != "0000:13:00.0" {
+		t.Errorf("nearest NICs %v, want the 400 Gb/s one", ids(got))
+	}
+	if p := job.InterHostPath(0, gpu, 1, job.Hosts[1].Graph.Nodes[GPU][0]); !near(p.BW, 48) {
+		t.Errorf("between hosts: %.1f GB/s, want 48 (the 400 Gb/s NIC's Gen5 x16 link)", p.BW)
+	}
+}

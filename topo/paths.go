@@ -303,25 +303,39 @@ func (g *Graph) NICsAt(n *Node, t PathType) []*Node {
 }
 
 // NearestNICs returns the NICs closest to device n: those of the best path
-// class, and among them the widest paths, in bus-id order. It is empty when
-// the host has no NIC.
+// class, and among them the widest paths to a network port, in bus-id
+// order. It is empty when the host has no NIC.
 func (g *Graph) NearestNICs(n *Node) []*Node {
 	nics := g.sortedNodes(NIC)
 	if len(nics) == 0 {
 		return nil
+	}
+	// A path is as wide as the NIC's fastest port allows, as NCCL compares
+	// paths to the network ports; a NIC without ports (a PCI-only file) is
+	// as wide as its PCI path.
+	bw := func(nic *Node) float64 {
+		b, port := g.Path(n, nic).BW, 0.0
+		for _, l := range nic.Links {
+			if l.Type == LinkNET {
+				port = max(port, l.BW)
+			}
+		}
+		if port > 0 {
+			b = min(b, port)
+		}
+		return b
 	}
 	sort.SliceStable(nics, func(i, j int) bool {
 		a, b := g.Path(n, nics[i]), g.Path(n, nics[j])
 		if a.Type != b.Type {
 			return a.Type < b.Type
 		}
-		return a.BW > b.BW
+		return bw(nics[i]) > bw(nics[j])
 	})
-	best := g.Path(n, nics[0])
+	best, bestBW := g.Path(n, nics[0]), bw(nics[0])
 	var out []*Node
 	for _, nic := range nics {
-		p := g.Path(n, nic)
-		if p.Type == best.Type && p.BW == best.BW {
+		if g.Path(n, nic).Type == best.Type && bw(nic) == bestBW {
 			out = append(out, nic)
 		}
 	}
