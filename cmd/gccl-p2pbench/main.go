@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -153,7 +154,7 @@ func parseSize(s string) (int, error) {
 		mult, s = 1<<30, strings.TrimSuffix(s, "G")
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n > math.MaxInt/mult {
 		return 0, fmt.Errorf("size %q", s)
 	}
 	return n * mult, nil
@@ -164,9 +165,12 @@ func (o *options) points() [][2]int {
 	var pts [][2]int
 	for blk := o.minSize; blk <= o.maxSize; blk *= o.factor {
 		for _, bt := range o.batches {
-			if blk*bt <= o.maxBytes {
+			if bt <= o.maxBytes/blk {
 				pts = append(pts, [2]int{blk, bt})
 			}
+		}
+		if blk > o.maxSize/o.factor { // the next step would pass -e, or overflow
+			break
 		}
 	}
 	return pts
