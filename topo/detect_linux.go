@@ -310,7 +310,7 @@ func busIDs(path string) []string {
 	return out
 }
 
-// pciChain returns the PCI functions from the root port down to busID.
+// pciChain returns the PCI functions from the top switch down to busID.
 func (s sysfs) pciChain(busID string) ([]pciFacts, error) {
 	real, err := filepath.EvalSymlinks(s.path("sys/bus/pci/devices/" + busID))
 	if err != nil {
@@ -318,8 +318,16 @@ func (s sysfs) pciChain(busID string) ([]pciFacts, error) {
 		// the device alone, straight under its CPU.
 		return []pciFacts{{busID: busID, class: "0x030200"}}, nil
 	}
+	// As NCCL does, follow every second bus id up from the device: a
+	// switch's downstream port is folded into the switch (its upstream
+	// port), and the root port into the CPU.
+	ids := busIDs(real)
+	var kept []string
+	for i := len(ids) - 1; i >= 0; i -= 2 {
+		kept = append([]string{ids[i]}, kept...)
+	}
 	var chain []pciFacts
-	for _, id := range busIDs(real) {
+	for _, id := range kept {
 		dir := "sys/bus/pci/devices/" + id + "/"
 		speed := s.read(dir + "max_link_speed")
 		if speed == "" {

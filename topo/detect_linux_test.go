@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// fakeSysfs builds a sysfs tree: two NUMA nodes, a root port with a switch
-// holding a GPU and a ConnectX (RDMA device mlx5_0 plus its netdev), a
-// virtio NIC on the root complex, and a loopback device.
+// fakeSysfs builds a sysfs tree: two NUMA nodes, a root port with two
+// levels of switches holding a GPU and a ConnectX (RDMA device mlx5_0 plus
+// its netdev), a virtio NIC on the root complex, and a loopback device.
 func fakeSysfs(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -50,17 +50,27 @@ func fakeSysfs(t *testing.T) string {
 		write(dir+"/max_link_width", width)
 		write(dir+"/numa_node", numa)
 	}
-	port := "sys/devices/pci0000:80/0000:80:01.0"
-	sw := port + "/0000:81:00.0"
-	gpu := sw + "/0000:82:00.0"
-	cx := sw + "/0000:83:00.0"
+	// Root port 80:00.0, then a switch (upstream port 80:01.0, downstream
+	// port 80:02.0) holding a second switch (upstream 81:00.0, downstream
+	// ports 81:01.0 and 81:02.0) with the GPU and the ConnectX. Detection
+	// folds downstream ports into their switch, as NCCL does.
+	rootPort := "sys/devices/pci0000:80/0000:80:00.0"
+	port := rootPort + "/0000:80:01.0"
+	dsp := port + "/0000:80:02.0"
+	sw := dsp + "/0000:81:00.0"
+	gpu := sw + "/0000:81:01.0/0000:82:00.0"
+	cx := sw + "/0000:81:02.0/0000:83:00.0"
 	virtio := "sys/devices/pci0000:00/0000:00:03.0"
-	fn(port, "0x060400", "0x8086", "32.0 GT/s PCIe", "16", "1")
+	fn(rootPort, "0x060400", "0x8086", "32.0 GT/s PCIe", "16", "1")
+	fn(port, "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
+	fn(dsp, "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
 	fn(sw, "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
+	fn(filepath.Dir(gpu), "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
+	fn(filepath.Dir(cx), "0x060400", "0x1000", "32.0 GT/s PCIe", "16", "1")
 	fn(gpu, "0x030200", "0x10de", "32.0 GT/s PCIe", "16", "1")
 	fn(cx, "0x020000", "0x15b3", "32.0 GT/s PCIe", "16", "1")
 	fn(virtio, "0x020000", "0x1af4", "Unknown", "0", "-1")
-	for _, d := range []string{port, sw, gpu, cx, virtio} {
+	for _, d := range []string{rootPort, port, dsp, sw, filepath.Dir(gpu), filepath.Dir(cx), gpu, cx, virtio} {
 		link("sys/bus/pci/devices/"+filepath.Base(d), "../../../"+strings.TrimPrefix(d, "sys/"))
 	}
 	write(cx+"/infiniband/mlx5_0/node_guid", "34f4:e300:03e1:a258")
@@ -267,7 +277,7 @@ func TestDetectNVMLEightDigitDomain(t *testing.T) {
 // bridge that appears under two NUMA nodes.
 func TestDetectMixedNUMANodeInOneTree(t *testing.T) {
 	root := fakeSysfs(t)
-	cx := filepath.Join(root, "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:83:00.0/numa_node")
+	cx := filepath.Join(root, "sys/bus/pci/devices/0000:83:00.0/numa_node")
 	if err := os.WriteFile(cx, []byte("-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +303,7 @@ func TestDetectMixedNUMANodeInOneTree(t *testing.T) {
 // device is detected below it.
 func TestDetectUnreadableClass(t *testing.T) {
 	root := fakeSysfs(t)
-	sw := filepath.Join(root, "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0")
+	sw := filepath.Join(root, "sys/bus/pci/devices/0000:81:00.0")
 	for _, f := range []string{"class", "max_link_speed", "max_link_width"} {
 		if err := os.Remove(filepath.Join(sw, f)); err != nil {
 			t.Fatal(err)
@@ -307,5 +317,78 @@ func TestDetectUnreadableClass(t *testing.T) {
 	gpu := g.Find(GPU, "0000:82:00.0")
 	if gpu == nil || gpu.Parent == nil || gpu.Parent.ID != "0000:81:00.0" || gpu.Parent.Type != PCI {
 		t.Fatalf("GPU not below the switch: %+v", gpu)
+	}
+}
+
+// A PCIe switch shows in sysfs as an upstream port with one downstream port
+// per device: rootport/usp/dsp1/gpu and rootport/usp/dsp2/nic. NCCL folds
+// each downstream port into its switch (it follows every second bus id of
+// the path, and a device on a root port hangs from the CPU), so a GPU and a
+// NIC under one switch are PIX, as nvidia-smi also says; keeping every port
+// made them PXB.
+func TestDetectSwitchDownstreamPortsFolded(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, content string) {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sys/devices/system/node/node0/cpulist", "0-3")
+	rp := "sys/devices/pci0000:00/0000:00:01.0"
+	usp := rp + "/0000:01:00.0"
+	gpu := usp + "/0000:02:00.0/0000:03:00.0"
+	nic := usp + "/0000:02:01.0/0000:04:00.0"
+	other := "sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0" // a NIC on a root port
+	for d, class := range map[string]string{rp: "0x060400", usp: "0x060400", filepath.Dir(gpu): "0x060400", filepath.Dir(nic): "0x060400",
+		gpu: "0x030200", nic: "0x020000", "sys/devices/pci0000:00/0000:00:02.0": "0x060400", other: "0x020000"} {
+		write(d+"/class", class)
+		write(d+"/max_link_speed", "32.0 GT/s PCIe")
+		write(d+"/max_link_width", "16")
+		write(d+"/numa_node", "0")
+		full := filepath.Join(root, "sys/bus/pci/devices", filepath.Base(d))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(root, d), full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, dev := range map[string]string{"ens1": nic, "ens2": other} {
+		write(dev+"/net/"+name+"/speed", "100000")
+		full := filepath.Join(root, "sys/class/net", name)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(root, dev, "net", name), full); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(root, dev), filepath.Join(root, dev, "net", name, "device")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "0000:03:00.0", SM: 90}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gn, nn, on := g.Find(GPU, "0000:03:00.0"), g.Find(NIC, "0000:04:00.0"), g.Find(NIC, "0000:05:00.0")
+	if gn == nil || nn == nil || on == nil {
+		t.Fatalf("devices missing: GPUs %v NICs %v", ids(g.Nodes[GPU]), ids(g.Nodes[NIC]))
+	}
+	if p := g.Path(gn, nn); p.Type != PathPIX {
+		t.Errorf("GPU -> NIC under one switch: %s via %v, want PIX", p.Type, ids(p.Nodes))
+	}
+	if gn.Parent.ID != "0000:01:00.0" || gn.Parent.Parent.Type != CPU {
+		t.Errorf("GPU's parents: %s, %s; want the switch 0000:01:00.0, then the CPU", gn.Parent.ID, gn.Parent.Parent.ID)
+	}
+	if on.Parent.Type != CPU {
+		t.Errorf("NIC on a root port hangs from %s, want the CPU", on.Parent.ID)
+	}
+	if p := g.Path(gn, on); p.Type != PathPHB {
+		t.Errorf("GPU -> NIC on a root port: %s, want PHB", p.Type)
 	}
 }
