@@ -152,16 +152,31 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 
 func (a *Agent) acceptLoop() {
 	defer a.wg.Done()
+	var backoff time.Duration
 	for {
 		conn, err := a.ln.Accept()
 		if err != nil {
 			select {
 			case <-a.done:
+				return
 			default:
-				a.log.Warn("p2p listener stopped", "err", err)
 			}
-			return
+			if errors.Is(err, net.ErrClosed) {
+				a.log.Warn("p2p listener stopped", "err", err)
+				return
+			}
+			// Out of descriptors or memory for a moment (EMFILE, ENFILE,
+			// ENOBUFS), an aborted connection: wait and accept again.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			a.log.Warn("p2p accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-a.done:
+				return
+			case <-time.After(backoff):
+			}
+			continue
 		}
+		backoff = 0
 		a.mu.Lock() // Close closes connections still in their handshake
 		if a.closed {
 			a.mu.Unlock()

@@ -3,12 +3,14 @@ package p2p
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -392,5 +394,40 @@ func TestStaleBlobKeepsRegionDropped(t *testing.T) {
 	}
 	if _, err := a.PrepareRemote("b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 4096)}}); !errors.Is(err, ErrOutOfBounds) {
 		t.Fatalf("prepare against a region the peer deregistered: %v", err)
+	}
+}
+
+// TestAcceptSurvivesFDExhaustion: running out of file descriptors for a
+// moment (EMFILE on accept) must not stop the listener for good.
+func TestAcceptSurvivesFDExhaustion(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rlimit")
+	}
+	a := newAgent(t, "a", Config{})
+	b := newAgent(t, "b", Config{})
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	// Room for the dialling socket only (ReadDir's own descriptor is shut).
+	low := lim
+	low.Cur = uint64(len(fds))
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	c, derr := net.Dial("tcp", a.Addr())
+	time.Sleep(100 * time.Millisecond) // the accept fails meanwhile
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if derr != nil {
+		t.Skipf("could not set up the exhaustion: %v", derr)
+	}
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := b.Connect(ctx, a.Addr()); err != nil {
+		t.Fatalf("connecting after a moment without descriptors: %v", err)
 	}
 }
