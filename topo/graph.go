@@ -534,6 +534,7 @@ func (b *builder) pci(e *Element, parent *Node) error {
 	case gpuEl != nil || (nicEl == nil && info.Class>>16 == classDisplay):
 		node = b.g.add(GPU, busID)
 		node.Dev = info
+		node.Parent = parent // <c2c> links the GPU to its CPU
 		if gpuEl != nil {
 			if err := b.gpu(gpuEl, node); err != nil {
 				return err
@@ -605,7 +606,7 @@ func (b *builder) gpu(e *Element, n *Node) error {
 			bwStr, countStr := c.Attr("bw"), c.Attr("count")
 			bw, err1 := strconv.ParseFloat(bwStr, 64)
 			count, err2 := strconv.Atoi(countStr)
-			if err1 != nil || err2 != nil || bw < 0 || count < 0 || count > 1024 || math.IsInf(bw, 0) || math.IsNaN(bw) {
+			if err1 != nil || err2 != nil || bw < 0 || count < 0 || count > 1024 || math.IsInf(bw*float64(count), 0) || math.IsNaN(bw) {
 				return fmt.Errorf("topo: <c2c> of GPU %s has bad bw %q or count %q", n.ID, truncate(bwStr), truncate(countStr))
 			}
 			cpu := localCPU(n)
@@ -665,7 +666,7 @@ func (b *builder) nic(e *Element, cpu *Node, node *Node) error {
 		}
 		if v, ok := c.Get("latency"); ok {
 			lat, err := strconv.ParseFloat(v, 64)
-			if err != nil || lat < 0 || math.IsInf(lat, 0) {
+			if err != nil || !(lat >= 0) || math.IsInf(lat, 0) {
 				return fmt.Errorf("topo: <net name=%q> has bad latency %q", name, truncate(v))
 			}
 			net.Net.Latency = lat

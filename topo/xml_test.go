@@ -369,3 +369,39 @@ func TestParseXMLManyAttributes(t *testing.T) {
 		t.Errorf("%d attributes: %v", maxAttrs, err)
 	}
 }
+
+// Numbers that parse but mean nothing are refused like other bad values: a
+// NaN latency, a C2C bandwidth whose total overflows to infinity.
+func TestBuildRejectsNonFiniteNumbers(t *testing.T) {
+	for name, doc := range map[string]string{
+		"nan latency": `<system><cpu numaid="0"><pci busid="0000:01:00.0" class="0x020000"><nic><net name="a" latency="NaN"/></nic></pci></cpu></system>`,
+		"c2c overflow": `<system><cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="90">` +
+			`<c2c bw="1e308" count="1000"/></gpu></pci></cpu></system>`,
+	} {
+		d, err := ParseXML(strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Build(d); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// A Grace Hopper GPU's C2C link (NCCL writes <c2c bw count> in <gpu>) joins
+// the GPU to its CPU at bw × count, and the path between them is C2C.
+func TestBuildC2C(t *testing.T) {
+	d, err := ParseXML(strings.NewReader(`<system><cpu numaid="0" arch="arm64" vendor="ARM">` +
+		`<pci busid="0009:01:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="90"><c2c bw="40.0" count="10"/></gpu></pci>` +
+		`</cpu></system>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Path(g.Nodes[GPU][0], g.Nodes[CPU][0]); p.Type != PathC2C || !near(p.BW, 400) {
+		t.Errorf("GPU -> CPU: %s %.1f GB/s, want C2C 400", p.Type, p.BW)
+	}
+}
