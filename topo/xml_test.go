@@ -165,6 +165,8 @@ func FuzzParseXML(f *testing.F) {
 	}
 	f.Add([]byte(`<system><cpu numaid="0"><pci busid="0000:01:00.0"><gpu><nvlink target="0000:02:00.0" tclass="0x068000"/></gpu></pci></cpu></system>`))
 	f.Add([]byte(`<system><cpu numaid="0"><nic><net name="a" speed="1"/></nic></cpu></system>`))
+	f.Add([]byte(`<system><cpu numaid="0" affinity="f"><pci busid="0000:10:00.0" class="0x060400"><pci busid="0000:11:00.0" class="0x030200"><gpu dev="0" sm="90"><c2c bw="40" count="10"/><nvlink target="00000000:30:00.0" count="2" tclass="0x068000"/></gpu></pci>` +
+		`<pci busid="0000:30:00.0" class="0x068000"/><pci busid="0000:12:00.0" class="0x020000"><nic><net name="b" speed="-1" latency="0.5"/></nic></pci></pci></cpu><cpu numaid="1"/></system>`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := ParseXML(bytes.NewReader(data))
 		if err != nil {
