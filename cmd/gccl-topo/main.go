@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		source = f
 	}
 	var layout *layout
-	if *ranks > 0 || *nodes != 1 {
+	if *ranks != 0 || *nodes != 1 {
 		l, err := newLayout(g, *ranks, *nodes)
 		if err != nil {
 			fmt.Fprintf(stderr, "gccl-topo: %v\n", err)

@@ -119,6 +119,7 @@ func TestBadArguments(t *testing.T) {
 		{"--ranks", "3", "--nodes", "2"},
 		{"--nodes", "2"},
 		{"--nodes", "0", "--ranks", "2"},
+		{"--ranks", "-4"},
 		{"--topo-file", filepath.Join("..", "..", "topo", "testdata", fixtures[0]), "--ranks", "9"},
 		{"extra"},
 		{"--no-such-flag"},

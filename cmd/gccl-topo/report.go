@@ -250,7 +250,10 @@ func newLayout(g *topo.Graph, ranks, nodes int) (*layout, error) {
 	if nodes < 1 {
 		return nil, fmt.Errorf("--nodes %d: need at least 1", nodes)
 	}
-	if ranks <= 0 {
+	if ranks < 0 {
+		return nil, fmt.Errorf("--ranks %d: need at least 1", ranks)
+	}
+	if ranks == 0 {
 		return nil, fmt.Errorf("--nodes needs --ranks")
 	}
 	if ranks%nodes != 0 {
