@@ -118,6 +118,12 @@ func fuse(dst, src *Element, where string) error {
 	for _, a := range src.Attrs {
 		if v, ok := dst.Get(a.Name); !ok {
 			dst.Attrs = append(dst.Attrs, a)
+		} else if dst.Name == "gpu" && a.Name == "rank" && (v == "-1" || a.Value == "-1") {
+			// -1 is unknown (a rank that detected every GPU of the host):
+			// the rank that owns the GPU knows better.
+			if v == "-1" {
+				dst.Set(a.Name, a.Value)
+			}
 		} else if !sameValue(a.Name, v, a.Value) {
 			return fmt.Errorf("topo: ranks disagree on %s %s: %q and %q", where, a.Name, truncate(v), truncate(a.Value))
 		}

@@ -187,3 +187,24 @@ func mustParse(t *testing.T, b []byte) *Element {
 	}
 	return doc
 }
+
+// A rank that detected the whole host writes rank="-1" (unknown) on every
+// GPU; a rank that describes only its own GPU writes its rank there. The
+// views agree, and the merged GPU carries the known rank.
+func TestMergeUnknownGPURank(t *testing.T) {
+	whole := `<system version="1"><cpu numaid="0" affinity="f">
+<pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="80" rank="-1"/></pci>
+<pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="80" rank="-1"/></pci></cpu></system>`
+	own := `<system version="1"><cpu numaid="0" affinity="f">
+<pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="80" rank="1"/></pci></cpu></system>`
+	for _, order := range [][]string{{whole, own}, {own, whole}} {
+		job, err := Merge([]RankTopology{{"h", []byte(order[0])}, {"h", []byte(order[1])}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := job.Hosts[0].Graph
+		if gpu := g.Find(GPU, "0000:02:00.0"); gpu == nil || gpu.GPU.Rank != 1 {
+			t.Errorf("GPU 1: %+v, want rank 1", gpu)
+		}
+	}
+}
