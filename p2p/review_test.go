@@ -382,6 +382,7 @@ func TestStaleBlobKeepsRegionDropped(t *testing.T) {
 	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { b.mu.RLock(); defer b.mu.RUnlock(); return len(b.conns) > 0 }) // b's end of the connection is up
 	r1, _ := b.RegisterMem(make([]byte, 4096))
 	stale := b.LocalMetadata() // published, say, to a store
 	if err := b.DeregisterMem(r1); err != nil {
