@@ -322,20 +322,41 @@ func (s sysfs) pciChain(busID string) ([]pciFacts, error) {
 	// switch's downstream port is folded into the switch (its upstream
 	// port), and the root port into the CPU.
 	ids := busIDs(real)
-	var kept []string
+	var kept []int
 	for i := len(ids) - 1; i >= 0; i -= 2 {
-		kept = append([]string{ids[i]}, kept...)
+		kept = append([]int{i}, kept...)
 	}
-	var chain []pciFacts
-	for _, id := range kept {
+	link := func(id string) (speed, width string) {
 		dir := "sys/bus/pci/devices/" + id + "/"
-		speed := s.read(dir + "max_link_speed")
+		speed = s.read(dir + "max_link_speed")
 		if speed == "" {
 			speed = s.read(dir + "current_link_speed")
 		}
-		width := s.read(dir + "max_link_width")
+		width = s.read(dir + "max_link_width")
 		if width == "" {
 			width = s.read(dir + "current_link_width")
+		}
+		return speed, width
+	}
+	var chain []pciFacts
+	for _, i := range kept {
+		id := ids[i]
+		dir := "sys/bus/pci/devices/" + id + "/"
+		speed, width := link(id)
+		if i > 0 {
+			// The link runs at the slower end: the device or the port
+			// above it, as NCCL reads max_link_* and ../max_link_*.
+			pSpeed, pWidth := link(ids[i-1])
+			if ps, err := ParseLinkSpeed(pSpeed); err == nil {
+				if ds, err := ParseLinkSpeed(speed); err != nil || ps < ds {
+					speed = pSpeed
+				}
+			}
+			if pw, err := strconv.Atoi(pWidth); err == nil && pw > 0 {
+				if dw, err := strconv.Atoi(width); err != nil || dw <= 0 || pw < dw {
+					width = pWidth
+				}
+			}
 		}
 		chain = append(chain, pciFacts{
 			busID: id, class: s.read(dir + "class"), vendor: s.read(dir + "vendor"), device: s.read(dir + "device"),

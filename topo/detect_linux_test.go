@@ -392,3 +392,28 @@ func TestDetectSwitchDownstreamPortsFolded(t *testing.T) {
 		t.Errorf("GPU -> NIC on a root port: %s, want PHB", p.Type)
 	}
 }
+
+// A link runs at the slower of its two ends: an x16 Gen5 GPU in a slot whose
+// port is x8 Gen4 gets x8 Gen4, as NCCL reads max_link_* of the device and
+// of its port (../max_link_*).
+func TestDetectLinkIsMinOfBothEnds(t *testing.T) {
+	root := fakeSysfs(t)
+	port := filepath.Join(root, "sys/bus/pci/devices/0000:81:01.0")
+	for f, v := range map[string]string{"max_link_width": "8", "max_link_speed": "16.0 GT/s PCIe"} {
+		if err := os.WriteFile(filepath.Join(port, f), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := Detector{Root: root, HostHash: "0x1", GPUs: fakeGPUs{gpus: []GPUDevice{{Index: 0, BusID: "0000:82:00.0", SM: 90}}}}
+	g, err := d.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := g.Find(GPU, "0000:82:00.0")
+	if gpu.Dev.Width != 8 || gpu.Dev.SpeedGTs != 16 {
+		t.Errorf("GPU link x%d at %v GT/s, want x8 at 16", gpu.Dev.Width, gpu.Dev.SpeedGTs)
+	}
+	if cx := g.Find(NIC, "0000:83:00.0"); cx.Dev.Width != 16 || cx.Dev.SpeedGTs != 32 {
+		t.Errorf("ConnectX link x%d at %v GT/s, want x16 at 32", cx.Dev.Width, cx.Dev.SpeedGTs)
+	}
+}
