@@ -38,13 +38,28 @@ func (g *Graph) RingOrder(devs []*Node) []int {
 	if n <= 2 {
 		return order
 	}
-	hop := func(a, b int) (float64, int, int) {
-		p := g.Path(devs[a], devs[b])
-		cross := 0
-		if g.LocalCPU(devs[a]) != g.LocalCPU(devs[b]) {
-			cross = 1
+	// Every hop's figures, looked up once: the searches below score
+	// O(n³) hops, and a path lookup per hop made 512 ranks take seconds.
+	type hopFig struct {
+		bw    float64
+		cross int
+		typ   int
+	}
+	figs := make([]hopFig, n*n)
+	for a := range devs {
+		ca := g.LocalCPU(devs[a])
+		for b := range devs {
+			p := g.Path(devs[a], devs[b])
+			f := hopFig{bw: p.BW, typ: int(p.Type)}
+			if ca != g.LocalCPU(devs[b]) {
+				f.cross = 1
+			}
+			figs[a*n+b] = f
 		}
-		return p.BW, cross, int(p.Type)
+	}
+	hop := func(a, b int) (float64, int, int) {
+		f := figs[a*n+b]
+		return f.bw, f.cross, f.typ
 	}
 	score := func(o []int) ringScore {
 		s := ringScore{minBW: math.Inf(1)}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRingOrderAzure(t *testing.T) {
@@ -109,5 +110,27 @@ func TestPathTypeNames(t *testing.T) {
 	}
 	if s := PathType(42).String(); s != "PathType(42)" {
 		t.Errorf("out of range: %q", s)
+	}
+}
+
+// Job.RingOrder runs at Init over every rank of a host. Hundreds of host
+// ranks (one per core) must not stall it: 384 ranks took 1.5 s when every
+// scored hop looked its path up again.
+func TestRingOrderManyRanksIsQuick(t *testing.T) {
+	if raceEnabled {
+		t.Skip("timing under the race detector")
+	}
+	g := loadFixture(t, "azure-ndv4-8xA100-ib-topo.xml")
+	devs := make([]*Node, 384)
+	for i := range devs {
+		devs[i] = g.Nodes[CPU][i*len(g.Nodes[CPU])/len(devs)]
+	}
+	start := time.Now()
+	order := g.RingOrder(devs)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("RingOrder over %d ranks took %v", len(devs), d)
+	}
+	if st := g.RingStats(devs, order); st.NUMACrossings != len(g.Nodes[CPU]) {
+		t.Errorf("%d NUMA crossings, want %d", st.NUMACrossings, len(g.Nodes[CPU]))
 	}
 }
