@@ -411,41 +411,61 @@ func (r *Request) runTCP() {
 	}
 }
 
-// acked handles the target's ack of part aux (reader goroutine).
-func (r *Request) acked(p *peer, part uint64, why string) {
-	if r.p != p {
-		return
+// acked handles the target's ack of post id (reader goroutine).
+func (p *peer) acked(id uint64, why string) {
+	p.mu.Lock()
+	r, done, err := p.inflight[id], false, error(nil)
+	if r != nil {
+		// Counted under p.mu while the post is in flight: an ack of a post
+		// that timed out meanwhile must not count towards the next one.
+		if why != "" {
+			done, err = true, refusal(r.peer, "the write", why)
+		} else {
+			r.partsDone.Add(1)
+			r.acks++
+			done = r.acks == len(r.parts)
+		}
+		if done {
+			delete(p.inflight, id) // whoever takes the post out finishes it
+		}
 	}
-	if why != "" {
-		r.finish(refusal(r.peer, "the write", why))
-		return
-	}
-	r.partsDone.Add(1)
-	r.acks++
-	if r.acks == len(r.parts) {
-		r.finish(nil)
+	p.mu.Unlock()
+	if done {
+		r.finish(err)
 	}
 }
 
-// segDone counts a READ piece that landed (reader goroutine); pieces answer
-// in order, so parts finish in order.
-func (r *Request) segDone(p *peer, seg int) {
-	if r.p != p || seg != r.segsDone {
-		if r.p == p {
-			r.finish(fmt.Errorf("p2p: %s answered piece %d, expected %d", r.peer, seg, r.segsDone))
-		}
+// segDone counts piece seg of post id of r, which landed (reader
+// goroutine); pieces answer in order, so parts finish in order. Nothing
+// happens if the post is no longer in flight (it timed out, and r may be
+// posted again).
+func (p *peer) segDone(id uint64, r *Request, seg int) {
+	var err error
+	done := false
+	p.mu.Lock()
+	if p.inflight[id] != r {
+		p.mu.Unlock()
 		return
 	}
-	r.segsDone++
-	// The reader never writes to the socket itself: the responder sends
-	// the notifications.
-	for i := int(r.partsDone.Load()); i < len(r.parts) && r.parts[i].end <= r.segsDone; i++ {
-		if ps := &r.parts[i]; ps.flag {
-			p.queue(reply{op: opNotif, payload: nonNil(ps.notif)})
+	if seg != r.segsDone {
+		done, err = true, fmt.Errorf("p2p: %s answered piece %d, expected %d", r.peer, seg, r.segsDone)
+	} else {
+		r.segsDone++
+		// The reader never writes to the socket itself: the responder
+		// sends the notifications.
+		for i := int(r.partsDone.Load()); i < len(r.parts) && r.parts[i].end <= r.segsDone; i++ {
+			if ps := &r.parts[i]; ps.flag {
+				p.queue(reply{op: opNotif, payload: nonNil(ps.notif)})
+			}
+			r.partsDone.Add(1)
 		}
-		r.partsDone.Add(1)
+		done = r.segsDone == len(r.segs)
 	}
-	if r.segsDone == len(r.segs) {
-		r.finish(nil)
+	if done {
+		delete(p.inflight, id)
+	}
+	p.mu.Unlock()
+	if done {
+		r.finish(err)
 	}
 }

@@ -431,12 +431,7 @@ func (p *peer) handle(h header) error {
 			}
 			why = string(b)
 		}
-		p.mu.Lock()
-		r := p.inflight[h.req]
-		p.mu.Unlock()
-		if r != nil {
-			r.acked(p, h.aux, why)
-		}
+		p.acked(h.req, why)
 	case opNotif:
 		msg := make([]byte, h.length)
 		if _, err := io.ReadFull(p.br, msg); err != nil {
@@ -510,8 +505,8 @@ func (p *peer) readResp(h header) error {
 		if _, err := io.ReadFull(p.br, b); err != nil {
 			return err
 		}
-		if r != nil {
-			r.finishFrom(p, refusal(p.name, "a read", string(b)))
+		if r := p.take(h.req); r != nil {
+			r.finish(refusal(p.name, "a read", string(b)))
 		}
 		return nil
 	}
@@ -527,8 +522,19 @@ func (p *peer) readResp(h header) error {
 	if _, err := io.ReadFull(p.data, dst); err != nil {
 		return err
 	}
-	r.segDone(p, int(h.aux))
+	p.segDone(h.req, r, int(h.aux))
 	return nil
+}
+
+// take removes post id from the requests in flight and returns its
+// request, which the caller then finishes; nil if it is no longer in
+// flight.
+func (p *peer) take(id uint64) *Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.inflight[id]
+	delete(p.inflight, id)
+	return r
 }
 
 // recvReader reads from the connection and notes that the peer is alive:

@@ -312,23 +312,7 @@ func TestPostAfterClose(t *testing.T) {
 func TestRepostWhileFramesGoOut(t *testing.T) {
 	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 5 * time.Second})
 	const seg = 512 << 10
-	p, c := fakePeer(t, a)
-	// fakePeer drains the pipe; this test reads it, so take it over.
-	c.Close()
-	ours, theirs := net.Pipe()
-	t.Cleanup(func() { ours.Close() })
-	p.fail(errors.New("replaced"), false)
-	p = newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
-	info := &agentInfo{Name: "fake", Host: "elsewhere", Regions: []regionInfo{{ID: 1, Type: DRAM, Base: 1 << 40, Len: 4 * seg}}}
-	ra := newRemoteAgent(a, info, nil)
-	a.mu.Lock()
-	a.conns[p] = true
-	a.peers["fake"] = p
-	a.remotes["fake"] = ra
-	a.wg.Add(2)
-	a.mu.Unlock()
-	go p.readLoop()
-	go p.respond()
+	ours := fakeTarget(t, a, 4*seg)
 
 	lr, _ := a.RegisterMem(make([]byte, 4*seg))
 	// Two pieces that do not merge, then the commit.
@@ -337,20 +321,7 @@ func TestRepostWhileFramesGoOut(t *testing.T) {
 	if err != nil || req.Backend() != BackendTCP || req.Pieces() != 2 {
 		t.Fatalf("%v %v", req, err)
 	}
-	readFrame := func() header {
-		var hb [wireHeaderLen]byte
-		if _, err := io.ReadFull(ours, hb[:]); err != nil {
-			t.Fatal(err)
-		}
-		h, err := parseHeader(hb[:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.CopyN(io.Discard, ours, int64(h.payloadLen())); err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	readFrame := func() header { return readFrame(t, ours) }
 	if _, err := req.Post(); err != nil {
 		t.Fatal(err)
 	}
@@ -431,4 +402,73 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	if _, err := b.Connect(ctx, a.Addr()); err != nil {
 		t.Fatalf("connecting after a moment without descriptors: %v", err)
 	}
+}
+
+// fakeTarget makes a loaded, connected peer "fake" on another host with one
+// DRAM region of size bytes at 1<<40, whose side of the connection the
+// test reads and writes.
+func fakeTarget(t *testing.T, a *Agent, size uint64) net.Conn {
+	ours, theirs := net.Pipe()
+	t.Cleanup(func() { ours.Close() })
+	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
+	info := &agentInfo{Name: "fake", Host: "elsewhere", Regions: []regionInfo{{ID: 1, Type: DRAM, Base: 1 << 40, Len: size}}}
+	ra := newRemoteAgent(a, info, nil)
+	a.mu.Lock()
+	a.conns[p] = true
+	a.peers["fake"] = p
+	a.remotes["fake"] = ra
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+	return ours
+}
+
+func readFrame(t *testing.T, c net.Conn) header {
+	t.Helper()
+	var hb [wireHeaderLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	h, err := parseHeader(hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, c, int64(h.payloadLen())); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestLateReadResponse: the answer to a READ that timed out, arriving while
+// the request is posted again, must not complete the new post.
+func TestLateReadResponse(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 5 * time.Second})
+	c := fakeTarget(t, a, 4096)
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	req, err := a.CreateRequest(Read, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: 4096}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Post()
+	old := readFrame(t, c)
+	// The answer starts; its data is slow to come.
+	c.Write(frame(header{op: opReadResp, req: old.req, aux: old.aux, length: 4096}, nil))
+	c.Write(make([]byte, 100))
+	time.Sleep(20 * time.Millisecond)
+	req.finish(ErrTimeout) // as the watchdog does
+	req.Wait(ctxT(t))
+	req.Post()
+	if h := readFrame(t, c); h.req == old.req {
+		t.Fatal("the new post reused the old ID")
+	}
+	c.Write(make([]byte, 4096-100)) // the rest of the old answer
+	c.Write(frame(header{op: opPing}, nil))
+	time.Sleep(20 * time.Millisecond)
+	if st, err := req.Status(); st != StatusInProgress {
+		t.Fatalf("the old post's answer finished the new post: %v, %v", st, err)
+	}
+	req.finish(ErrTimeout)
+	req.Wait(ctxT(t))
+	req.Release()
 }

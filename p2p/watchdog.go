@@ -13,7 +13,7 @@ func (a *Agent) watchdog() {
 	tick = max(min(tick, 100*time.Millisecond), time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var expired []*Request
+	var expired []uint64
 	for {
 		select {
 		case <-a.done:
@@ -34,17 +34,16 @@ func (a *Agent) watchdog() {
 			}
 			expired = expired[:0]
 			p.mu.Lock()
-			for _, r := range p.inflight {
+			for id, r := range p.inflight {
 				if now > r.deadline.Load() {
-					expired = append(expired, r)
+					expired = append(expired, id)
 				}
 			}
 			p.mu.Unlock()
-			for _, r := range expired {
-				if time.Now().UnixNano() <= r.deadline.Load() {
-					continue // posted again meanwhile
+			for _, id := range expired {
+				if r := p.take(id); r != nil { // not finished (and posted again) meanwhile
+					r.finish(fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, a.cfg.RequestTimeout))
 				}
-				r.finish(fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, a.cfg.RequestTimeout))
 			}
 		}
 	}

@@ -504,13 +504,6 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	close(r.done)
 }
 
-// finishFrom ends the request if it is still in flight on p.
-func (r *Request) finishFrom(p *peer, err error) {
-	if r.p == p {
-		r.finish(err)
-	}
-}
-
 // notifyPart tells the target part i is done (after its data is visible)
 // and counts it.
 func (r *Request) notifyPart(i int) error {
