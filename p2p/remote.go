@@ -49,10 +49,15 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 	reuse := map[string]*shm.Region{}
 	if old != nil {
 		old.mu.Lock()
-		for id, m := range old.maps {
-			if r, ok := old.table.byID(id); ok && old.users == 0 {
-				reuse[r.SHM] = m
-				delete(old.maps, id)
+		if old.users == 0 {
+			// Its mappings move here or are unmapped below: from now on the
+			// old remote refuses transfers (it is replaced in a moment).
+			old.invalid = true
+			for id, m := range old.maps {
+				if r, ok := old.table.byID(id); ok {
+					reuse[r.SHM] = m
+					delete(old.maps, id)
+				}
 			}
 		}
 		old.mu.Unlock()

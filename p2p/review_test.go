@@ -472,3 +472,43 @@ func TestLateReadResponse(t *testing.T) {
 	req.Wait(ctxT(t))
 	req.Release()
 }
+
+// TestReloadTakesMappingsFromUnusedOld: while a newer blob is loaded, the
+// old remote's mappings move to the new one (or are unmapped, for segments
+// the new blob lacks). From that moment the old remote must refuse new
+// transfers: one that started on it would copy into memory that is unmapped
+// or no longer its own.
+func TestReloadTakesMappingsFromUnusedOld(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory is Linux only")
+	}
+	a := newAgent(t, "a", Config{})
+	b := newAgent(t, "b", Config{})
+	r1, _ := b.Alloc(1 << 20)
+	b.Alloc(1 << 20)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 4096)}}, nil)
+	if err != nil || req.Backend() != BackendSHM {
+		t.Fatalf("%v %v", req, err)
+	}
+	defer req.Release()
+	old, _ := a.remote("b")
+	// A newer blob without r1, as loadInfo builds it before the swap.
+	info := *old.info
+	info.Gen++
+	info.Regions = nil
+	for _, r := range old.info.Regions {
+		if r.ID != r1.ID() {
+			info.Regions = append(info.Regions, r)
+		}
+	}
+	ra := newRemoteAgent(a, &info, old)
+	defer ra.invalidate()
+	// A Post on the old remote in this window.
+	if _, err := req.Post(); !errors.Is(err, ErrRemoteDisconnect) {
+		t.Fatalf("Post on a remote whose mappings were taken: %v", err)
+	}
+}
