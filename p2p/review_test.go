@@ -512,3 +512,36 @@ func TestReloadTakesMappingsFromUnusedOld(t *testing.T) {
 		t.Fatalf("Post on a remote whose mappings were taken: %v", err)
 	}
 }
+
+// TestRepostRightAfterStatusDone: a request posted again as soon as Status
+// says done must not have its new post's done channel closed by the
+// goroutine that finished the previous post (Wait would return at once,
+// and the post's own finish would close the channel twice). Run with -race.
+func TestRepostRightAfterStatusDone(t *testing.T) {
+	a, b := pair(t, Config{InlineLimit: -1})
+	tr := targetRegion(t, b, 4096, false)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer req.Release()
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		if _, err := req.Post(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			st, err := req.Status()
+			if st == StatusFailed {
+				t.Fatal(err)
+			}
+			if st == StatusDone {
+				break
+			}
+		}
+	}
+	req.Wait(ctxT(t))
+}

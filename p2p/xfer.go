@@ -500,8 +500,11 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if r.cb != nil {
 		r.cb(r, err) // before done: Wait returns after the callback ran
 	}
+	// Once the state says done the request may be posted again, with a
+	// new channel: close this post's.
+	done := r.done
 	r.state.Store(st)
-	close(r.done)
+	close(done)
 }
 
 // notifyPart tells the target part i is done (after its data is visible)
