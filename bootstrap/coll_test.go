@@ -282,7 +282,9 @@ func TestOneConnectionPerRank(t *testing.T) {
 	counting := &countingListener{Listener: srv.listener}
 	srv.listener = counting
 	go srv.Serve()
-	defer srv.Stop()
+	// Stop after the clients' cleanup has closed them (cleanups run last
+	// in, first out): a client that leaves a stopped rendezvous is told so.
+	t.Cleanup(func() { srv.Stop() })
 
 	c := joinAll(t, srv, secret, size, nil)
 	noErrors(t, onEveryRank(c, func(r int, cl *Client) error {
