@@ -81,7 +81,7 @@ func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
 	}
 	p.data = recvReader{p}
 	p.respCond = sync.NewCond(&p.respMu)
-	now := time.Now().UnixNano()
+	now := monoNow()
 	p.lastRecv.Store(now)
 	p.lastSend.Store(now)
 	return p
@@ -370,7 +370,7 @@ func (p *peer) readLoop() {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 			return
 		}
-		p.lastRecv.Store(time.Now().UnixNano())
+		p.lastRecv.Store(monoNow())
 		h, err := parseHeader(hb[:])
 		if err == nil {
 			err = p.handle(h)
@@ -544,7 +544,7 @@ type recvReader struct{ p *peer }
 func (r recvReader) Read(b []byte) (int, error) {
 	n, err := r.p.br.Read(b)
 	if n > 0 {
-		r.p.lastRecv.Store(time.Now().UnixNano())
+		r.p.lastRecv.Store(monoNow())
 	}
 	return n, err
 }
@@ -670,7 +670,7 @@ func (p *peer) flushLocked() error {
 		p.werr = err
 		return err
 	}
-	p.lastSend.Store(time.Now().UnixNano())
+	p.lastSend.Store(monoNow())
 	return nil
 }
 

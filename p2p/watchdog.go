@@ -20,7 +20,7 @@ func (a *Agent) watchdog() {
 			return
 		case <-t.C:
 		}
-		now := time.Now().UnixNano()
+		now := monoNow()
 		a.mu.RLock()
 		peers := a.livePeersLocked()
 		a.mu.RUnlock()
@@ -48,3 +48,11 @@ func (a *Agent) watchdog() {
 		}
 	}
 }
+
+// clockBase anchors monoNow. Deadlines and liveness are measured on the
+// monotonic clock: a step of the wall clock (NTP, an operator) must neither
+// time out every request nor drop every peer at once.
+var clockBase = time.Now()
+
+// monoNow is nanoseconds on the monotonic clock since clockBase.
+func monoNow() int64 { return int64(time.Since(clockBase)) }

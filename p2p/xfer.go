@@ -376,7 +376,7 @@ func (r *Request) Post() (Status, error) {
 	r.partsDone.Store(0)
 	r.id = a.nextReq.Add(1)
 	r.done = make(chan struct{})
-	r.deadline.Store(time.Now().Add(a.cfg.RequestTimeout).UnixNano())
+	r.deadline.Store(monoNow() + int64(a.cfg.RequestTimeout))
 	select {
 	case <-a.done: // Close invalidated the peers too: say why
 		r.complete(ErrClosed, false)
@@ -637,7 +637,7 @@ func (l *lane) close() {
 
 // execute runs one posted request on its backend.
 func (a *Agent) execute(r *Request) {
-	if time.Now().UnixNano() > r.deadline.Load() {
+	if monoNow() > r.deadline.Load() {
 		r.finish(fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer))
 		return
 	}
