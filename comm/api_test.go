@@ -11,6 +11,7 @@ import (
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 func TestTypedAllReduce(t *testing.T) {
@@ -452,26 +453,8 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestWatchdogNamesLateRanks(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cs := world(t, 4, &comm.Config{Watchdog: 50 * time.Millisecond, Timeout: time.Second,
 		Logger: logx.New(&logs, "WARN", "")})
 	// Ranks 0 and 1 enter AllReduce #1; ranks 2 and 3 never do.

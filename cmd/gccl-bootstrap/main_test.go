@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -13,31 +12,14 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // start runs the command in the background and returns its address and
 // a channel with its exit code.
-func start(t *testing.T, ctx context.Context, args []string, env map[string]string) (string, <-chan int, *syncBuffer) {
+func start(t *testing.T, ctx context.Context, args []string, env map[string]string) (string, <-chan int, *testutil.SyncBuffer) {
 	t.Helper()
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	addr := make(chan string, 1)
 	code := make(chan int, 1)
 	go func() {
@@ -153,7 +135,7 @@ func TestUsageErrors(t *testing.T) {
 		{args: []string{"--size", "2", "extra"}, want: "unexpected arguments"},
 		{args: []string{"--bogus"}, want: "flag provided but not defined"},
 	} {
-		var stderr syncBuffer
+		var stderr testutil.SyncBuffer
 		c := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &stderr, nil)
 		if c != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, c, stderr.String(), tc.want)
@@ -171,7 +153,7 @@ func TestSIGTERM(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGTERM$")
 	cmd.Env = append(os.Environ(), "GCCL_BOOTSTRAP_TEST_MAIN=1", "GCCL_SECRET="+bootstrap.NewSecret(), "GCCL_DEBUG=INFO")
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

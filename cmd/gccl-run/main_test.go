@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -12,12 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gccl/gccl/internal/launch"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 const (
@@ -87,24 +86,6 @@ func hermeticEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// syncBuffer is a bytes.Buffer safe for the ranks' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // gcclRun runs gccl-run in this process with args, where "CHILD" stands
 // for the test binary acting as a rank.
 func gcclRun(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
@@ -117,7 +98,7 @@ func gcclRun(t *testing.T, env []string, args ...string) (code int, stdout, stde
 			full = append(full, a)
 		}
 	}
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(full, env, &out, &errOut, nil) }()
 	select {
@@ -365,7 +346,7 @@ func TestSignalsReachTheRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/testutil"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -340,7 +341,7 @@ func TestPeerKilledMidMessage(t *testing.T) {
 }
 
 func TestWrongTokenRefused(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	cfg0 := testConfig(4096, 2, 2)
 	cfg0.Logger = logger
@@ -380,7 +381,7 @@ func TestWrongTokenRefused(t *testing.T) {
 }
 
 func TestImpostorRefusedThenPeerAccepted(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cfg := testConfig(4096, 2, 1)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	l0, _ := Listen(0, 2, cfg)
@@ -538,24 +539,6 @@ func TestWaitHonoursDeadlineAndContext(t *testing.T) {
 	if err := e.Wait(ctx, e.Seq(), time.Time{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestPickAddr(t *testing.T) {
