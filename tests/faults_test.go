@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/internal/launch"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // rankProcs are the ranks of one job, started directly (not by gccl-run,
@@ -29,7 +30,7 @@ type rankProcs struct {
 // rank's command line, extraEnv each rank's additional variables.
 func startRanks(t *testing.T, np int, ranks []int, argvOf func(r int) []string, extraEnv func(r int) []string) *rankProcs {
 	t.Helper()
-	job := &launch.Job{NProcs: np, Argv: []string{"unused"}, Env: cleanEnv()}
+	job := &launch.Job{NProcs: np, Argv: []string{"unused"}, Env: testutil.EnvWithoutJob()}
 	if err := job.Resolve(); err != nil {
 		t.Fatal(err)
 	}

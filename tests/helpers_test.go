@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // bins holds the programs built once for the whole package.
@@ -69,7 +71,7 @@ func run(t *testing.T, limit time.Duration, env []string, argv ...string) result
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(testutil.EnvWithoutJob(), env...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	start := time.Now()
@@ -84,23 +86,6 @@ func run(t *testing.T, limit time.Duration, env []string, argv ...string) result
 		t.Fatalf("%v: %v", argv, err)
 	}
 	return res
-}
-
-// cleanEnv is the test's environment without any job description, so that
-// an outer launcher (CI under Slurm, say) cannot leak into the jobs here.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(k, "GCCL_"), strings.HasPrefix(k, "SLURM_"), strings.HasPrefix(k, "OMPI_"),
-			strings.HasPrefix(k, "PMI_"), k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK",
-			k == "LOCAL_WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // shmLeftovers lists gccl segments in /dev/shm.

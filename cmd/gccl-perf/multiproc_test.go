@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // Multi-process runs need real processes: TestMain builds gccl-perf (whose
@@ -54,7 +56,7 @@ func runProcess(t *testing.T, limit time.Duration, extraEnv []string, argv ...st
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(envWithoutJob(), extraEnv...)
+	cmd.Env = append(testutil.EnvWithoutJob(), extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -69,24 +71,6 @@ func runProcess(t *testing.T, limit time.Duration, extraEnv []string, argv ...st
 		t.Fatalf("%q: %v", argv, err)
 	}
 	return res
-}
-
-// envWithoutJob is the test's environment minus anything that describes a
-// job or plants a fault, so that an outer launcher (CI under Slurm, say)
-// cannot leak into the runs here.
-func envWithoutJob() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(k, "GCCL_"), strings.HasPrefix(k, "SLURM_"), strings.HasPrefix(k, "OMPI_"),
-			strings.HasPrefix(k, "PMI_"), k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK",
-			k == "LOCAL_WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // perf runs gccl-perf with args (split at blanks).

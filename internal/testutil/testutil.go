@@ -3,6 +3,8 @@ package testutil
 
 import (
 	"bytes"
+	"os"
+	"strings"
 	"sync"
 )
 
@@ -24,4 +26,23 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// EnvWithoutJob is the test process's environment minus everything that
+// describes a job (gccl's, torchrun's, Open MPI's, PMI's, Slurm's variables),
+// so that an outer launcher (CI under Slurm, say) cannot leak into the jobs a
+// test starts.
+func EnvWithoutJob() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "GCCL_"), strings.HasPrefix(k, "SLURM_"), strings.HasPrefix(k, "OMPI_"),
+			strings.HasPrefix(k, "PMI_"), k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK",
+			k == "LOCAL_WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
