@@ -333,13 +333,9 @@ func (c *Comm) symReduceScatterWrite(a *collArgs, me *symRecord) {
 			memops.CopyNT(a.out[b:f], dst)
 		}
 		for p := range c.size {
-			if p == c.rank {
-				continue
-			}
-			if peer := &c.symPeers[p]; large && !peer.inPlace {
-				memops.CopyNT(peer.out[b:f], dst)
-			} else {
-				copy(peer.out[b:f], dst)
+			if p != c.rank {
+				peer := &c.symPeers[p]
+				ntCopy(peer.out[b:f], dst, large && !peer.inPlace)
 			}
 		}
 	}
