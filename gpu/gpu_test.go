@@ -6,31 +6,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
 )
 
-// fakeDriver builds internal/cuda's fake driver library (device memory is
-// host malloc there) and makes the driver loader use it: the staging paths
+// fakeDriver makes the driver loader use internal/cuda's fake driver
+// library (device memory is host memory there): the paths above the driver
 // run for real, the GPU does not exist.
-func fakeDriver(t *testing.T) {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc is not installed: cannot build the fake driver")
-	}
-	lib := filepath.Join(t.TempDir(), "libfakecuda.so")
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, "../internal/cuda/testdata/fakecuda.c").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, out)
-	}
-	t.Setenv("GCCL_CUDA_LIBRARY", lib)
-}
+func fakeDriver(t *testing.T) { cudatest.Fake(t) }
 
 func TestOpenWithoutDriver(t *testing.T) {
 	t.Setenv("GCCL_CUDA_LIBRARY", "")

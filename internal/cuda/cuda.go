@@ -84,6 +84,29 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Result == e.Result && (t.Call == "" || t.Call == e.Call)
 }
 
+// Stream, Event, Module and Function are driver handles (CUstream,
+// CUevent, CUmodule, CUfunction). The zero Stream is the legacy default
+// stream.
+type (
+	Stream   uintptr
+	Event    uintptr
+	Module   uintptr
+	Function uintptr
+)
+
+// Attr is a CUdevice_attribute.
+type Attr int
+
+// The device attributes gccl reads.
+const (
+	AttrMultiProcessorCount    Attr = 16
+	AttrPCIBusID               Attr = 33
+	AttrPCIDeviceID            Attr = 34
+	AttrComputeCapabilityMajor Attr = 75
+	AttrComputeCapabilityMinor Attr = 76
+	AttrPCIDomainID            Attr = 50
+)
+
 // symbols are the driver entry points gccl uses, by the names the driver
 // exports for the API version gccl declares (the _v2 entry points take
 // 64-bit sizes and device pointers). Load fails, naming the first one
@@ -99,12 +122,16 @@ var symbols = []string{
 	"cuDevicePrimaryCtxRetain",
 	"cuDevicePrimaryCtxRelease_v2",
 	"cuCtxSetCurrent",
+	"cuCtxSynchronize",
 	"cuStreamCreate",
 	"cuStreamSynchronize",
+	"cuStreamQuery",
+	"cuStreamWaitEvent",
 	"cuStreamDestroy_v2",
 	"cuEventCreate",
 	"cuEventRecord",
 	"cuEventSynchronize",
+	"cuEventQuery",
 	"cuEventDestroy_v2",
 	"cuMemAlloc_v2",
 	"cuMemFree_v2",
@@ -116,10 +143,12 @@ var symbols = []string{
 	"cuMemcpyDtoHAsync_v2",
 	"cuMemcpyDtoDAsync_v2",
 	"cuMemsetD8Async",
+	"cuMemGetAddressRange_v2",
 	"cuIpcGetMemHandle",
 	"cuIpcOpenMemHandle_v2",
 	"cuIpcCloseMemHandle",
 	"cuModuleLoadData",
+	"cuModuleUnload",
 	"cuModuleGetFunction",
 	"cuLaunchKernel",
 }

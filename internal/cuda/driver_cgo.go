@@ -36,6 +36,48 @@ static int c_dtoh(void *f, void *dst, uint64_t src, size_t n, void *stream) {
 }
 static int c_stream_sync(void *f, void *stream) { return ((int (*)(void *))f)(stream); }
 static int c_ipc_get(void *f, void *handle, uint64_t p) { return ((int (*)(void *, uint64_t))f)(handle, p); }
+static int c_ctx_sync(void *f) { return ((int (*)(void))f)(); }
+static int c_attr(void *f, int *v, int attr, int dev) { return ((int (*)(int *, int, int))f)(v, attr, dev); }
+static int c_stream_create(void *f, uintptr_t *s, unsigned flags) { return ((int (*)(uintptr_t *, unsigned))f)(s, flags); }
+static int c_handle(void *f, uintptr_t h) { return ((int (*)(uintptr_t))f)(h); }
+static int c_event_create(void *f, uintptr_t *e, unsigned flags) { return ((int (*)(uintptr_t *, unsigned))f)(e, flags); }
+static int c_event_record(void *f, uintptr_t e, uintptr_t s) { return ((int (*)(uintptr_t, uintptr_t))f)(e, s); }
+static int c_stream_wait_event(void *f, uintptr_t s, uintptr_t e) { return ((int (*)(uintptr_t, uintptr_t, unsigned))f)(s, e, 0); }
+static int c_htod_s(void *f, uint64_t dst, const void *src, size_t n, uintptr_t s) {
+	return ((int (*)(uint64_t, const void *, size_t, uintptr_t))f)(dst, src, n, s);
+}
+static int c_dtoh_s(void *f, void *dst, uint64_t src, size_t n, uintptr_t s) {
+	return ((int (*)(void *, uint64_t, size_t, uintptr_t))f)(dst, src, n, s);
+}
+static int c_dtod(void *f, uint64_t dst, uint64_t src, size_t n, uintptr_t s) {
+	return ((int (*)(uint64_t, uint64_t, size_t, uintptr_t))f)(dst, src, n, s);
+}
+static int c_memset8(void *f, uint64_t dst, unsigned char v, size_t n, uintptr_t s) {
+	return ((int (*)(uint64_t, unsigned char, size_t, uintptr_t))f)(dst, v, n, s);
+}
+static int c_alloc_host(void *f, void **p, size_t n) { return ((int (*)(void **, size_t))f)(p, n); }
+static int c_host_ptr(void *f, void *p) { return ((int (*)(void *))f)(p); }
+static int c_host_register(void *f, void *p, size_t n, unsigned flags) { return ((int (*)(void *, size_t, unsigned))f)(p, n, flags); }
+// CUipcMemHandle is a struct of 64 bytes, passed by value.
+typedef struct { char reserved[64]; } ipc_handle;
+static int c_ipc_open(void *f, uint64_t *p, const void *h, unsigned flags) {
+	return ((int (*)(uint64_t *, ipc_handle, unsigned))f)(p, *(const ipc_handle *)h, flags);
+}
+static int c_dptr(void *f, uint64_t p) { return ((int (*)(uint64_t))f)(p); }
+static int c_addr_range(void *f, uint64_t *base, size_t *size, uint64_t p) {
+	return ((int (*)(uint64_t *, size_t *, uint64_t))f)(base, size, p);
+}
+static int c_module_load(void *f, uintptr_t *m, const void *image) { return ((int (*)(uintptr_t *, const void *))f)(m, image); }
+static int c_module_func(void *f, uintptr_t *fn, uintptr_t m, const char *name) {
+	return ((int (*)(uintptr_t *, uintptr_t, const char *))f)(fn, m, name);
+}
+// One kernel parameter, a struct passed by value: kernelParams holds a
+// pointer to it, and the driver copies it at launch.
+static int c_launch(void *f, uintptr_t fn, unsigned grid, unsigned block, uintptr_t s, void *arg) {
+	void *params[1] = {arg};
+	return ((int (*)(uintptr_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, uintptr_t, void **, void **))f)(
+		fn, grid, 1, 1, block, 1, 1, 0, s, params, NULL);
+}
 */
 import "C"
 
@@ -233,6 +275,257 @@ func (c *Context) IPCHandle(p DevicePtr) (IPCHandle, error) {
 		return c.d.check("cuIpcGetMemHandle", C.c_ipc_get(c.d.fn["cuIpcGetMemHandle"], unsafe.Pointer(&h[0]), C.uint64_t(p)))
 	})
 	return h, err
+}
+
+// Attribute returns a device attribute (cuDeviceGetAttribute), e.g.
+// AttrMultiProcessorCount.
+func (d *Driver) Attribute(ordinal int, attr Attr) (int, error) {
+	var dev C.int
+	if err := d.check("cuDeviceGet", C.c_dev_get(d.fn["cuDeviceGet"], &dev, C.int(ordinal))); err != nil {
+		return 0, err
+	}
+	var v C.int
+	if err := d.check("cuDeviceGetAttribute", C.c_attr(d.fn["cuDeviceGetAttribute"], &v, C.int(attr), dev)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// Synchronize waits for all work in the context (cuCtxSynchronize).
+func (c *Context) Synchronize() error {
+	return c.do(func() error { return c.d.check("cuCtxSynchronize", C.c_ctx_sync(c.d.fn["cuCtxSynchronize"])) })
+}
+
+// NewStream creates a stream that does not synchronize with the legacy
+// default stream (CU_STREAM_NON_BLOCKING).
+func (c *Context) NewStream() (Stream, error) {
+	var s C.uintptr_t
+	err := c.do(func() error { return c.d.check("cuStreamCreate", C.c_stream_create(c.d.fn["cuStreamCreate"], &s, 1)) })
+	return Stream(s), err
+}
+
+// DestroyStream destroys a stream from NewStream.
+func (c *Context) DestroyStream(s Stream) error {
+	return c.do(func() error {
+		return c.d.check("cuStreamDestroy_v2", C.c_handle(c.d.fn["cuStreamDestroy_v2"], C.uintptr_t(s)))
+	})
+}
+
+// SyncStream waits for the work queued on s.
+func (c *Context) SyncStream(s Stream) error {
+	return c.do(func() error {
+		return c.d.check("cuStreamSynchronize", C.c_handle(c.d.fn["cuStreamSynchronize"], C.uintptr_t(s)))
+	})
+}
+
+// NewEvent creates an event without timing (CU_EVENT_DISABLE_TIMING), the
+// cheap kind used for ordering.
+func (c *Context) NewEvent() (Event, error) {
+	var e C.uintptr_t
+	err := c.do(func() error { return c.d.check("cuEventCreate", C.c_event_create(c.d.fn["cuEventCreate"], &e, 2)) })
+	return Event(e), err
+}
+
+// DestroyEvent destroys an event from NewEvent.
+func (c *Context) DestroyEvent(e Event) error {
+	return c.do(func() error {
+		return c.d.check("cuEventDestroy_v2", C.c_handle(c.d.fn["cuEventDestroy_v2"], C.uintptr_t(e)))
+	})
+}
+
+// RecordEvent records e at the current end of s.
+func (c *Context) RecordEvent(e Event, s Stream) error {
+	return c.do(func() error {
+		return c.d.check("cuEventRecord", C.c_event_record(c.d.fn["cuEventRecord"], C.uintptr_t(e), C.uintptr_t(s)))
+	})
+}
+
+// SyncEvent waits until the work before e's record is complete.
+func (c *Context) SyncEvent(e Event) error {
+	return c.do(func() error {
+		return c.d.check("cuEventSynchronize", C.c_handle(c.d.fn["cuEventSynchronize"], C.uintptr_t(e)))
+	})
+}
+
+// EventDone reports whether the work before e's record is complete, without
+// waiting.
+func (c *Context) EventDone(e Event) (bool, error) {
+	var r C.int
+	if err := c.do(func() error { r = C.c_handle(c.d.fn["cuEventQuery"], C.uintptr_t(e)); return nil }); err != nil {
+		return false, err
+	}
+	if Result(r) == ErrNotReady {
+		return false, nil
+	}
+	return r == 0, c.d.check("cuEventQuery", r)
+}
+
+// StreamWaitEvent makes work queued on s after this call wait for e.
+func (c *Context) StreamWaitEvent(s Stream, e Event) error {
+	return c.do(func() error {
+		return c.d.check("cuStreamWaitEvent", C.c_stream_wait_event(c.d.fn["cuStreamWaitEvent"], C.uintptr_t(s), C.uintptr_t(e)))
+	})
+}
+
+// CopyAsync queues a device-to-device copy of n bytes on s (copy engines;
+// src may be another process's memory from OpenIPC).
+func (c *Context) CopyAsync(dst, src DevicePtr, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemcpyDtoDAsync_v2", C.c_dtod(c.d.fn["cuMemcpyDtoDAsync_v2"], C.uint64_t(dst), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
+	})
+}
+
+// CopyToDeviceAsync queues a host-to-device copy on s. src must be pinned
+// (AllocHost or HostRegister) and stay unchanged until s has done it.
+func (c *Context) CopyToDeviceAsync(dst DevicePtr, src []byte, s Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemcpyHtoDAsync_v2", C.c_htod_s(c.d.fn["cuMemcpyHtoDAsync_v2"], C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), C.uintptr_t(s)))
+	})
+}
+
+// CopyFromDeviceAsync queues a device-to-host copy on s. dst must be pinned
+// (AllocHost or HostRegister) and not read until s has done it.
+func (c *Context) CopyFromDeviceAsync(dst []byte, src DevicePtr, s Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemcpyDtoHAsync_v2", C.c_dtoh_s(c.d.fn["cuMemcpyDtoHAsync_v2"], unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst)), C.uintptr_t(s)))
+	})
+}
+
+// MemsetAsync queues setting n bytes at dst to v on s.
+func (c *Context) MemsetAsync(dst DevicePtr, v byte, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemsetD8Async", C.c_memset8(c.d.fn["cuMemsetD8Async"], C.uint64_t(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
+	})
+}
+
+// AllocHost allocates n bytes of pinned host memory (cuMemAllocHost), which
+// copies reach by DMA. The slice is C memory: it must be released with
+// FreeHost, never left to the garbage collector.
+func (c *Context) AllocHost(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, &Error{Call: "cuMemAllocHost_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	var p unsafe.Pointer
+	if err := c.do(func() error {
+		return c.d.check("cuMemAllocHost_v2", C.c_alloc_host(c.d.fn["cuMemAllocHost_v2"], &p, C.size_t(n)))
+	}); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// FreeHost releases memory from AllocHost.
+func (c *Context) FreeHost(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemFreeHost", C.c_host_ptr(c.d.fn["cuMemFreeHost"], unsafe.Pointer(&b[0])))
+	})
+}
+
+// HostRegister pins existing host memory (cuMemHostRegister, portable).
+// The memory must not be Go heap memory the collector could free while
+// registered: use memory from mmap or that the caller keeps alive.
+func (c *Context) HostRegister(b []byte) error {
+	if len(b) == 0 {
+		return &Error{Call: "cuMemHostRegister_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemHostRegister_v2", C.c_host_register(c.d.fn["cuMemHostRegister_v2"], unsafe.Pointer(&b[0]), C.size_t(len(b)), 1))
+	})
+}
+
+// HostUnregister unpins memory from HostRegister.
+func (c *Context) HostUnregister(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return c.d.check("cuMemHostUnregister", C.c_host_ptr(c.d.fn["cuMemHostUnregister"], unsafe.Pointer(&b[0])))
+	})
+}
+
+// OpenIPC maps the allocation behind another process's IPCHandle into this
+// context and returns its base address; peer access is enabled on demand
+// (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) when it lies on another device. The
+// driver refuses handles from this same process.
+func (c *Context) OpenIPC(h IPCHandle) (DevicePtr, error) {
+	var p C.uint64_t
+	err := c.do(func() error {
+		return c.d.check("cuIpcOpenMemHandle_v2", C.c_ipc_open(c.d.fn["cuIpcOpenMemHandle_v2"], &p, unsafe.Pointer(&h[0]), 1))
+	})
+	return DevicePtr(p), err
+}
+
+// CloseIPC unmaps memory from OpenIPC.
+func (c *Context) CloseIPC(p DevicePtr) error {
+	return c.do(func() error {
+		return c.d.check("cuIpcCloseMemHandle", C.c_dptr(c.d.fn["cuIpcCloseMemHandle"], C.uint64_t(p)))
+	})
+}
+
+// AddressRange returns the base and size of the allocation holding p: IPC
+// handles name whole allocations, so a peer adds p-base to what it opens.
+func (c *Context) AddressRange(p DevicePtr) (DevicePtr, int, error) {
+	var base C.uint64_t
+	var size C.size_t
+	err := c.do(func() error {
+		return c.d.check("cuMemGetAddressRange_v2", C.c_addr_range(c.d.fn["cuMemGetAddressRange_v2"], &base, &size, C.uint64_t(p)))
+	})
+	return DevicePtr(base), int(size), err
+}
+
+// LoadModule loads a PTX (or cubin) image; the driver compiles PTX for the
+// device on load.
+func (c *Context) LoadModule(image []byte) (Module, error) {
+	if len(image) == 0 {
+		return 0, &Error{Call: "cuModuleLoadData", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	img := C.CBytes(append(image[:len(image):len(image)], 0)) // PTX must end in NUL
+	defer C.free(img)
+	var m C.uintptr_t
+	err := c.do(func() error {
+		return c.d.check("cuModuleLoadData", C.c_module_load(c.d.fn["cuModuleLoadData"], &m, img))
+	})
+	return Module(m), err
+}
+
+// UnloadModule unloads a module from LoadModule.
+func (c *Context) UnloadModule(m Module) error {
+	return c.do(func() error { return c.d.check("cuModuleUnload", C.c_handle(c.d.fn["cuModuleUnload"], C.uintptr_t(m))) })
+}
+
+// Function looks up a kernel of m by name.
+func (c *Context) Function(m Module, name string) (Function, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var f C.uintptr_t
+	err := c.do(func() error {
+		return c.d.check("cuModuleGetFunction", C.c_module_func(c.d.fn["cuModuleGetFunction"], &f, C.uintptr_t(m), cname))
+	})
+	return Function(f), err
+}
+
+// Launch queues kernel f on s with a one-dimensional grid of blocks. arg
+// points to the kernel's single parameter, a struct passed by value that
+// holds no Go pointers; the driver copies it before Launch returns.
+func (c *Context) Launch(f Function, grid, block uint32, s Stream, arg unsafe.Pointer) error {
+	return c.do(func() error {
+		return c.d.check("cuLaunchKernel", C.c_launch(c.d.fn["cuLaunchKernel"], C.uintptr_t(f), C.uint(grid), C.uint(block), C.uintptr_t(s), arg))
+	})
 }
 
 // Close unloads the driver library. Contexts and memory must be released

@@ -4,29 +4,21 @@ package cuda
 
 import (
 	"bytes"
-	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gccl/gccl/internal/cuda/cudatest"
 )
 
-// fakeDriver compiles testdata/fakecuda.c into a shared library and makes
+// fakeDriver builds the fake driver library (testdata/fakecuda.c) and makes
 // Load use it.
-func fakeDriver(t *testing.T, flags ...string) {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc is not installed: cannot build the fake driver")
-	}
-	lib := filepath.Join(t.TempDir(), "libfakecuda.so")
-	args := append([]string{"-shared", "-fPIC", "-o", lib, "testdata/fakecuda.c"}, flags...)
-	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, out)
-	}
-	t.Setenv("GCCL_CUDA_LIBRARY", lib)
-}
+func fakeDriver(t *testing.T, flags ...string) { cudatest.Fake(t, flags...) }
 
 // On a machine without the NVIDIA driver, Load says so.
 func TestLoadWithoutDriver(t *testing.T) {
@@ -84,9 +76,17 @@ func TestFakeDriver(t *testing.T) {
 	if err := ctx.CopyFromDevice(dst, p); err != nil || !bytes.Equal(src, dst) {
 		t.Fatalf("round trip through device memory: %v", err)
 	}
-	h, err := ctx.IPCHandle(p)
-	if err != nil || DevicePtr(binary.LittleEndian.Uint64(h[:8])) != p {
-		t.Errorf("IPC handle %x, %v", h[:8], err)
+	if base, size, err := ctx.AddressRange(p + 100); base != p || size != 4096 || err != nil {
+		t.Errorf("AddressRange inside the allocation: %#x %d %v", base, size, err)
+	}
+	h, err := ctx.IPCHandle(p + 8)
+	if err != nil || !bytes.HasPrefix(h[:], []byte("fakecuda-ipc-v1")) {
+		t.Errorf("IPC handle %q, %v", h[:16], err)
+	}
+	// The driver refuses a handle in the process that exported it.
+	var ce *Error
+	if _, err := ctx.OpenIPC(h); !errors.As(err, &ce) || ce.Call != "cuIpcOpenMemHandle_v2" {
+		t.Errorf("OpenIPC of this process's own handle: %v", err)
 	}
 	if err := ctx.Free(p); err != nil {
 		t.Fatal(err)
@@ -128,5 +128,186 @@ func TestLoadMissingLibrary(t *testing.T) {
 	t.Setenv("GCCL_CUDA_LIBRARY", filepath.Join(t.TempDir(), "nope.so"))
 	if _, err := Load(); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "nope.so") {
 		t.Fatalf("Load: %v", err)
+	}
+}
+
+// Streams, events, pinned memory, asynchronous copies and modules through
+// the fake driver: every call's plumbing and argument order.
+func TestFakeDriverAsync(t *testing.T) {
+	fakeDriver(t)
+	d, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if sm, err := d.Attribute(0, AttrMultiProcessorCount); sm != 4 || err != nil {
+		t.Errorf("multiprocessors: %d, %v", sm, err)
+	}
+	if cc, err := d.Attribute(1, AttrComputeCapabilityMajor); cc != 9 || err != nil {
+		t.Errorf("compute capability: %d, %v", cc, err)
+	}
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Release()
+	s, err := ctx.NewStream()
+	if err != nil || s == 0 {
+		t.Fatalf("NewStream: %v, %v", s, err)
+	}
+	defer ctx.DestroyStream(s)
+	ev, err := ctx.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyEvent(ev)
+	pinned, err := ctx.AllocHost(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.FreeHost(pinned)
+	for i := range pinned {
+		pinned[i] = byte(i * 13)
+	}
+	a, _ := ctx.Alloc(1 << 16)
+	b, _ := ctx.Alloc(1 << 16)
+	defer ctx.Free(a)
+	defer ctx.Free(b)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ctx.CopyToDeviceAsync(a, pinned, s))
+	must(ctx.CopyAsync(b+100, a, 1000, s))
+	must(ctx.MemsetAsync(b, 0xAB, 100, s))
+	must(ctx.RecordEvent(ev, s))
+	must(ctx.StreamWaitEvent(0, ev))
+	must(ctx.SyncEvent(ev))
+	if done, err := ctx.EventDone(ev); !done || err != nil {
+		t.Errorf("EventDone after SyncEvent: %v, %v", done, err)
+	}
+	out := make([]byte, 1100)
+	must(ctx.CopyFromDeviceAsync(pinned[:1100], b, s))
+	must(ctx.SyncStream(s))
+	copy(out, pinned)
+	must(ctx.Synchronize())
+	for i := range out {
+		want := byte(0xAB)
+		if i >= 100 {
+			want = byte((i - 100) * 13)
+		}
+		if out[i] != want {
+			t.Fatalf("byte %d: %#x, want %#x", i, out[i], want)
+		}
+	}
+	reg := make([]byte, 4096)
+	must(ctx.HostRegister(reg))
+	must(ctx.HostUnregister(reg))
+
+	var ce *Error
+	if _, err := ctx.LoadModule([]byte("not ptx")); !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_INVALID_PTX" {
+		t.Errorf("LoadModule of garbage: %v", err)
+	}
+	m, err := ctx.LoadModule([]byte(".version 7.0\n.target sm_70\n.visible .entry gccl_x(\n.param .u64 p\n)\n{ ret; }\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.UnloadModule(m)
+	if f, err := ctx.Function(m, "gccl_x"); f == 0 || err != nil {
+		t.Errorf("Function(gccl_x): %v, %v", f, err)
+	}
+	if _, err := ctx.Function(m, "gccl_y"); !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_NOT_FOUND" {
+		t.Errorf("Function of a kernel the module lacks: %v", err)
+	}
+}
+
+// CUDA IPC between two processes: the parent exports an allocation, a child
+// process opens the handle, checks what the parent wrote at an offset into
+// the allocation, and writes its answer back.
+func TestFakeDriverIPCAcrossProcesses(t *testing.T) {
+	if hs := os.Getenv("GCCL_TEST_IPC_CHILD"); hs != "" {
+		ipcChild(t, hs)
+		return
+	}
+	fakeDriver(t)
+	d, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Release()
+	p, err := ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(p)
+	msg := []byte("written by the exporting process")
+	if err := ctx.CopyToDevice(p+4096, msg); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ctx.IPCHandle(p + 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _, err := ctx.AddressRange(p + 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFakeDriverIPCAcrossProcesses$", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("GCCL_TEST_IPC_CHILD=%x,%d", h[:], p+4096-base))
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	got := make([]byte, 64)
+	if err := ctx.CopyFromDevice(got, p+8192); err != nil {
+		t.Fatal(err)
+	}
+	if want := "answered by the importing process"; !bytes.HasPrefix(got, []byte(want)) {
+		t.Fatalf("after the child: %q", got)
+	}
+}
+
+func ipcChild(t *testing.T, arg string) {
+	var hexh string
+	var off int
+	if _, err := fmt.Sscanf(strings.Replace(arg, ",", " ", 1), "%s %d", &hexh, &off); err != nil {
+		t.Fatal(err)
+	}
+	var h IPCHandle
+	if b, err := hex.DecodeString(hexh); err != nil || copy(h[:], b) != len(h) {
+		t.Fatalf("handle %q: %v", hexh, err)
+	}
+	d, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Release()
+	base, err := ctx.OpenIPC(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 32)
+	if err := ctx.CopyFromDevice(got, base+DevicePtr(off)); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "written by the exporting process" {
+		t.Fatalf("read %q through the IPC mapping", got)
+	}
+	if err := ctx.CopyToDevice(base+DevicePtr(off)+4096, []byte("answered by the importing process")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.CloseIPC(base); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,76 @@
+// Package cudatest builds the fake CUDA driver (internal/cuda/testdata/
+// fakecuda.c) for the tests of gccl's GPU paths on machines without a GPU,
+// and tells whether a real driver is present.
+package cudatest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// dir is internal/cuda, found from this file's path.
+func dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// Build compiles the fake driver with the host build of gccl's kernels
+// and returns the library's path, or skips t when gcc is absent. Libraries
+// are cached in the temporary directory by the hash of their sources, so
+// the processes of a multi-process test and repeated tests share one build.
+func Build(t testing.TB, flags ...string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc is not installed: cannot build the fake CUDA driver")
+	}
+	src := filepath.Join(dir(), "testdata", "fakecuda.c")
+	kern := filepath.Join(filepath.Dir(dir()), "kernels")
+	h := sha256.New()
+	for _, f := range []string{src, filepath.Join(kern, "hostemu.c"), filepath.Join(kern, "hostemu.h"),
+		filepath.Join(kern, "reduce.cu"), filepath.Join(kern, "gccl_kernels.h")} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		h.Write(b)
+	}
+	args := []string{"-shared", "-fPIC", "-O2", "-I", kern}
+	if _, err := os.Stat(filepath.Join(kern, "hostemu.c")); err == nil {
+		args = append(args, "-DGCCL_HOSTEMU")
+	}
+	args = append(args, flags...)
+	for _, a := range args {
+		h.Write([]byte(a + "\x00"))
+	}
+	lib := filepath.Join(os.TempDir(), "gccl-fakecuda-"+hex.EncodeToString(h.Sum(nil))[:16]+".so")
+	if _, err := os.Stat(lib); err == nil {
+		return lib
+	}
+	tmp, err := os.CreateTemp(os.TempDir(), "gccl-fakecuda-*.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if out, err := exec.Command(gcc, append(args, "-o", tmp.Name(), src)...).CombinedOutput(); err != nil {
+		t.Fatalf("building the fake CUDA driver: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp.Name(), lib); err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+// Fake builds the fake driver and makes the loader use it for the rest of
+// t (GCCL_CUDA_LIBRARY, which child processes inherit).
+func Fake(t testing.TB, flags ...string) {
+	t.Helper()
+	lib := Build(t, flags...)
+	t.Setenv("GCCL_CUDA_LIBRARY", lib)
+}
