@@ -40,6 +40,10 @@ type Config struct {
 	// DisablePVM turns process_vm_readv/writev off (also
 	// GCCL_P2P_PVM_DISABLE=1): heap regions of local peers then go over tcp.
 	DisablePVM bool
+	// DisableCUDAIPC stops this agent opening the CUDA IPC handles of local
+	// peers' VRAM regions (also GCCL_P2P_CUDAIPC_DISABLE=1; DisableSHM
+	// implies it): their VRAM is then reached over tcp.
+	DisableCUDAIPC bool
 	// RequireToken refuses a connection whose peer did not present this
 	// agent's token, that is, did not load its metadata (Connect then fails).
 	RequireToken bool
@@ -73,6 +77,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if os.Getenv("GCCL_P2P_PVM_DISABLE") == "1" {
 		c.DisablePVM = true
+	}
+	if os.Getenv("GCCL_P2P_CUDAIPC_DISABLE") == "1" || c.DisableSHM {
+		c.DisableCUDAIPC = true
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
@@ -145,6 +152,7 @@ type Agent struct {
 
 	files *filePool
 	copy  *copyPool
+	gpu   gpuState // the CUDA driver, loaded on first use
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -175,6 +183,7 @@ func New(name string, cfg Config) (*Agent, error) {
 	rand.Read(id[:])
 	a.jobID = fmt.Sprintf("p2p-%x", id)
 	a.nextReq.Store(uint64(time.Now().UnixNano()) << 16) // distinct from a restarted agent's IDs
+	a.gpu.log = a.log
 	a.copy = newCopyPool(cfg.CopyThreads)
 	a.files = newFilePool(cfg.FileQueueDepth, cfg.FileBlockSize)
 	if cfg.ListenAddr != "-" {
@@ -223,15 +232,18 @@ type regionKey struct {
 }
 
 // Region is a registered piece of memory or of a file. Descriptors name its
-// bytes by address (DRAM) or by file offset and ID (FILE).
+// bytes by address (DRAM), by device address and device (VRAM) or by file
+// offset and ID (FILE).
 type Region struct {
-	a    *Agent
-	info regionInfo
-	mem  []byte      // DRAM
-	seg  *shm.Region // DRAM from Alloc
-	file *fileHandle // FILE
-	refs int         // registrations, under a.mu
-	busy atomic.Int32
+	a      *Agent
+	info   regionInfo
+	mem    []byte      // DRAM
+	seg    *shm.Region // DRAM from Alloc
+	file   *fileHandle // FILE
+	vram   *vramMem    // VRAM
+	refs   int         // registrations, under a.mu
+	busy   atomic.Int32
+	pinned atomic.Bool // DRAM registered with the CUDA driver (unpinned by free)
 }
 
 // ID is the region's identifier, unique within its agent.
@@ -240,23 +252,28 @@ func (r *Region) ID() uint32 { return r.info.ID }
 // Type is the region's memory type.
 func (r *Region) Type() MemType { return r.info.Type }
 
-// Addr is the region's first address (DRAM) or file offset (FILE).
+// Addr is the region's first address (DRAM, VRAM: a device address) or
+// file offset (FILE).
 func (r *Region) Addr() uint64 { return r.info.Base }
 
 // Len is the region's size in bytes.
 func (r *Region) Len() uint64 { return r.info.Len }
 
-// Bytes is a DRAM region's memory (nil for FILE).
+// Bytes is a DRAM region's memory (nil for VRAM and FILE).
 func (r *Region) Bytes() []byte { return r.mem }
 
 // Shared reports whether peers on this host map the region (Alloc).
 func (r *Region) Shared() bool { return r.seg != nil }
 
-// Desc describes n bytes of the region starting off bytes into it.
+// Desc describes n bytes of the region starting off bytes into it (for
+// VRAM with the region's device as DevID, for FILE its ID).
 func (r *Region) Desc(off, n uint64) Desc {
 	d := Desc{Addr: r.info.Base + off, Len: n}
-	if r.info.Type == FILE {
+	switch r.info.Type {
+	case FILE:
 		d.DevID = r.info.ID
+	case VRAM:
+		d.DevID = r.info.Dev
 	}
 	return d
 }
@@ -300,7 +317,7 @@ func (a *Agent) Alloc(size int) (*Region, error) {
 // allocation); each registration needs its own DeregisterMem. The region
 // returned may then be larger than buf and start before it: describe buf's
 // bytes by address (AddrOf(buf)), or with Desc offsets from Region.Addr.
-// VRAM is not supported yet.
+// GPU memory is registered with RegisterVRAM.
 func (a *Agent) RegisterMem(buf []byte) (*Region, error) {
 	if len(buf) == 0 {
 		return nil, errors.New("p2p: RegisterMem of an empty buffer")
@@ -323,11 +340,6 @@ func (a *Agent) RegisterMem(buf []byte) (*Region, error) {
 	r := a.addRegionLocked(regionInfo{Type: DRAM, Base: base, Len: n})
 	r.mem = buf
 	return r, nil
-}
-
-// RegisterVRAM would register GPU memory; no GPU backend exists yet.
-func (a *Agent) RegisterVRAM(devPtr uint64, n uint64, device int) (*Region, error) {
-	return nil, fmt.Errorf("p2p: VRAM registration (device %d): %w", device, ErrNotSupported)
 }
 
 func (a *Agent) addRegionLocked(info regionInfo) *Region {
@@ -385,6 +397,10 @@ func (a *Agent) removeRegionLocked(r *Region) {
 
 func (r *Region) free() error {
 	var err error
+	if r.pinned.Load() {
+		r.a.gpu.unpin(r.mem) // before the memory goes
+	}
+	r.vram = nil
 	if r.seg != nil {
 		err = r.seg.Close()
 	}
@@ -500,7 +516,7 @@ func (a *Agent) loadInfo(info *agentInfo) (*remoteAgent, error) {
 		old.invalidate()
 	}
 	a.log.Info("p2p loaded remote agent", "peer", info.Name, "regions", len(info.Regions), "same_host", ra.sameHost,
-		"shm_mapped", len(ra.maps), "pvm", ra.pvm, "addr", info.Addr, "gen", info.Gen)
+		"shm_mapped", len(ra.maps), "cudaipc_mapped", len(ra.vmaps), "pvm", ra.pvm, "addr", info.Addr, "gen", info.Gen)
 	return ra, nil
 }
 
@@ -638,6 +654,7 @@ func (a *Agent) Close() error {
 		err = errors.Join(err, r.free())
 	}
 	a.mu.Unlock()
+	err = errors.Join(err, a.gpu.close())
 	shm.CleanJob(a.cfg.SHMDir, a.jobID)
 	a.log.Info("p2p agent closed", "name", a.name)
 	return err

@@ -338,6 +338,12 @@ func (r *Request) runFile() error {
 		var hs []*fileHandle
 		for k := range segs {
 			s := &segs[k]
+			if s.local.vram != nil {
+				if err := r.fileVRAM(s); err != nil {
+					return err
+				}
+				continue
+			}
 			j, ok := byFile[s.rreg.file]
 			if !ok {
 				j = len(hs)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"strings"
 	"testing"
 )
 
@@ -14,6 +15,8 @@ func TestRegionTableFind(t *testing.T) {
 	tb.add(regionInfo{ID: 2, Type: DRAM, Base: 1050, Len: 200}) // overlaps 1
 	tb.add(regionInfo{ID: 3, Type: DRAM, Base: 5000, Len: 10})
 	tb.add(regionInfo{ID: 4, Type: FILE, Base: 4096, Len: 8192})
+	tb.add(regionInfo{ID: 5, Type: VRAM, Base: 1000, Len: 100, Dev: 1}) // same addresses as DRAM region 1
+	tb.add(regionInfo{ID: 6, Type: VRAM, Base: 2000, Len: 100, Dev: 0})
 	cases := []struct {
 		typ       MemType
 		addr, n   uint64
@@ -36,6 +39,11 @@ func TestRegionTableFind(t *testing.T) {
 		{FILE, 4095, 10, 4, 0, true},
 		{FILE, 4096, 10, 5, 0, true}, // no such file region
 		{VRAM, 0, 1, 0, 0, true},
+		{VRAM, 1000, 100, 1, 5, false},
+		{VRAM, 1000, 100, 0, 0, true}, // another device
+		{VRAM, 1050, 51, 1, 0, true},
+		{VRAM, 2000, 10, 0, 6, false},
+		{VRAM, 2000, 10, 1, 0, true},
 	}
 	for _, c := range cases {
 		r, err := tb.find(c.typ, c.addr, c.n, c.dev)
@@ -47,8 +55,15 @@ func TestRegionTableFind(t *testing.T) {
 	if _, err := tb.find(DRAM, 1060, 150, 0); !errors.Is(err, ErrOutOfBounds) {
 		t.Errorf("after removal: %v", err)
 	}
-	if got := len(tb.all()); got != 3 {
-		t.Errorf("%d regions left, want 3", got)
+	if got := len(tb.all()); got != 5 {
+		t.Errorf("%d regions left, want 5", got)
+	}
+	tb.remove(5)
+	if _, err := tb.find(VRAM, 1000, 100, 1); !errors.Is(err, ErrOutOfBounds) {
+		t.Errorf("after removal of VRAM: %v", err)
+	}
+	if r, ok := tb.byID(6); !ok || r.Dev != 0 {
+		t.Errorf("byID(6) = %+v, %v", r, ok)
 	}
 }
 
@@ -58,8 +73,11 @@ func sampleInfo() *agentInfo {
 			{ID: 1, Type: DRAM, Base: 0x7f0000000000, Len: 1 << 30},
 			{ID: 2, Type: DRAM, Flags: regionSHM, Base: 0x7f1000000000, Len: 4096, SHM: "/dev/shm/gccl-p2p-abc-0-buf0"},
 			{ID: 3, Type: FILE, Flags: regionDirect, Base: 0, Len: 1 << 40},
+			{ID: 4, Type: VRAM, Flags: regionIPC, Base: 0x7f2000001000, Len: 1 << 20, Dev: 1, Bus: "0000:3c:00.0", IPCOff: 4096},
+			{ID: 5, Type: VRAM, Base: 0x7f3000000000, Len: 64, Dev: 0}, // no IPC handle
 		}}
 	copy(m.Token[:], "0123456789abcdef")
+	copy(m.Regions[3].IPC[:], "fakecuda-ipc-v1\x00 and the rest of a 64-byte handle")
 	return m
 }
 
@@ -70,7 +88,8 @@ func TestMetadataRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(encodeMetadata(got), blob) || got.Name != m.Name || len(got.Regions) != 3 || got.Regions[1].SHM != m.Regions[1].SHM || got.Token != m.Token {
+	if !bytes.Equal(encodeMetadata(got), blob) || got.Name != m.Name || len(got.Regions) != 5 || got.Regions[1].SHM != m.Regions[1].SHM || got.Token != m.Token ||
+		got.Regions[3] != m.Regions[3] || got.Regions[4] != m.Regions[4] {
 		t.Fatalf("round trip changed the metadata: %+v", got)
 	}
 	// Every truncation and every single-byte change is refused.
@@ -99,6 +118,11 @@ func TestMetadataRefusesInconsistentFields(t *testing.T) {
 		},
 		"name no shm flag": func(m *agentInfo) { m.Regions[0].SHM = "/dev/shm/x" },
 		"unknown flag":     func(m *agentInfo) { m.Regions[0].Flags = 0x80 },
+		"ipc flag on DRAM": func(m *agentInfo) { m.Regions[0].Flags = regionIPC },
+		"shm flag on VRAM": func(m *agentInfo) { m.Regions[3].Flags |= regionSHM; m.Regions[3].SHM = "/dev/shm/gccl-p2p-x-buf0" },
+		"VRAM device":      func(m *agentInfo) { m.Regions[3].Dev = maxDevices },
+		"VRAM ipc offset":  func(m *agentInfo) { m.Regions[3].IPCOff = ^uint64(0) },
+		"long bus id":      func(m *agentInfo) { m.Regions[3].Bus = strings.Repeat("0", maxBusIDLen+1) },
 	} {
 		m := sampleInfo()
 		mutate(m)
@@ -131,7 +155,11 @@ func FuzzMetadata(f *testing.F) {
 		var tb regionTable
 		for _, r := range m.Regions {
 			tb.add(r)
-			if _, err := tb.find(r.Type, r.Base, r.Len, r.ID); err != nil && r.Type != VRAM {
+			dev := r.ID
+			if r.Type == VRAM {
+				dev = r.Dev
+			}
+			if _, err := tb.find(r.Type, r.Base, r.Len, dev); err != nil {
 				t.Fatalf("region %+v not found in its own table: %v", r, err)
 			}
 		}
@@ -214,6 +242,23 @@ func TestSelectBackend(t *testing.T) {
 		{placement{remoteType: DRAM, sameHost: true, allMapped: true}, BackendTCP, BackendTCP, false},
 		{placement{remoteType: DRAM}, BackendSHM, 0, true},
 		{placement{self: true, remoteType: FILE}, BackendTCP, 0, true},
+		// VRAM.
+		{placement{self: true, localType: VRAM, remoteType: FILE}, 0, BackendFile, false},
+		{placement{self: true, localType: VRAM, remoteType: VRAM}, 0, BackendLocal, false},
+		{placement{self: true, localType: DRAM, remoteType: VRAM}, 0, BackendLocal, false},
+		{placement{remoteType: VRAM, sameHost: true, allMapped: true}, 0, BackendCUDAIPC, false},
+		{placement{localType: VRAM, remoteType: VRAM, sameHost: true, allMapped: true, pvm: true}, 0, BackendCUDAIPC, false},
+		{placement{remoteType: VRAM, sameHost: true, allMapped: true, ipcOff: true}, 0, BackendTCP, false},
+		{placement{remoteType: VRAM, sameHost: true, pvm: true}, 0, BackendTCP, false}, // not opened here
+		{placement{remoteType: VRAM, allMapped: true}, 0, BackendTCP, false},           // another host
+		{placement{remoteType: VRAM, sameHost: true, allMapped: true}, BackendTCP, BackendTCP, false},
+		{placement{remoteType: VRAM, sameHost: true, allMapped: true}, BackendSHM, 0, true},
+		{placement{remoteType: VRAM, sameHost: true}, BackendCUDAIPC, 0, true},
+		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, allMapped: true, pvm: true}, 0, BackendSHM, false},
+		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, pvm: true}, 0, BackendTCP, false}, // pvm cannot reach VRAM
+		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, pvm: true}, BackendPVM, 0, true},
+		{placement{localType: VRAM, remoteType: FILE, sameHost: true}, 0, BackendTCP, false},
+		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, allMapped: true}, BackendCUDAIPC, 0, true},
 	}
 	for _, c := range cases {
 		got, why, err := selectBackend(c.pl, c.forced)
@@ -224,7 +269,7 @@ func TestSelectBackend(t *testing.T) {
 }
 
 func TestEstimateCost(t *testing.T) {
-	for b := BackendLocal; b <= BackendFile; b++ {
+	for b := BackendLocal; b <= BackendCUDAIPC; b++ {
 		small, big := estimateCost(b, 1, 4096, 1), estimateCost(b, 1, 64<<20, 1)
 		many := estimateCost(b, 1000, 4096*1000, 1)
 		if small <= 0 || big <= small || many <= estimateCost(b, 1, 4096*1000, 1) {

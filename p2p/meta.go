@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 )
 
-// Metadata blob, version 1. Integers are little endian; strings are a u16
+// Metadata blob, version 2 (version 1 had no VRAM record tail). Integers are little endian; strings are a u16
 // length and bytes. A CRC-32C of everything before it ends the blob, so a
 // truncated or damaged blob is refused before any field is trusted.
 //
@@ -21,16 +21,22 @@ import (
 //	token    16  random; a connecting peer must present it (proof it loaded the blob)
 //	probe    8   address of the token in the agent's memory (pvm probe)
 //	count    4   regions, then per region:
-//	  id 4, type 1, flags 1, base 8, len 8, shm str
+//	  id 4, type 1, flags 1, base 8, len 8, shm str, and for VRAM:
+//	  dev 4 (the owner's device ordinal), bus str (its PCI bus id),
+//	  ipc 64 (CUDA IPC handle of the allocation, when flags&regionIPC),
+//	  ipcoff 8 (offset of base in that allocation)
 //	crc      4
 const (
 	metadataMagic   = "GCCLP2P\x00"
-	metadataVersion = 1
+	metadataVersion = 2
 	maxNameLen      = 256
 	maxStringLen    = 1024
 	maxRegions      = 1 << 20
 	tokenLen        = 16
 	regionRecordMin = 4 + 1 + 1 + 8 + 8 + 2
+	ipcHandleLen    = 64
+	maxDevices      = 1 << 12
+	maxBusIDLen     = 64
 )
 
 // agentInfo is a decoded metadata blob.
@@ -66,6 +72,12 @@ func encodeMetadata(m *agentInfo) []byte {
 		b = binary.LittleEndian.AppendUint64(b, r.Base)
 		b = binary.LittleEndian.AppendUint64(b, r.Len)
 		b = appendString(b, r.SHM)
+		if r.Type == VRAM {
+			b = binary.LittleEndian.AppendUint32(b, r.Dev)
+			b = appendString(b, r.Bus)
+			b = append(b, r.IPC[:]...)
+			b = binary.LittleEndian.AppendUint64(b, r.IPCOff)
+		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -178,14 +190,24 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 		r := regionInfo{ID: d.u32("region id"), Type: MemType(d.u8("region type")), Flags: d.u8("region flags")}
 		r.Base, r.Len = d.u64("region base"), d.u64("region length")
 		r.SHM = d.str("region segment", maxStringLen)
+		if r.Type == VRAM {
+			r.Dev = d.u32("region device")
+			r.Bus = d.str("region PCI bus id", maxBusIDLen)
+			copy(r.IPC[:], d.take(ipcHandleLen, "region IPC handle"))
+			r.IPCOff = d.u64("region IPC offset")
+		}
 		switch {
 		case d.err != nil:
 		case r.Type != DRAM && r.Type != FILE && r.Type != VRAM:
 			d.fail("region %d has memory type %d", r.ID, r.Type)
 		case r.Len == 0 || r.Base+r.Len < r.Base:
 			d.fail("region %d: [%#x, +%d) is empty or wraps", r.ID, r.Base, r.Len)
-		case r.Flags&^(regionSHM|regionDirect) != 0:
+		case r.Flags&^(regionSHM|regionDirect|regionIPC) != 0:
 			d.fail("region %d: unknown flags %#x", r.ID, r.Flags)
+		case r.Type == VRAM && r.Flags&(regionSHM|regionDirect) != 0, r.Type != VRAM && r.Flags&regionIPC != 0:
+			d.fail("region %d: flags %#x do not fit memory type %v", r.ID, r.Flags, r.Type)
+		case r.Type == VRAM && (r.Dev >= maxDevices || r.IPCOff+r.Len < r.IPCOff):
+			d.fail("region %d: device %d, IPC offset %#x", r.ID, r.Dev, r.IPCOff)
 		case (r.Flags&regionSHM != 0) != (r.SHM != ""):
 			d.fail("region %d: shared flag and segment name %q disagree", r.ID, r.SHM)
 		case seen[r.ID]:

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gccl/gccl/internal/cuda"
 )
 
 const connBufSize = 256 << 10
@@ -463,6 +465,13 @@ func (p *peer) serveWrite(h header) error {
 		return err
 	}
 	defer r.busy.Add(-1)
+	if r.info.Type == VRAM {
+		devErr, err := p.a.gpu.toDeviceFrom(p.data, r.vram.dev, h.offset, h.length)
+		if devErr != nil {
+			p.refuse(h.req, devErr)
+		}
+		return err
+	}
 	if r.info.Type == FILE {
 		ferr, err := r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
 		if ferr != nil { // the file refused the data: the commit says so
@@ -513,6 +522,19 @@ func (p *peer) readResp(h header) error {
 	var dst []byte
 	if r != nil && h.aux < uint64(len(r.segs)) && r.segs[h.aux].n == h.length {
 		s := &r.segs[h.aux]
+		if s.local.vram != nil {
+			devErr, err := p.a.gpu.toDeviceFrom(p.data, s.local.vram.dev, s.local.info.Base+s.loff, s.n)
+			if err != nil || devErr == nil {
+				if err == nil {
+					p.segDone(h.req, r, int(h.aux))
+				}
+				return err
+			}
+			if r := p.take(h.req); r != nil {
+				r.finish(fmt.Errorf("p2p: READ from %s: landing in local VRAM: %w", p.name, devErr))
+			}
+			return nil
+		}
 		dst = s.local.mem[s.loff : s.loff+s.n]
 	}
 	if dst == nil {
@@ -634,6 +656,28 @@ func (p *peer) writeReplyLocked(r reply) error {
 			return err
 		}
 		return r.region.file.readTo(p.bw, int64(r.offset), int64(r.length), p.a.files)
+	}
+	if r.region.info.Type == VRAM {
+		// Staged through pinned buffers by this (the responder) goroutine.
+		sl, err := p.a.gpu.slot(r.region.vram.dev)
+		if err == nil {
+			if _, err = sl.bounces(); err != nil {
+				p.a.gpu.put(sl)
+			}
+		}
+		if err != nil {
+			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
+		}
+		defer p.a.gpu.put(sl)
+		if err := p.frameLocked(h, nil); err != nil {
+			return err
+		}
+		// A failed copy after the header leaves the stream out of step:
+		// the connection goes.
+		return sl.fromDevice(cuda.DevicePtr(r.offset), r.length, func(_ uint64, chunk []byte) error {
+			_, err := p.bw.Write(chunk)
+			return err
+		})
 	}
 	off := r.offset - r.region.info.Base
 	return p.frameLocked(h, r.region.mem[off:off+r.length])

@@ -56,19 +56,21 @@ type PreparedList struct {
 	ra     *remoteAgent
 	typ    MemType
 	descs  []Desc
-	local  []*Region    // per descriptor, local lists and lists on this agent
-	remote []regionInfo // per descriptor, remote lists
-	rmem   [][]byte     // per descriptor's region: mapped memory, or nil
-	rids   []uint32     // the remote regions the list uses, once each
+	local  []*Region     // per descriptor, local lists and lists on this agent
+	remote []regionInfo  // per descriptor, remote lists
+	rmem   [][]byte      // per descriptor's region: mapped memory, or nil
+	rvm    []vramMapping // per descriptor's VRAM region: where it is mapped here
+	rvmOK  []bool        // per descriptor: rvm is set
+	rids   []uint32      // the remote regions the list uses, once each
 	pinned []*Region
 	done   atomic.Bool
 }
 
 // PrepareLocal checks list against this agent's regions: the initiator's
-// side of requests.
+// side of requests (DRAM or VRAM).
 func (a *Agent) PrepareLocal(list DescList) (*PreparedList, error) {
-	if list.Type != DRAM {
-		return nil, fmt.Errorf("p2p: local descriptors of type %v: %w (the initiator's side is DRAM)", list.Type, ErrNotSupported)
+	if list.Type != DRAM && list.Type != VRAM {
+		return nil, fmt.Errorf("p2p: local descriptors of type %v: %w (the initiator's side is DRAM or VRAM)", list.Type, ErrNotSupported)
 	}
 	return a.prepareOwn(list, "")
 }
@@ -106,9 +108,6 @@ func (a *Agent) prepareOwn(list DescList, peer string) (*PreparedList, error) {
 // agent's name, against its own regions: transfers to its files or between
 // its own buffers).
 func (a *Agent) PrepareRemote(peer string, list DescList) (*PreparedList, error) {
-	if list.Type == VRAM {
-		return nil, fmt.Errorf("p2p: VRAM descriptors: %w", ErrNotSupported)
-	}
 	if peer == a.name {
 		return a.prepareOwn(list, peer)
 	}
@@ -119,12 +118,18 @@ func (a *Agent) PrepareRemote(peer string, list DescList) (*PreparedList, error)
 	pl := &PreparedList{a: a, peer: peer, ra: ra, typ: list.Type, descs: append([]Desc(nil), list.Descs...)}
 	pl.remote = make([]regionInfo, len(list.Descs))
 	pl.rmem = make([][]byte, len(list.Descs))
+	if list.Type == VRAM {
+		pl.rvm, pl.rvmOK = make([]vramMapping, len(list.Descs)), make([]bool, len(list.Descs))
+	}
 	for i, d := range list.Descs {
-		r, mem, err := ra.lookup(list.Type, d)
+		r, mem, vm, ok, err := ra.lookup(list.Type, d)
 		if err != nil {
 			return nil, fmt.Errorf("p2p: descriptor %d at %s: %w", i, peer, err)
 		}
 		pl.remote[i], pl.rmem[i] = r, mem
+		if pl.rvm != nil {
+			pl.rvm[i], pl.rvmOK[i] = vm, ok
+		}
 		if n := len(pl.rids); (n == 0 || pl.rids[n-1] != r.ID) && !slices.Contains(pl.rids, r.ID) {
 			pl.rids = append(pl.rids, r.ID)
 		}
@@ -170,13 +175,18 @@ type RequestOptions struct {
 
 // segment is a run of merged, contiguous descriptors.
 type segment struct {
-	local *Region // the initiator's DRAM
-	loff  uint64  // offset in local.mem
+	local *Region // the initiator's DRAM or VRAM
+	loff  uint64  // offset in the local region
 	rinfo regionInfo
 	raddr uint64 // address or file offset on the target
 	rmem  []byte // the target's region memory when mapped or local
 	rreg  *Region
 	n     uint64
+	// The target's VRAM here: the device address of rinfo.Base in this
+	// process (its own region, or opened through CUDA IPC; 0: not mapped)
+	// and the local device whose stream copies it.
+	rdev    uint64
+	rctxDev int
 }
 
 type partSpec struct {
@@ -281,8 +291,14 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 				s.rreg = remote.local[ri]
 				s.rinfo = s.rreg.info
 				s.rmem = s.rreg.mem
+				if v := s.rreg.vram; v != nil {
+					s.rdev, s.rctxDev = s.rinfo.Base, v.dev
+				}
 			} else {
 				s.rinfo, s.rmem = remote.remote[ri], remote.rmem[ri]
+				if remote.rvm != nil && remote.rvmOK[ri] {
+					s.rdev, s.rctxDev = remote.rvm[ri].base, remote.rvm[ri].dev
+				}
 			}
 			if n := len(r.segs); n > start && mergeable(&r.segs[n-1], &s) {
 				r.segs[n-1].n += s.n
@@ -304,6 +320,11 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 		return nil, err
 	}
 	r.backend, r.why = b, why
+	if r.usesCUDA() {
+		if err := r.prepareCUDA(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -388,7 +409,7 @@ func (r *Request) Post() (Status, error) {
 		r.complete(err, false)
 		return StatusFailed, err
 	}
-	if r.ra != nil && (r.backend == BackendSHM || r.backend == BackendPVM) {
+	if r.ra != nil && (r.backend == BackendSHM || r.backend == BackendPVM || r.backend == BackendCUDAIPC) {
 		// Nothing on the target checks a copy it does not run: refuse here
 		// what the peer has deregistered since (tcp: the target refuses).
 		if id, ok := r.ra.droppedAny(r.remote.rids); ok {
@@ -653,8 +674,12 @@ func (a *Agent) execute(r *Request) {
 	}
 	var err error
 	switch r.backend {
-	case BackendLocal, BackendSHM:
-		err = r.runCopy()
+	case BackendLocal, BackendSHM, BackendCUDAIPC:
+		if r.usesCUDA() {
+			err = r.runCUDA()
+		} else {
+			err = r.runCopy()
+		}
 	case BackendPVM:
 		err = r.runPVM()
 	case BackendFile:

@@ -1,0 +1,437 @@
+//go:build linux && cgo
+
+package p2p
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
+)
+
+// The tests of VRAM regions run against the fake CUDA driver
+// (internal/cuda/testdata/fakecuda.c): device memory is host memory from
+// memfd, IPC handles are opened by another process through /proc, every
+// copy is synchronous. They check the agent's logic and bytes, not a GPU.
+
+// fakeGPU makes the loader use the fake driver for the rest of t and
+// returns the contexts of its two devices, for the test's own allocations.
+func fakeGPU(t testing.TB) [2]*cuda.Context {
+	t.Helper()
+	// Without the host kernels: the p2p tests launch none, and so do not
+	// depend on internal/kernels building.
+	cudatest.Fake(t, "-UGCCL_HOSTEMU")
+	d, err := cuda.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctxs [2]*cuda.Context
+	for i := range ctxs {
+		if ctxs[i], err = d.Retain(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { d.Close() }) // after the agents (cleanups run last first)
+	return ctxs
+}
+
+// devAlloc allocates n bytes on ctx's device filled with fill(seed).
+func devAlloc(t testing.TB, ctx *cuda.Context, n int, seed byte) cuda.DevicePtr {
+	t.Helper()
+	p, err := ctx.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	fill(b, seed)
+	if err := ctx.CopyToDevice(p, b); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func devRead(t testing.TB, ctx *cuda.Context, p cuda.DevicePtr, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if err := ctx.CopyFromDevice(b, p); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	fill(b, seed)
+	return b
+}
+
+func TestRegisterVRAM(t *testing.T) {
+	ctx := fakeGPU(t)
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	const size = 1 << 20
+	p := devAlloc(t, ctx[1], size, 1)
+	r, err := a.RegisterVRAM(uint64(p)+4096, size-4096, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Type() != VRAM || r.Device() != 1 || r.Addr() != uint64(p)+4096 || r.Bytes() != nil {
+		t.Fatalf("region %v dev %d addr %#x", r.Type(), r.Device(), r.Addr())
+	}
+	if d := r.Desc(10, 20); d.DevID != 1 || d.Addr != uint64(p)+4106 {
+		t.Fatalf("Desc %+v", d)
+	}
+	// A sub-range of the same device is a cache hit; of another device not.
+	if r2, err := a.RegisterVRAM(uint64(p)+8192, 100, 1); err != nil || r2 != r {
+		t.Fatalf("sub-range: %v, same region %v", err, r2 == r)
+	}
+	// The fake does not check which device an address is on; the cache
+	// must still not hand out device 1's region for device 0.
+	if r3, err := a.RegisterVRAM(uint64(p)+8192, 100, 0); err == nil && r3 == r {
+		t.Fatal("device 0 got device 1's region")
+	}
+	// The metadata carries device, bus id, IPC handle and offset.
+	info, err := decodeMetadata(a.LocalMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri regionInfo
+	for _, x := range info.Regions {
+		if x.ID == r.ID() {
+			ri = x
+		}
+	}
+	if ri.Type != VRAM || ri.Dev != 1 || ri.Bus != "0000:3c:00.0" || ri.IPCOff != 4096 || ri.Flags != regionIPC || ri.IPC == ([ipcHandleLen]byte{}) {
+		t.Fatalf("metadata of the region: %+v", ri)
+	}
+	// Errors, not panics.
+	for name, f := range map[string]func() error{
+		"zero length":  func() error { _, err := a.RegisterVRAM(uint64(p), 0, 1); return err },
+		"past the end": func() error { _, err := a.RegisterVRAM(uint64(p)+size-10, 20, 1); return err },
+		"host memory": func() error {
+			b := make([]byte, 100)
+			_, err := a.RegisterVRAM(AddrOf(b), 100, 0)
+			return err
+		},
+		"no device 2": func() error { _, err := a.RegisterVRAM(uint64(p), 10, 2); return err },
+		"device -1":   func() error { _, err := a.RegisterVRAM(uint64(p), 10, -1); return err },
+		"wrapping":    func() error { _, err := a.RegisterVRAM(^uint64(0)-5, 10, 0); return err },
+		"descriptor of another device": func() error {
+			_, err := a.PrepareLocal(DescList{Type: VRAM, Descs: []Desc{{Addr: uint64(p) + 4096, Len: 10, DevID: 0}}})
+			return err
+		},
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if _, err := a.RegisterVRAM(uint64(p)+size-10, 20, 1); !errors.Is(err, ErrOutOfBounds) {
+		t.Errorf("past the end: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := a.DeregisterMem(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.PrepareLocal(DescList{Type: VRAM, Descs: []Desc{r.Desc(0, 10)}}); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("deregistered VRAM: %v", err)
+	}
+}
+
+func TestRegisterVRAMNoDriver(t *testing.T) {
+	t.Setenv("GCCL_CUDA_LIBRARY", filepath.Join(t.TempDir(), "libcuda-absent.so"))
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	_, err := a.RegisterVRAM(1<<40, 10, 0)
+	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "libcuda-absent") {
+		t.Fatalf("no driver: %v", err)
+	}
+	// The fake without a device: cuInit fails; the error says so.
+	cudatest.Fake(t, "-UGCCL_HOSTEMU")
+	t.Setenv("FAKECUDA_NO_DEVICE", "1")
+	b := newAgent(t, "b", Config{ListenAddr: "-"})
+	if _, err := b.RegisterVRAM(1<<40, 10, 0); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "NO_DEVICE") {
+		t.Fatalf("no device: %v", err)
+	}
+}
+
+// xfer posts a request of one descriptor pair and waits for it.
+func xfer(t testing.TB, a *Agent, op Op, local DescList, peer string, remote DescList, opts *RequestOptions, want Backend) {
+	t.Helper()
+	r, err := a.CreateRequest(op, local, peer, remote, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if r.Backend() != want {
+		t.Fatalf("%v: backend %v (%s), want %v", op, r.Backend(), r.why, want)
+	}
+	if _, err := r.Post(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func one(typ MemType, d ...Desc) DescList { return DescList{Type: typ, Descs: d} }
+
+// TestVRAMLocal copies between DRAM and VRAM of one agent, and between its
+// two devices, through the driver (BackendLocal), in pieces and parts.
+func TestVRAMLocal(t *testing.T) {
+	ctx := fakeGPU(t)
+	a := newAgent(t, "a", Config{ListenAddr: "-", InlineLimit: -1})
+	const size = 6<<20 + 123
+	d0 := devAlloc(t, ctx[0], size, 1)
+	d1 := devAlloc(t, ctx[1], size, 2)
+	v0, err := a.RegisterVRAM(uint64(d0), size, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := a.RegisterVRAM(uint64(d1), size, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := pattern(size, 3)
+	h, _ := a.RegisterMem(heap)
+	shared, err := a.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(shared.Bytes(), 4)
+
+	// DRAM -> VRAM (WRITE from the heap into device 0), two parts.
+	xfer(t, a, Write, one(DRAM, h.Desc(0, 4096), h.Desc(4096, size-4096)), "a", one(VRAM, v0.Desc(0, 4096), v0.Desc(4096, size-4096)),
+		&RequestOptions{Parts: []Part{{End: 1, Notif: []byte("p0")}, {End: 2, Notif: []byte("p1")}}}, BackendLocal)
+	if !bytes.Equal(devRead(t, ctx[0], d0, size), heap) {
+		t.Fatal("DRAM -> VRAM: wrong bytes")
+	}
+	if n := a.GetNotifs()["a"]; len(n) != 2 || string(n[0]) != "p0" || string(n[1]) != "p1" {
+		t.Fatalf("notifications %q", n)
+	}
+	// VRAM -> DRAM (READ of device 1 into shared memory), unaligned pieces.
+	xfer(t, a, Read, one(DRAM, shared.Desc(1, 1000), shared.Desc(5001, size-5007)), "a", one(VRAM, v1.Desc(7, 1000), v1.Desc(5007, size-5007)), nil, BackendLocal)
+	want := pattern(size, 2)
+	got := shared.Bytes()
+	if !bytes.Equal(got[1:1001], want[7:1007]) || !bytes.Equal(got[5001:size-6], want[5007:]) {
+		t.Fatal("VRAM -> DRAM: wrong bytes")
+	}
+	// VRAM -> VRAM across devices, the local end VRAM (WRITE device 1 -> 0).
+	xfer(t, a, Write, one(VRAM, v1.Desc(0, size)), "a", one(VRAM, v0.Desc(0, size)), nil, BackendLocal)
+	if !bytes.Equal(devRead(t, ctx[0], d0, size), want) {
+		t.Fatal("VRAM -> VRAM: wrong bytes")
+	}
+	// Local VRAM to and from DRAM targets.
+	fill(heap, 9)
+	xfer(t, a, Write, one(VRAM, v1.Desc(0, size)), "a", one(DRAM, h.Desc(0, size)), nil, BackendLocal)
+	if !bytes.Equal(heap, want) {
+		t.Fatal("VRAM WRITE -> DRAM: wrong bytes")
+	}
+	fill(heap, 10)
+	xfer(t, a, Read, one(VRAM, v1.Desc(0, size)), "a", one(DRAM, h.Desc(0, size)), nil, BackendLocal)
+	if !bytes.Equal(devRead(t, ctx[1], d1, size), pattern(size, 10)) {
+		t.Fatal("VRAM READ <- DRAM: wrong bytes")
+	}
+	// The DRAM regions were pinned once, and are unpinned when they go.
+	a.gpu.mu.Lock()
+	pins := len(a.gpu.pins)
+	a.gpu.mu.Unlock()
+	if pins != 2 {
+		t.Fatalf("%d pinned ranges, want 2 (heap and shared region)", pins)
+	}
+	// A descriptor of device 0 does not name device 1's region.
+	if _, err := a.PrepareLocal(one(VRAM, Desc{Addr: uint64(d1), Len: 10, DevID: 0})); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("wrong device: %v", err)
+	}
+	if err := a.DeregisterMem(h); err != nil {
+		t.Fatal(err)
+	}
+	a.gpu.mu.Lock()
+	pins = len(a.gpu.pins)
+	a.gpu.mu.Unlock()
+	if pins != 1 {
+		t.Fatalf("%d pinned ranges after deregistration, want 1", pins)
+	}
+	// Deregistration while a prepared list uses the region fails.
+	pl, err := a.PrepareLocal(one(VRAM, v0.Desc(0, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeregisterMem(v0); !errors.Is(err, ErrRegionBusy) {
+		t.Fatalf("deregistering VRAM in use: %v", err)
+	}
+	pl.Release()
+	if err := a.DeregisterMem(v0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVRAMFile moves VRAM to and from a FILE region of the agent through
+// pinned bounce buffers, in chunks, aligned and not, with O_DIRECT and
+// without.
+func TestVRAMFile(t *testing.T) {
+	ctx := fakeGPU(t)
+	dir := t.TempDir()
+	for _, direct := range []bool{false, true} {
+		for _, unaligned := range []bool{false, true} {
+			name := fmt.Sprintf("direct=%v,unaligned=%v", direct, unaligned)
+			t.Run(name, func(t *testing.T) {
+				a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 256 << 10, FileQueueDepth: 3})
+				const size = 2*bounceSize + 3<<20 + 8192
+				fr, err := a.RegisterFile(filepath.Join(dir, strings.ReplaceAll(name, ",", "-")), FileOptions{Length: size, Create: true, Direct: direct})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := devAlloc(t, ctx[0], size, 5)
+				v, err := a.RegisterVRAM(uint64(d), size, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				descs := func(r *Region) []Desc {
+					if unaligned {
+						return []Desc{r.Desc(3, 5000), r.Desc(5003, size-5003-7)}
+					}
+					return []Desc{r.Desc(0, 4096), r.Desc(8192, size-8192)}
+				}
+				xfer(t, a, Write, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), &RequestOptions{Notif: []byte("saved")}, BackendFile)
+				onDisk, _ := os.ReadFile(fr.file.f.Name())
+				want := pattern(size, 5)
+				for _, ds := range descs(v) {
+					off := ds.Addr - v.Addr()
+					if !bytes.Equal(onDisk[off:off+ds.Len], want[off:off+ds.Len]) {
+						t.Fatalf("file bytes at %d differ", off)
+					}
+				}
+				if n := a.GetNotifs(); len(n["a"]) != 1 {
+					t.Fatalf("notifications %q", n)
+				}
+				if err := ctx[0].CopyToDevice(d, make([]byte, size)); err != nil {
+					t.Fatal(err)
+				}
+				xfer(t, a, Read, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), nil, BackendFile)
+				got := devRead(t, ctx[0], d, size)
+				for _, ds := range descs(v) {
+					off := ds.Addr - v.Addr()
+					if !bytes.Equal(got[off:off+ds.Len], want[off:off+ds.Len]) {
+						t.Fatalf("read back bytes at %d differ", off)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestVRAMTwoAgentsOneProcess: two agents of one process cannot open each
+// other's IPC handles (the driver refuses a process its own), so VRAM
+// targets go over tcp, staged on the target; local VRAM towards a peer's
+// heap goes over tcp staged here, and towards its shared memory is a CUDA
+// copy into the mapping (shm).
+func TestVRAMTwoAgentsOneProcess(t *testing.T) {
+	ctx := fakeGPU(t)
+	a, b := pair(t, Config{})
+	const size = bounceSize + 1<<20 + 77
+	da := devAlloc(t, ctx[0], size, 1)
+	db := devAlloc(t, ctx[1], size, 2)
+	va, err := a.RegisterVRAM(uint64(da), size, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb, err := b.RegisterVRAM(uint64(db), size, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapB := pattern(size, 3)
+	hb, _ := b.RegisterMem(heapB)
+	sb, err := b.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapA := pattern(size, 4)
+	ha, _ := a.RegisterMem(heapA)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, got []byte, seed byte) {
+		t.Helper()
+		if !bytes.Equal(got, pattern(size, seed)) {
+			t.Fatalf("%s: wrong bytes", what)
+		}
+	}
+	half := uint64(size / 2)
+
+	// DRAM -> remote VRAM (tcp; b stages), with a notification after it.
+	xfer(t, a, Write, one(DRAM, ha.Desc(0, half), ha.Desc(half, size-half)), "b", one(VRAM, vb.Desc(0, half), vb.Desc(half, size-half)),
+		&RequestOptions{Notif: []byte("w")}, BackendTCP)
+	check("DRAM -> remote VRAM", devRead(t, ctx[1], db, size), 4)
+	waitFor(t, func() bool { return len(b.GetNotifs()["a"]) == 1 })
+	// Remote VRAM -> local VRAM (tcp; both ends stage).
+	xfer(t, a, Read, one(VRAM, va.Desc(0, size)), "b", one(VRAM, vb.Desc(0, size)), nil, BackendTCP)
+	check("remote VRAM -> VRAM", devRead(t, ctx[0], da, size), 4)
+	// Local VRAM -> remote heap (tcp, staged here), and back.
+	xfer(t, a, Write, one(VRAM, va.Desc(0, size)), "b", one(DRAM, hb.Desc(0, size)), nil, BackendTCP)
+	check("VRAM -> remote heap", heapB, 4)
+	fill(heapB, 6)
+	xfer(t, a, Read, one(VRAM, va.Desc(0, size)), "b", one(DRAM, hb.Desc(0, size)), nil, BackendTCP)
+	check("remote heap -> VRAM", devRead(t, ctx[0], da, size), 6)
+	// Local VRAM -> remote shared memory (shm: a CUDA copy into the mapping).
+	xfer(t, a, Write, one(VRAM, va.Desc(0, size)), "b", one(DRAM, sb.Desc(0, size)), nil, BackendSHM)
+	check("VRAM -> remote shared memory", sb.Bytes(), 6)
+	fill(sb.Bytes(), 8)
+	xfer(t, a, Read, one(VRAM, va.Desc(0, size)), "b", one(DRAM, sb.Desc(0, size)), nil, BackendSHM)
+	check("remote shared memory -> VRAM", devRead(t, ctx[0], da, size), 8)
+	// Remote VRAM -> DRAM over tcp, and the target refuses a range outside
+	// its region (deregistered behind a prepared list).
+	xfer(t, a, Read, one(DRAM, ha.Desc(0, size)), "b", one(VRAM, vb.Desc(0, size)), nil, BackendTCP)
+	check("remote VRAM -> DRAM", heapA, 4)
+	rq, err := a.CreateRequest(Write, one(DRAM, ha.Desc(0, 100)), "b", one(VRAM, vb.Desc(0, 100)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeregisterMem(vb); err != nil {
+		t.Fatal(err)
+	}
+	rq.Post()
+	if err := rq.Wait(ctxT(t)); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("write into a deregistered VRAM region: %v", err)
+	}
+	rq.Release()
+	// Forcing a backend that cannot reach VRAM is refused.
+	if _, err := a.CreateRequest(Write, one(VRAM, va.Desc(0, 10)), "b", one(DRAM, hb.Desc(0, 10)), &RequestOptions{Backend: BackendPVM}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("pvm from VRAM: %v", err)
+	}
+}
+
+// TestVRAMRemoteFile reads and writes a peer's file from local VRAM: tcp,
+// staged here, the file I/O done by the peer's progress engine.
+func TestVRAMRemoteFile(t *testing.T) {
+	ctx := fakeGPU(t)
+	a, b := pair(t, Config{})
+	const size = bounceSize + 12345
+	fr, err := b.RegisterFile(filepath.Join(t.TempDir(), "f"), FileOptions{Length: size, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	d := devAlloc(t, ctx[0], size, 7)
+	v, err := a.RegisterVRAM(uint64(d), size, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xfer(t, a, Write, one(VRAM, v.Desc(0, size)), "b", one(FILE, fr.Desc(0, size)), nil, BackendTCP)
+	if got, _ := os.ReadFile(fr.file.f.Name()); !bytes.Equal(got, pattern(size, 7)) {
+		t.Fatal("VRAM -> remote file: wrong bytes")
+	}
+	ctx[0].CopyToDevice(d, make([]byte, size))
+	xfer(t, a, Read, one(VRAM, v.Desc(0, size)), "b", one(FILE, fr.Desc(0, size)), nil, BackendTCP)
+	if !bytes.Equal(devRead(t, ctx[0], d, size), pattern(size, 7)) {
+		t.Fatal("remote file -> VRAM: wrong bytes")
+	}
+}
