@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/cuda"
 )
 
 // Cross-process tests re-execute the test binary as a target agent: TestMain
@@ -49,16 +51,51 @@ func childMain() error {
 	}
 	defer a.Close()
 	var r *Region
-	if os.Getenv("P2P_TEST_HEAP") == "1" {
+	var mem []byte
+	read := func(off, n int) []byte { return mem[off : off+n] }
+	switch {
+	case os.Getenv("P2P_TEST_VRAM") == "1":
+		// VRAM of the fake CUDA driver (GCCL_CUDA_LIBRARY, from the parent).
+		d, err := cuda.Load()
+		if err != nil {
+			return err
+		}
+		ctx, err := d.Retain(1)
+		if err != nil {
+			return err
+		}
+		p, err := ctx.Alloc(size + 8192)
+		if err != nil {
+			return err
+		}
+		p += 4096 // the region starts inside its allocation
+		mem = make([]byte, size)
+		fill(mem, childSeed)
+		if err := ctx.CopyToDevice(p, mem); err != nil {
+			return err
+		}
+		if r, err = a.RegisterVRAM(uint64(p), uint64(size), 1); err != nil {
+			return err
+		}
+		read = func(off, n int) []byte {
+			b := make([]byte, n)
+			if err := ctx.CopyFromDevice(b, p+cuda.DevicePtr(off)); err != nil {
+				return nil
+			}
+			return b
+		}
+	case os.Getenv("P2P_TEST_HEAP") == "1":
 		r, err = a.RegisterMem(make([]byte, size))
-	} else {
+	default:
 		r, err = a.Alloc(size)
 	}
 	if err != nil {
 		return err
 	}
-	mem := r.Bytes()
-	fill(mem, childSeed)
+	if mem == nil {
+		mem = r.Bytes()
+		fill(mem, childSeed)
+	}
 	fmt.Printf("MD %s\n", hex.EncodeToString(a.LocalMetadata()))
 	for {
 		notifs, err := a.WaitNotifs(context.Background())
@@ -75,13 +112,15 @@ func childMain() error {
 					n, _ := strconv.Atoi(f[3])
 					want := make([]byte, n)
 					fill(want, byte(seed))
-					if off+n <= len(mem) && bytes.Equal(mem[off:off+n], want) {
+					if off+n <= len(mem) && bytes.Equal(read(off, n), want) {
 						fmt.Printf("OK %s\n", f[4])
 					} else {
 						fmt.Printf("BAD %s\n", f[4])
 					}
 				case len(f) == 1 && f[0] == "exit":
 					return nil
+				case len(f) == 1 && f[0] == "dereg":
+					fmt.Printf("DEREG %v\n", a.DeregisterMem(r))
 				default:
 					fmt.Printf("N %s %s\n", from, m)
 				}

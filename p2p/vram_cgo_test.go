@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gccl/gccl/internal/cuda"
@@ -433,5 +435,195 @@ func TestVRAMRemoteFile(t *testing.T) {
 	xfer(t, a, Read, one(VRAM, v.Desc(0, size)), "b", one(FILE, fr.Desc(0, size)), nil, BackendTCP)
 	if !bytes.Equal(devRead(t, ctx[0], d, size), pattern(size, 7)) {
 		t.Fatal("remote file -> VRAM: wrong bytes")
+	}
+}
+
+// fakeMappings counts the fake driver's device memory mapped in this
+// process (its allocations and the IPC handles it opened).
+func fakeMappings(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "memfd:fakecuda")
+}
+
+// syncBuffer collects log records from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCUDAIPCTwoProcesses: the child registers VRAM (device 1 of the fake,
+// a range inside a larger allocation); the parent opens its IPC handle at
+// LoadRemote and copies to and from it from DRAM and VRAM (cudaipc), the
+// child checking the bytes when the notification arrives; a second agent
+// with CUDA IPC disabled reaches it over tcp (the child stages). Then the
+// child deregisters the region while it is mapped here, and Invalidate
+// closes the mapping.
+func TestCUDAIPCTwoProcesses(t *testing.T) {
+	ctx := fakeGPU(t)
+	const size = bounceSize + 1<<20 + 4096
+	c := startChild(t, size, "P2P_TEST_VRAM=1")
+	before := fakeMappings(t)
+	var logs syncBuffer
+	a := newAgent(t, "parent", Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if _, err := a.LoadRemote(ctxT(t), c.md); err != nil {
+		t.Fatal(err)
+	}
+	cr := childRegion(t, c.md)
+	if cr.Type != VRAM || cr.Dev != 1 || cr.Flags != regionIPC || cr.IPCOff != 4096 {
+		t.Fatalf("child's region %+v", cr)
+	}
+	if n := fakeMappings(t); n != before+1 {
+		t.Fatalf("%d fake device mappings after LoadRemote, %d before: the handle should be open once", n, before)
+	}
+	remote := func(off, n uint64) DescList { return one(VRAM, Desc{Addr: cr.Base + off, Len: n, DevID: cr.Dev}) }
+	heap := make([]byte, size)
+	h, _ := a.RegisterMem(heap)
+	dv := devAlloc(t, ctx[0], size, 0)
+	v, err := a.RegisterVRAM(uint64(dv), size, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Remote VRAM -> DRAM (device to host from the opened handle).
+	xfer(t, a, Read, one(DRAM, h.Desc(0, size)), "child", remote(0, size), nil, BackendCUDAIPC)
+	if !bytes.Equal(heap, pattern(size, childSeed)) {
+		t.Fatal("READ of the child's VRAM: wrong bytes")
+	}
+	// DRAM -> remote VRAM, many pieces, checked by the child.
+	fill(heap[:4096], 3)
+	for off := 8192; off+4096 <= 1<<20; off += 8192 {
+		copy(heap[off:off+4096], heap[:4096])
+	}
+	var ld, rd []Desc
+	for off := uint64(0); off+4096 <= 1<<20; off += 8192 {
+		ld, rd = append(ld, h.Desc(off, 4096)), append(rd, Desc{Addr: cr.Base + off, Len: 4096, DevID: 1})
+	}
+	xfer(t, a, Write, one(DRAM, h.Desc(0, 4096)), "child", remote(0, 4096), nil, BackendCUDAIPC)
+	xfer(t, a, Write, one(DRAM, ld...), "child", one(VRAM, rd...), &RequestOptions{Notif: []byte("check 3 8192 4096 small")}, BackendCUDAIPC)
+	if l := c.next(t); l != "OK small" {
+		t.Fatalf("child: %q", l)
+	}
+	// VRAM -> remote VRAM (device to device), then back into local VRAM.
+	if err := ctx[0].CopyToDevice(dv, pattern(size, 7)); err != nil {
+		t.Fatal(err)
+	}
+	xfer(t, a, Write, one(VRAM, v.Desc(0, size)), "child", remote(0, size), &RequestOptions{Notif: []byte(fmt.Sprintf("check 7 0 %d big", size))}, BackendCUDAIPC)
+	if l := c.next(t); l != "OK big" {
+		t.Fatalf("child: %q", l)
+	}
+	ctx[0].CopyToDevice(dv, make([]byte, size))
+	xfer(t, a, Read, one(VRAM, v.Desc(0, size)), "child", remote(0, size), nil, BackendCUDAIPC)
+	if !bytes.Equal(devRead(t, ctx[0], dv, size), pattern(size, 7)) {
+		t.Fatal("READ of the child's VRAM into VRAM: wrong bytes")
+	}
+	if !strings.Contains(logs.String(), "p2p transfers to child use cudaipc") {
+		t.Fatalf("the backend is not logged:\n%s", logs.String())
+	}
+
+	// Over tcp: the child's progress goroutine stages its VRAM.
+	b := newAgent(t, "parent-tcp", Config{DisableCUDAIPC: true})
+	if _, err := b.LoadRemote(ctxT(t), c.md); err != nil {
+		t.Fatal(err)
+	}
+	heapB := pattern(size, 9)
+	hb, _ := b.RegisterMem(heapB)
+	xfer(t, b, Write, one(DRAM, hb.Desc(0, size)), "child", remote(0, size), &RequestOptions{Notif: []byte(fmt.Sprintf("check 9 0 %d tcp", size))}, BackendTCP)
+	if l := c.next(t); l != "OK tcp" {
+		t.Fatalf("child: %q", l)
+	}
+	clear(heapB)
+	xfer(t, b, Read, one(DRAM, hb.Desc(0, size)), "child", remote(0, size), nil, BackendTCP)
+	if !bytes.Equal(heapB, pattern(size, 9)) {
+		t.Fatal("tcp READ of the child's VRAM: wrong bytes")
+	}
+
+	// The child deregisters the region while it is mapped here: requests
+	// prepared before fail at Post; the mapping stays until the peer is
+	// forgotten.
+	rq, err := a.CreateRequest(Write, one(DRAM, h.Desc(0, 100)), "child", remote(0, 100), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xfer(t, b, Write, one(DRAM), "child", one(VRAM), &RequestOptions{Notif: []byte("dereg")}, BackendTCP)
+	if l := c.next(t); l != "DEREG <nil>" {
+		t.Fatalf("child: %q", l)
+	}
+	ra, _ := a.remote("child")
+	waitFor(t, func() bool { _, dropped := ra.droppedAny([]uint32{cr.ID}); return dropped })
+	if _, err := rq.Post(); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("Post into a deregistered VRAM region: %v", err)
+	}
+	rq.Release()
+	if _, err := a.PrepareRemote("child", remote(0, 100)); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("prepare after deregistration: %v", err)
+	}
+	if n := fakeMappings(t); n != before+2 { // the handle, and dv
+		t.Fatalf("%d fake device mappings, want %d", n, before+2)
+	}
+	if err := a.Invalidate("child"); err != nil {
+		t.Fatal(err)
+	}
+	if n := fakeMappings(t); n != before+1 {
+		t.Fatalf("%d fake device mappings after Invalidate, want %d (the handle closed)", n, before+1)
+	}
+	exitChild(t, b, c)
+}
+
+// TestVRAMToSharedMemoryOfAnotherProcess: local VRAM to and from a peer's
+// Alloc'd DRAM, mapped here: CUDA copies into the mapping (shm), pinned
+// once.
+func TestVRAMToSharedMemoryOfAnotherProcess(t *testing.T) {
+	ctx := fakeGPU(t)
+	const size = 2<<20 + 4096
+	c := startChild(t, size)
+	a := newAgent(t, "parent", Config{})
+	if _, err := a.LoadRemote(ctxT(t), c.md); err != nil {
+		t.Fatal(err)
+	}
+	cr := childRegion(t, c.md)
+	dv := devAlloc(t, ctx[1], size, 0)
+	v, err := a.RegisterVRAM(uint64(dv), size, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xfer(t, a, Read, one(VRAM, v.Desc(0, size)), "child", one(DRAM, Desc{Addr: cr.Base, Len: size}), nil, BackendSHM)
+	if !bytes.Equal(devRead(t, ctx[1], dv, size), pattern(size, childSeed)) {
+		t.Fatal("READ of the child's shared memory into VRAM: wrong bytes")
+	}
+	ctx[1].CopyToDevice(dv, pattern(size, 5))
+	xfer(t, a, Write, one(VRAM, v.Desc(0, size)), "child", one(DRAM, Desc{Addr: cr.Base, Len: size}),
+		&RequestOptions{Notif: []byte(fmt.Sprintf("check 5 0 %d shm", size))}, BackendSHM)
+	if l := c.next(t); l != "OK shm" {
+		t.Fatalf("child: %q", l)
+	}
+	ra, _ := a.remote("child")
+	ra.mu.Lock()
+	pinned := ra.pins[cr.ID]
+	ra.mu.Unlock()
+	if !pinned {
+		t.Fatal("the mapped shared region was not pinned")
+	}
+	exitChild(t, a, c)
+	a.gpu.mu.Lock()
+	left := len(a.gpu.pins)
+	a.gpu.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d pins left after the peer left", left)
 	}
 }
