@@ -40,16 +40,21 @@ func (a *Agent) FetchRemote(ctx context.Context, kv KV, peer string) error {
 type RemoteRegion struct {
 	ID     uint32
 	Type   MemType
-	Addr   uint64 // first address (DRAM) or file offset (FILE)
+	Addr   uint64 // first address (DRAM, VRAM: a device address) or file offset (FILE)
 	Len    uint64
-	Shared bool // in shared memory (Alloc)
+	Shared bool   // in shared memory (Alloc)
+	Device uint32 // VRAM: the CUDA device ordinal in the peer's process
+	Bus    string // VRAM: that device's PCI bus id
 }
 
 // Desc describes n bytes of the region starting off bytes into it.
 func (r RemoteRegion) Desc(off, n uint64) Desc {
 	d := Desc{Addr: r.Addr + off, Len: n}
-	if r.Type == FILE {
+	switch r.Type {
+	case FILE:
 		d.DevID = r.ID
+	case VRAM:
+		d.DevID = r.Device
 	}
 	return d
 }
@@ -64,7 +69,7 @@ func (a *Agent) RemoteRegions(peer string) ([]RemoteRegion, error) {
 	defer ra.mu.Unlock()
 	var out []RemoteRegion
 	for _, r := range ra.table.all() {
-		out = append(out, RemoteRegion{ID: r.ID, Type: r.Type, Addr: r.Base, Len: r.Len, Shared: r.Flags&regionSHM != 0})
+		out = append(out, RemoteRegion{ID: r.ID, Type: r.Type, Addr: r.Base, Len: r.Len, Shared: r.Flags&regionSHM != 0, Device: r.Dev, Bus: r.Bus})
 	}
 	return out, nil
 }

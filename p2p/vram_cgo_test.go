@@ -491,7 +491,11 @@ func TestCUDAIPCTwoProcesses(t *testing.T) {
 	if n := fakeMappings(t); n != before+1 {
 		t.Fatalf("%d fake device mappings after LoadRemote, %d before: the handle should be open once", n, before)
 	}
-	remote := func(off, n uint64) DescList { return one(VRAM, Desc{Addr: cr.Base + off, Len: n, DevID: cr.Dev}) }
+	rrs, err := a.RemoteRegions("child")
+	if err != nil || len(rrs) != 1 || rrs[0].Type != VRAM || rrs[0].Device != 1 || rrs[0].Bus != "0000:3c:00.0" || rrs[0].Desc(5, 6) != (Desc{Addr: cr.Base + 5, Len: 6, DevID: 1}) {
+		t.Fatalf("RemoteRegions: %+v, %v", rrs, err)
+	}
+	remote := func(off, n uint64) DescList { return one(VRAM, rrs[0].Desc(off, n)) }
 	heap := make([]byte, size)
 	h, _ := a.RegisterMem(heap)
 	dv := devAlloc(t, ctx[0], size, 0)

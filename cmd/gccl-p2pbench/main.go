@@ -11,6 +11,17 @@
 // GCCL_P2P_PVM_DISABLE=1); shm: its shared region (Agent.Alloc); file: a
 // file of this process (the file backend). GCCL_SHM_DISABLE=1 sends
 // everything between processes over tcp.
+//
+// -gpu measures VRAM transfers instead, each against the raw driver call
+// in the same run: host->device and device->host through the agent (a
+// DRAM region and a VRAM region of this process) against a pinned
+// cuMemcpy of the same size, and VRAM->VRAM over cudaipc into a second
+// process against a device-to-device copy within this one:
+//
+//	gccl-p2pbench -gpu -dev 0 -b 1M -e 256M -f 4 -n 20
+//
+// Without a CUDA driver -gpu fails with an error that says so
+// (ErrNotSupported).
 package main
 
 import (
@@ -47,6 +58,8 @@ type options struct {
 	backend            p2p.Backend
 	check              bool
 	reverse            bool
+	gpu                bool
+	dev                int
 }
 
 func main() {
@@ -61,6 +74,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gccl-p2pbench:", err)
 		os.Exit(2)
+	}
+	run := run
+	if o.gpu {
+		run = runGPU
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "gccl-p2pbench:", err)
@@ -86,10 +103,13 @@ func parseFlags(args []string) (*options, error) {
 	backend := fs.String("backend", "auto", "force a backend: auto, shm, pvm, tcp")
 	check := fs.Bool("check", true, "check the data after each point")
 	reverse := fs.Bool("reverse", true, "lay the target's descriptors out in reverse order, so that they do not merge")
+	gpu := fs.Bool("gpu", false, "measure VRAM: host<->device through the agent against raw pinned copies, cudaipc against a local device copy")
+	dev := fs.Int("dev", 0, "CUDA device for -gpu")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check, reverse: *reverse}
+	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check, reverse: *reverse,
+		gpu: *gpu, dev: *dev}
 	switch *op {
 	case "read":
 		o.op = p2p.Read
@@ -130,6 +150,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-backend %q", *backend)
 	}
 	switch {
+	case o.gpu && o.dev < 0:
+		return nil, fmt.Errorf("-dev %d", o.dev)
 	case o.target != "dram" && o.target != "shm" && o.target != "file":
 		return nil, fmt.Errorf("-target %q: dram, shm or file", o.target)
 	case o.target == "file" && o.file == "":
@@ -322,7 +344,8 @@ func setupTarget(a *p2p.Agent, o *options, size int) (string, func(off, n uint64
 		return "", nil, nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), roleEnv+"=1", "GCCL_P2PBENCH_SIZE="+strconv.Itoa(size), "GCCL_P2PBENCH_KIND="+o.target)
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GCCL_P2PBENCH_SIZE="+strconv.Itoa(size), "GCCL_P2PBENCH_KIND="+o.target,
+		"GCCL_P2PBENCH_DEV="+strconv.Itoa(o.dev))
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -336,11 +359,15 @@ func setupTarget(a *p2p.Agent, o *options, size int) (string, func(off, n uint64
 		return "", nil, nil, fmt.Errorf("target process: %w", err)
 	}
 	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "TARGET" {
+	if len(f) < 3 || len(f) > 4 || f[0] != "TARGET" {
 		stop()
 		return "", nil, nil, fmt.Errorf("target process said %q", line)
 	}
 	base, _ := strconv.ParseUint(f[2], 10, 64)
+	var dev uint64 // VRAM: the target's device
+	if len(f) == 4 {
+		dev, _ = strconv.ParseUint(f[3], 10, 32)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	peer, err := a.Connect(ctx, f[1]) // metadata over the socket: no store
@@ -348,7 +375,7 @@ func setupTarget(a *p2p.Agent, o *options, size int) (string, func(off, n uint64
 		stop()
 		return "", nil, nil, err
 	}
-	return peer, func(off, n uint64) p2p.Desc { return p2p.Desc{Addr: base + off, Len: n} }, stop, nil
+	return peer, func(off, n uint64) p2p.Desc { return p2p.Desc{Addr: base + off, Len: n, DevID: uint32(dev)} }, stop, nil
 }
 
 // target is the second process: it registers its region, says where it is,
@@ -361,9 +388,29 @@ func target() error {
 	}
 	defer a.Close()
 	var r *p2p.Region
-	if os.Getenv("GCCL_P2PBENCH_KIND") == "shm" {
+	switch os.Getenv("GCCL_P2PBENCH_KIND") {
+	case "vram":
+		dev, _ := strconv.Atoi(os.Getenv("GCCL_P2PBENCH_DEV"))
+		ctx, release, err := cudaContext(dev)
+		if err != nil {
+			return err
+		}
+		defer release()
+		p, err := ctx.Alloc(size)
+		if err != nil {
+			return err
+		}
+		defer ctx.Free(p)
+		if r, err = a.RegisterVRAM(uint64(p), uint64(size), dev); err != nil {
+			return err
+		}
+		defer a.DeregisterMem(r)
+		fmt.Printf("TARGET %s %d %d\n", a.Addr(), r.Addr(), dev)
+		io.Copy(io.Discard, os.Stdin)
+		return nil
+	case "shm":
 		r, err = a.Alloc(size)
-	} else {
+	default:
 		r, err = a.RegisterMem(make([]byte, size))
 	}
 	if err != nil {
