@@ -3,7 +3,8 @@
 // between prefill and decode workers and offloads them to files.
 //
 // Each process makes one named Agent. The agent registers memory once
-// (DRAM regions, on the heap or in shared memory from Agent.Alloc, and FILE
+// (DRAM regions, on the heap or in shared memory from Agent.Alloc; VRAM
+// regions, GPU memory through the CUDA driver loaded at run time; and FILE
 // regions), publishes a metadata blob (LocalMetadata) that peers load once
 // (LoadRemote, through the gccl bootstrap store or directly over a socket
 // with Agent.Connect), and then posts asynchronous one-sided READ and WRITE
@@ -27,7 +28,19 @@
 //     whose progress goroutine on the target bounds-checks every descriptor
 //     and reads WRITE data straight into the registered region;
 //   - file: the target is a FILE region of this agent: parallel pread/pwrite
-//     with a configurable queue depth and block size, O_DIRECT optional.
+//     with a configurable queue depth and block size, O_DIRECT optional;
+//   - cudaipc: the target is a peer's VRAM on this host, whose CUDA IPC
+//     handle is opened at LoadRemote; the initiator copies on the GPU
+//     (device to device, or host to device and back).
+//
+// VRAM (Agent.RegisterVRAM; descriptors carry the device address and the
+// device ordinal) may be either end of a request. The local and shm
+// backends copy through the driver when an end is VRAM (one stream per
+// request and device, one event waited for per part, DRAM pinned once);
+// tcp and file stage VRAM through pinned bounce buffers, on the side that
+// holds it. Without a CUDA driver, or without cgo, RegisterVRAM returns
+// ErrNotSupported. The VRAM paths have run only against the fake driver of
+// internal/cuda/cudatest, never on a GPU.
 //
 // A peer whose connection ends or goes silent for Config.PeerTimeout fails
 // its in-flight requests with ErrRemoteDisconnect and is forgotten; a

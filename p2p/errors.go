@@ -16,7 +16,8 @@ var (
 	// ErrRegionBusy: the region is used by a prepared list or a request.
 	ErrRegionBusy = errors.New("p2p: region in use")
 	// ErrNotSupported: the memory type or backend does not exist on this
-	// system (VRAM without a GPU backend, shared memory off Linux).
+	// system (VRAM without a CUDA driver or without cgo, shared memory off
+	// Linux).
 	ErrNotSupported = errors.New("p2p: not supported on this system")
 	// ErrClosed: the agent is closed.
 	ErrClosed = errors.New("p2p: agent closed")
