@@ -43,6 +43,9 @@ type view struct {
 	b   []byte
 	ok  bool         // false when the buffer is absent (nil)
 	dev DeviceBuffer // set when b is host staging for device memory
+	// addr: b spans dev's device addresses, not host memory; it must get
+	// host staging (staging) before anything reads or writes it.
+	addr bool
 }
 
 func viewOf[T Scalar](s []T) view {

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gccl/gccl/algo"
@@ -293,6 +294,19 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
 	}
 	dev := cl.hasDevice()
+	if dev && c.deviceCall(cl) {
+		handled, err := c.runDevice(ctx, cl)
+		if handled {
+			if err != nil {
+				var oe *OpError
+				if !errors.As(err, &oe) {
+					err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+				}
+				c.fail(err)
+			}
+			return err
+		}
+	}
 	var err error
 	if dev {
 		if err = cl.stageIn(); err != nil {

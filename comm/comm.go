@@ -124,6 +124,11 @@ type Comm struct {
 	// several hosts with the same number of ranks (more than one) on each;
 	// nil otherwise.
 	hier *hier.Layout
+	// multiHost: the ranks are on more than one host (device collectives
+	// need one).
+	multiHost bool
+	// dev is the device collectives' state (devexec.go).
+	dev devState
 	// topo is the job's system graph (multi-process communicators whose
 	// hosts could describe themselves), and progressCPUs where the
 	// progress goroutine's thread is pinned (empty: not pinned).
@@ -183,6 +188,7 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 		senders:   make([]transport.Sender, ep.Size()),
 		receivers: make([]transport.Receiver, ep.Size()),
 		symPeers:  make([]symPeer, ep.Size()),
+		dev:       devState{peers: make([]devPeer, ep.Size())},
 		plans:     map[planKey]*algo.Plan{},
 	}
 	if c.log == nil {

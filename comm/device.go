@@ -1,6 +1,9 @@
 package comm
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // DeviceBuffer is a Buffer in memory the host cannot address (GPU memory):
 // its HostBytes is nil, and it copies its contents to and from host memory.
@@ -24,8 +27,63 @@ type DeviceBuffer interface {
 	CopyFromHost(src []byte) error
 }
 
-// stagedView returns the view of a device buffer: fresh host staging of its
-// size, filled and drained around the operation (stageIn, stageOut).
+// PeerDeviceBuffer is a DeviceBuffer whose memory the ranks on its host can
+// reach directly (gpu.Buffer, through CUDA IPC). When every rank of a
+// single-host communicator passes them, all-reduce, reduce-scatter,
+// all-gather, broadcast and reduce run on the devices: each rank reduces
+// or copies straight between the peers' device buffers with the engine's
+// kernels and copy engines, and nothing crosses to host memory (devexec.go).
+type PeerDeviceBuffer interface {
+	DeviceBuffer
+	// Ptr is the buffer's device address, in the process's unified
+	// address space.
+	Ptr() uintptr
+	// Engine runs the device work on the buffer's device.
+	Engine() DeviceEngine
+}
+
+// DeviceEngine is a device's side of the device collectives: it describes
+// memory for peers, maps theirs, and queues reductions and copies. Package
+// transport/nvlink implements it with CUDA.
+type DeviceEngine interface {
+	// Name says what the engine is, for the log.
+	Name() string
+	// Ready waits until work the caller queued before the collective
+	// (producing its inputs, reading its outputs) is complete, since peers
+	// read and write the buffers as soon as this rank arrives.
+	Ready() error
+	// Export describes n bytes of device memory at ptr for the peers'
+	// Import; the description fits in MaxDeviceDescLen bytes.
+	Export(ptr uintptr, n int) ([]byte, error)
+	// Import returns the address in this process of n bytes a peer
+	// exported, mapping and caching the peer's memory as needed.
+	Import(desc []byte, n int) (uintptr, error)
+	// Reduce queues out[j][i] = in[0][i] op ... op in[k-1][i] for every
+	// output j and element i < count.
+	Reduce(r *DeviceReduce) error
+	// Copy queues a copy of n bytes between device addresses.
+	Copy(dst, src uintptr, n int) error
+	// Wait waits until the queued work is complete.
+	Wait() error
+}
+
+// MaxDeviceDescLen bounds DeviceEngine.Export's descriptions.
+const MaxDeviceDescLen = 160
+
+// DeviceReduce is one queued device reduction.
+type DeviceReduce struct {
+	DataType DataType
+	Op       Op  // Avg and PreMulSum carry Ranks and Scalar
+	Ranks    int // the divisor of Avg
+	Count    int
+	In, Out  []uintptr
+}
+
+// stagedView returns the view of a device buffer. For a PeerDeviceBuffer
+// its bytes are the device addresses (never touched from the host, but
+// they let validation see in-place and overlapping buffers); stageIn gives
+// it host staging only if the call does not run on the devices. Other
+// device buffers get host staging of their size now.
 func stagedView(db DeviceBuffer) (view, error) {
 	if !db.DataType().Valid() {
 		return view{}, invalid("unknown data type %v", db.DataType())
@@ -33,7 +91,24 @@ func stagedView(db DeviceBuffer) (view, error) {
 	if db.Len() < 0 {
 		return view{}, invalid("device buffer of %d elements", db.Len())
 	}
-	return view{dt: db.DataType(), b: make([]byte, db.Len()*db.DataType().Size()), ok: true, dev: db}, nil
+	n := db.Len() * db.DataType().Size()
+	if pb, ok := db.(PeerDeviceBuffer); ok && pb.Ptr() != 0 {
+		return view{dt: db.DataType(), b: deviceBytes(pb.Ptr(), n), ok: true, dev: db, addr: true}, nil
+	}
+	return view{dt: db.DataType(), b: make([]byte, n), ok: true, dev: db}, nil
+}
+
+// deviceBytes is a slice over device addresses: the garbage collector
+// ignores it (device memory is not in the Go heap), and nothing reads it.
+func deviceBytes(p uintptr, n int) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(nil, p)), n)
+}
+
+// staging gives an addressed device view host staging of its size.
+func (v *view) staging() {
+	if v.addr {
+		v.b, v.addr = make([]byte, len(v.b)), false
+	}
 }
 
 // stageIn copies the device inputs of a call to their host staging. Output
@@ -44,6 +119,12 @@ func (cl *call) stageIn() error {
 	if cl.isGroup {
 		return groupStageIn(cl.group)
 	}
+	shared := cl.out.dev != nil && cl.out.dev == cl.in.dev
+	cl.in.staging()
+	if shared {
+		cl.out = cl.in
+	}
+	cl.out.staging()
 	if cl.in.dev != nil {
 		if err := cl.in.dev.CopyToHost(cl.in.b); err != nil {
 			return fmt.Errorf("staging the device send buffer: %w", err)
@@ -89,6 +170,7 @@ func groupHasDevice(ops []P2P) bool {
 
 func groupStageIn(ops []P2P) error {
 	for i := range ops {
+		ops[i].v.staging()
 		if op := &ops[i]; op.v.dev != nil && !op.recv {
 			if err := op.v.dev.CopyToHost(op.v.b); err != nil {
 				return fmt.Errorf("staging a device send buffer: %w", err)

@@ -138,6 +138,10 @@ func generate(k planKey, n, r int) *algo.Plan {
 func (c *Comm) setHosts(hostOf []string) {
 	c.hier = nil
 	clear(c.plans)
+	c.multiHost = false
+	for _, h := range hostOf {
+		c.multiHost = c.multiHost || h != hostOf[0]
+	}
 	lay, err := hier.LayoutOf(hostOf)
 	if err != nil {
 		c.log.Info("flat schedules: "+err.Error(), "subsys", "TUNING")

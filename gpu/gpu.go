@@ -4,12 +4,20 @@
 //
 // The CUDA driver is loaded at run time (internal/cuda), so this package
 // builds everywhere; Open reports ErrNotSupported where there is no driver.
-// Until gccl's own device paths exist (CUDA IPC between processes and
-// reduction kernels), collectives on device buffers move the data through
-// host memory (see comm.DeviceBuffer).
 //
-// Status: tested here against a fake driver library only; no GPU has run
-// it yet (docs/HARDWARE.md).
+// Buffers are comm.PeerDeviceBuffers: when every rank of a communicator on
+// one host passes them, all-reduce, reduce-scatter, all-gather, broadcast
+// and reduce run on the devices (transport/nvlink: CUDA IPC between the
+// processes, gccl's reduction kernels, copy engines), and the call returns
+// once the result is in device memory. Other calls (send/recv, all-to-all,
+// gather, scatter, jobs spanning hosts) move device data through host
+// staging (comm.DeviceBuffer). A collective waits for all work queued in
+// the device's context before it starts (the inputs are complete) and
+// returns after its own device work is complete; its async form completes
+// its Request then.
+//
+// Status: tested here against a fake driver library only, which runs the
+// kernels compiled for the CPU; no GPU has run it yet (docs/HARDWARE.md).
 package gpu
 
 import (
@@ -17,6 +25,7 @@ import (
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/transport/nvlink"
 )
 
 // ErrNotSupported is wrapped by Open's error where no CUDA driver can be
@@ -29,6 +38,7 @@ type Device struct {
 	ctx     *cuda.Context
 	ordinal int
 	busID   string
+	eng     *nvlink.Engine
 }
 
 // Open loads the driver and retains device ordinal's primary context.
@@ -49,11 +59,17 @@ func Open(ordinal int) (*Device, error) {
 	if err == nil {
 		ctx, err = drv.Retain(ordinal)
 	}
+	var eng *nvlink.Engine
+	if err == nil {
+		if eng, err = nvlink.NewEngine(drv, ctx, ordinal, bus); err != nil {
+			ctx.Release()
+		}
+	}
 	if err != nil {
 		drv.Close()
 		return nil, err
 	}
-	return &Device{drv: drv, ctx: ctx, ordinal: ordinal, busID: bus}, nil
+	return &Device{drv: drv, ctx: ctx, ordinal: ordinal, busID: bus, eng: eng}, nil
 }
 
 // Ordinal is the device's CUDA ordinal.
@@ -65,7 +81,10 @@ func (d *Device) PCIBusID() string { return d.busID }
 // Close releases the context and unloads the driver. Buffers must be freed
 // first.
 func (d *Device) Close() error {
-	err := d.ctx.Release()
+	err := d.eng.Close()
+	if rerr := d.ctx.Release(); err == nil {
+		err = rerr
+	}
 	if cerr := d.drv.Close(); err == nil {
 		err = cerr
 	}
@@ -82,7 +101,7 @@ type Buffer struct {
 	owned bool
 }
 
-var _ comm.DeviceBuffer = (*Buffer)(nil)
+var _ comm.PeerDeviceBuffer = (*Buffer)(nil)
 
 // Alloc allocates count elements of dt on the device.
 func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
@@ -114,6 +133,11 @@ func (b *Buffer) HostBytes() []byte { return nil }
 // Ptr is the device address.
 func (b *Buffer) Ptr() uintptr { return uintptr(b.ptr) }
 
+// Engine is the device's engine for device collectives (CUDA IPC and
+// gccl's kernels): collectives whose every rank passes Buffers on one host
+// run on the devices.
+func (b *Buffer) Engine() comm.DeviceEngine { return b.dev.eng }
+
 // CopyToHost copies the buffer into dst, which must hold it exactly.
 func (b *Buffer) CopyToHost(dst []byte) error {
 	if len(dst) != b.n*b.dt.Size() {
@@ -138,4 +162,26 @@ func (b *Buffer) Free() error {
 	err := b.dev.ctx.Free(b.ptr)
 	b.ptr = 0
 	return err
+}
+
+// DeviceCount returns the number of CUDA devices.
+func DeviceCount() (int, error) {
+	drv, err := cuda.Load()
+	if err != nil {
+		return 0, err
+	}
+	defer drv.Close()
+	return drv.DeviceCount()
+}
+
+// Copy copies src into dst (same size, any devices of this process) with
+// the copy engines, and waits for it.
+func (d *Device) Copy(dst, src *Buffer) error {
+	if dst.n*dst.dt.Size() != src.n*src.dt.Size() {
+		return fmt.Errorf("%w: Copy of %d bytes into %d", comm.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
+	}
+	if err := d.eng.Copy(uintptr(dst.ptr), uintptr(src.ptr), dst.n*dst.dt.Size()); err != nil {
+		return err
+	}
+	return d.eng.Wait()
 }

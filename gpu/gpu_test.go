@@ -6,13 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // fakeDriver makes the driver loader use internal/cuda's fake driver
@@ -41,7 +45,8 @@ func f32(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[
 func TestCollectivesOnDeviceBuffers(t *testing.T) {
 	fakeDriver(t)
 	const n, count = 3, 1000
-	cs, err := comm.InitLocal(n, nil)
+	var log testutil.SyncBuffer
+	cs, err := comm.InitLocal(n, &comm.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +65,114 @@ func TestCollectivesOnDeviceBuffers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	// Every rank took the device path (and said so once).
+	if got := strings.Count(log.String(), "collectives run on the devices"); got != n {
+		t.Errorf("%d ranks logged the device path, want %d:\n%s", got, n, log.String())
+	}
+}
+
+// runRanks runs f on n in-process ranks, each with its own Device, and
+// returns their errors.
+func runRanks(t *testing.T, n int, f func(c *comm.Comm, dev *gpu.Device) error) []error {
+	t.Helper()
+	cs, err := comm.InitLocal(n, &comm.Config{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dev, err := gpu.Open(0)
+			if err != nil {
+				errs[c.Rank()] = err
+				return
+			}
+			defer dev.Close()
+			errs[c.Rank()] = f(c, dev)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// A rank passing host buffers while its peers pass device buffers fails
+// the call on every rank, with ErrMismatch where the mismatch is seen.
+func TestDeviceAndHostBuffersMismatch(t *testing.T) {
+	fakeDriver(t)
+	errs := runRanks(t, 3, func(c *comm.Comm, dev *gpu.Device) error {
+		if c.Rank() == 0 {
+			h := make([]float32, 4096)
+			return comm.AllReduce(context.Background(), c, h, h, comm.Sum)
+		}
+		b, err := dev.Alloc(comm.Float32, 4096)
+		if err != nil {
+			return err
+		}
+		defer b.Free()
+		return c.AllReduce(context.Background(), b, b, comm.Sum)
+	})
+	mismatch := false
+	for r, err := range errs {
+		mismatch = mismatch || errors.Is(err, comm.ErrMismatch)
+		if !errors.Is(err, comm.ErrMismatch) && !errors.Is(err, comm.ErrPeerLost) {
+			t.Errorf("rank %d: %v, want ErrMismatch or ErrPeerLost", r, err)
+		}
+	}
+	if !mismatch {
+		t.Errorf("no rank reported ErrMismatch: %v", errs)
+	}
+}
+
+// Different pre-multipliers on different ranks: the kernels take one, so
+// every rank agrees at arrival to run the call through host staging, and
+// the result is still right.
+func TestDevicePreMulSumPerRankScalars(t *testing.T) {
+	fakeDriver(t)
+	const n, count = 3, 777
+	errs := runRanks(t, n, func(c *comm.Comm, dev *gpu.Device) error {
+		r := c.Rank()
+		b, err := dev.Alloc(comm.Float64, count)
+		if err != nil {
+			return err
+		}
+		defer b.Free()
+		host := make([]float64, count)
+		for i := range host {
+			host[i] = float64(i + r)
+		}
+		if err := b.CopyFromHost(unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), 8*count)); err != nil {
+			return err
+		}
+		if err := c.AllReduce(context.Background(), b, b, comm.PreMulSum(float64(r+1))); err != nil {
+			return err
+		}
+		if err := b.CopyToHost(unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), 8*count)); err != nil {
+			return err
+		}
+		for i, v := range host {
+			want := 0.0
+			for p := 0; p < n; p++ {
+				want += float64(p+1) * float64(i+p)
+			}
+			if v != want {
+				return fmt.Errorf("element %d = %v, want %v", i, v, want)
+			}
+		}
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef GCCL_HOSTEMU
@@ -175,8 +176,11 @@ CUresult cuEventSynchronize(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
 CUresult cuEventQuery(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
 CUresult cuEventDestroy_v2(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
 
-// IPC handles: a magic, the owner's pid, the memfd and the size.
-struct ipc_handle { char magic[16]; int32_t pid, fd; uint64_t size; char pad[32]; };
+// IPC handles: a magic, the owner's pid, the memfd, its inode and the
+// size. The inode makes a handle name one allocation, as the real driver's
+// do: a freed allocation's fd number may be reused for the next one, whose
+// handle then differs, and opening a stale handle fails.
+struct ipc_handle { char magic[16]; int32_t pid, fd; uint64_t size, ino; char pad[24]; };
 typedef struct { char reserved[64]; } CUipcMemHandle;
 static const char ipc_magic[16] = "fakecuda-ipc-v1";
 
@@ -190,6 +194,8 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *h, uint64_t p) {
 		ih.pid = getpid();
 		ih.fd = a->fd;
 		ih.size = a->size;
+		struct stat st;
+		if (fstat(a->fd, &st) == 0) ih.ino = st.st_ino;
 	}
 	pthread_mutex_unlock(&mu);
 	if (!a || a->ipc) return INVALID_VALUE;
@@ -206,6 +212,8 @@ CUresult cuIpcOpenMemHandle_v2(uint64_t *p, CUipcMemHandle h, unsigned flags) {
 	snprintf(path, sizeof path, "/proc/%d/fd/%d", ih.pid, ih.fd);
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) return INVALID_VALUE;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || st.st_ino != ih.ino) { close(fd); return INVALID_VALUE; } // freed since
 	void *m = mmap(NULL, ih.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED) { close(fd); return OUT_OF_MEMORY; }
 	pthread_mutex_lock(&mu);

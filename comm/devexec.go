@@ -1,0 +1,352 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/transport"
+)
+
+// Device collectives. When every rank of a communicator on one host passes
+// PeerDeviceBuffers, all-reduce, reduce-scatter, all-gather, broadcast and
+// reduce run on the devices, as the symmetric-memory path runs on host
+// memory (symexec.go): each rank exports its buffers (CUDA IPC handles),
+// maps its peers' buffers, and then
+//   - all-reduce: reduces its 1/n slice of every rank's input with one
+//     kernel that writes the result into every rank's output;
+//   - reduce-scatter: reduces its own block of every rank's input into its
+//     output;
+//   - reduce: reduces its slice into the root's output;
+//   - all-gather: copies its input into every rank's output (copy engines);
+//   - broadcast: copies the root's input into its own output.
+//
+// The same two rounds over the transport frame it: arrival carries the
+// operation and the buffer descriptions (a rank passing host buffers while
+// a peer passes device buffers fails with ErrMismatch), departure says the
+// rank's device work is complete. Before arriving a rank waits for the
+// work it queued on the buffers (DeviceEngine.Ready), since peers read and
+// write them as soon as it arrives; after departing, its outputs are final
+// and no peer reads its inputs. An operation the devices cannot do after
+// all (more ranks than a kernel takes inputs, different pre-multipliers on
+// different ranks) is seen by every rank from the same arrival records, and
+// every rank then runs it through host staging instead.
+
+// Tag kinds of the device rounds.
+const (
+	tagDevArrive uint8 = 36
+	tagDevDepart uint8 = 37
+)
+
+// maxDeviceRanks is the most inputs one device reduction reads (the
+// kernels' limit, internal/kernels.MaxInputs).
+const maxDeviceRanks = 8
+
+// devRecord is what a rank announces on arrival.
+type devRecord struct {
+	coll, dt, op   uint8
+	root           uint32
+	count          uint64
+	scalar         float64
+	inLen, outLen  uint64 // bytes
+	inDesc, outDsc []byte // DeviceEngine.Export's descriptions; empty when absent
+}
+
+const devHeaderLen = 44
+const devRecordLen = devHeaderLen + 2*MaxDeviceDescLen
+
+func (r *devRecord) put(b []byte) {
+	le := binary.LittleEndian
+	clear(b)
+	b[0], b[1], b[2] = r.coll, r.dt, r.op
+	le.PutUint32(b[4:], r.root)
+	le.PutUint64(b[8:], r.count)
+	le.PutUint64(b[16:], math.Float64bits(r.scalar))
+	le.PutUint64(b[24:], r.inLen)
+	le.PutUint64(b[32:], r.outLen)
+	le.PutUint16(b[40:], uint16(len(r.inDesc)))
+	le.PutUint16(b[42:], uint16(len(r.outDsc)))
+	copy(b[devHeaderLen:], r.inDesc)
+	copy(b[devHeaderLen+MaxDeviceDescLen:], r.outDsc)
+}
+
+func (r *devRecord) get(b []byte) error {
+	le := binary.LittleEndian
+	r.coll, r.dt, r.op = b[0], b[1], b[2]
+	r.root = le.Uint32(b[4:])
+	r.count = le.Uint64(b[8:])
+	r.scalar = math.Float64frombits(le.Uint64(b[16:]))
+	r.inLen, r.outLen = le.Uint64(b[24:]), le.Uint64(b[32:])
+	ni, no := int(le.Uint16(b[40:])), int(le.Uint16(b[42:]))
+	if ni > MaxDeviceDescLen || no > MaxDeviceDescLen {
+		return fmt.Errorf("%w: device buffer descriptions of %d and %d bytes", ErrMismatch, ni, no)
+	}
+	r.inDesc = b[devHeaderLen : devHeaderLen+ni]
+	r.outDsc = b[devHeaderLen+MaxDeviceDescLen : devHeaderLen+MaxDeviceDescLen+no]
+	return nil
+}
+
+// devPeer is where one rank's buffers are, in this process's addresses.
+type devPeer struct {
+	in, out uintptr // 0 when absent
+	scalar  float64
+}
+
+// devState is a communicator's device-collective state.
+type devState struct {
+	peers  []devPeer
+	msg    [devRecordLen]byte
+	logged bool
+	ops    uint64 // device collectives run (tests)
+	ins    []uintptr
+	outs   []uintptr
+	red    DeviceReduce
+}
+
+// deviceCall reports whether cl is one the devices may run: a
+// single-host communicator, a collective they do, and every buffer the
+// rank uses a PeerDeviceBuffer. Each rank decides alone; arrival checks
+// that the peers decided the same.
+func (c *Comm) deviceCall(cl *call) bool {
+	if cl.isGroup || cl.barrier || c.size < 2 || c.multiHost || c.algoPref != 0 {
+		return false
+	}
+	switch cl.coll {
+	case algo.AllReduce, algo.ReduceScatter, algo.AllGather, algo.Broadcast, algo.Reduce:
+	default:
+		return false
+	}
+	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
+	needOut := cl.coll != algo.Reduce || cl.root == c.rank
+	if needIn && !cl.in.addr || needOut && !cl.out.addr {
+		return false
+	}
+	// A rank's unused buffer may be anything; a used one must be on the
+	// same engine as the other.
+	if needIn && needOut && cl.in.dev.(PeerDeviceBuffer).Engine() != cl.out.dev.(PeerDeviceBuffer).Engine() {
+		return false
+	}
+	return true
+}
+
+// runDevice runs cl on the devices. It returns handled=false, with no
+// error, when the ranks agreed at arrival to run it through host staging.
+func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error) {
+	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
+	needOut := cl.coll != algo.Reduce || cl.root == c.rank
+	var eng DeviceEngine
+	if needIn {
+		eng = cl.in.dev.(PeerDeviceBuffer).Engine()
+	} else {
+		eng = cl.out.dev.(PeerDeviceBuffer).Engine()
+	}
+	d := &c.dev
+	if !d.logged {
+		d.logged = true
+		c.log.Info("device buffers: collectives run on the devices, peers' memory mapped through "+eng.Name(), "subsys", "COLL")
+	}
+	esz := cl.dtype().Size()
+	me := devRecord{coll: uint8(cl.coll), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), root: uint32(cl.root)}
+	switch cl.coll {
+	case algo.Reduce:
+		me.count = uint64(len(cl.in.b) / esz)
+	case algo.AllGather:
+		me.count = uint64(len(cl.in.b) / esz)
+	default:
+		me.count = uint64(len(cl.out.b) / esz)
+	}
+	if cl.op.Kind == OpPreMulSum {
+		me.scalar = cl.op.Scalar
+	}
+	if err := eng.Ready(); err != nil {
+		return true, err
+	}
+	if needIn {
+		me.inLen = uint64(len(cl.in.b))
+		if me.inDesc, err = eng.Export(addrOf(cl.in.b), len(cl.in.b)); err != nil {
+			return true, err
+		}
+	}
+	if needOut {
+		me.outLen = uint64(len(cl.out.b))
+		if me.outDsc, err = eng.Export(addrOf(cl.out.b), len(cl.out.b)); err != nil {
+			return true, err
+		}
+	}
+	if len(me.inDesc) > MaxDeviceDescLen || len(me.outDsc) > MaxDeviceDescLen {
+		return true, fmt.Errorf("gccl: internal error: %s exported a description longer than %d bytes", eng.Name(), MaxDeviceDescLen)
+	}
+	x := &c.exec
+	x.begin(ctx, cl.name(), transport.MakeTag(tagDevArrive, cl.seq))
+	c.reached.Store(cl.seq)
+	me.put(d.msg[:])
+	if err := c.devRound(eng, d.msg[:]); err != nil {
+		return true, err
+	}
+	d.peers[c.rank] = devPeer{in: addrOf(cl.in.b), out: addrOf(cl.out.b), scalar: me.scalar}
+	if !needIn {
+		d.peers[c.rank].in = 0
+	}
+	if !needOut {
+		d.peers[c.rank].out = 0
+	}
+	if why := c.deviceRefusal(cl); why != "" {
+		c.log.Debug("device collective through host staging: "+why, "subsys", "COLL")
+		return false, nil
+	}
+	d.ops++
+	if err := c.deviceWork(eng, cl, esz); err != nil {
+		return true, &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+	}
+	if err := eng.Wait(); err != nil {
+		return true, &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+	}
+	x.tag = transport.MakeTag(tagDevDepart, cl.seq)
+	return true, c.symRound(c.barrier[:1])
+}
+
+// deviceRefusal says why the devices cannot run an operation every rank
+// arrived for, from what every rank knows alike after arrival.
+func (c *Comm) deviceRefusal(cl *call) string {
+	if cl.coll.Reducing() && c.size > maxDeviceRanks {
+		return fmt.Sprintf("%d ranks, more than a device reduction reads (%d)", c.size, maxDeviceRanks)
+	}
+	if cl.op.Kind == OpPreMulSum {
+		for _, p := range c.dev.peers {
+			if p.scalar != c.dev.peers[0].scalar {
+				return "ranks pass different pre-multipliers"
+			}
+		}
+	}
+	return ""
+}
+
+// deviceWork queues this rank's share of the operation.
+func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
+	d := &c.dev
+	n, r := c.size, c.rank
+	switch cl.coll {
+	case algo.AllGather:
+		blk := len(cl.in.b)
+		src := addrOf(cl.in.b)
+		for i := 0; i < n; i++ {
+			p := (r + i) % n // spread the writers over the targets
+			dst := d.peers[p].out + uintptr(r*blk)
+			if dst != src && blk > 0 {
+				if err := eng.Copy(dst, src, blk); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case algo.Broadcast:
+		src, dst := d.peers[cl.root].in, addrOf(cl.out.b)
+		if src != dst && len(cl.out.b) > 0 {
+			return eng.Copy(dst, src, len(cl.out.b))
+		}
+		return nil
+	}
+	red := &d.red
+	*red = DeviceReduce{DataType: cl.dtype(), Op: cl.op, Ranks: n}
+	d.ins, d.outs = d.ins[:0], d.outs[:0]
+	var lo, hi int
+	switch cl.coll {
+	case algo.ReduceScatter:
+		blk := len(cl.out.b) / esz
+		lo, hi = r*blk, (r+1)*blk
+		d.outs = append(d.outs, addrOf(cl.out.b))
+	case algo.AllReduce, algo.Reduce:
+		count := len(cl.in.b) / esz
+		lo, hi = symSlice(count, esz, r, n)
+		for p := 0; p < n; p++ {
+			if cl.coll == algo.AllReduce || p == cl.root {
+				d.outs = append(d.outs, d.peers[p].out+uintptr(lo*esz))
+			}
+		}
+	}
+	if hi <= lo {
+		return nil
+	}
+	for p := 0; p < n; p++ {
+		d.ins = append(d.ins, d.peers[p].in+uintptr(lo*esz))
+	}
+	if cl.op.Kind == OpPreMulSum {
+		red.Op.Scalar = d.peers[0].scalar
+	}
+	red.Count, red.In, red.Out = hi-lo, d.ins, d.outs
+	return eng.Reduce(red)
+}
+
+// devRound sends the arrival record to every peer and resolves theirs.
+func (c *Comm) devRound(eng DeviceEngine, msg []byte) error {
+	x := &c.exec
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size
+		slot, s, err := x.reserve(p, len(msg))
+		if err != nil {
+			return err
+		}
+		copy(slot, msg)
+		s.Commit(x.tag)
+	}
+	var firstErr error
+	for i := 1; i < c.size; i++ {
+		p := (c.rank - i + c.size) % c.size
+		m, rcv, err := x.next(p, len(msg), x.tag)
+		if err != nil {
+			return err
+		}
+		err = c.devResolve(eng, p, m, msg)
+		rcv.Release()
+		if err != nil && firstErr == nil {
+			// Keep draining the round so peers are not left waiting on
+			// this rank's receives.
+			firstErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+		}
+	}
+	return firstErr
+}
+
+// devResolve checks peer p's arrival record against this rank's and maps
+// p's buffers.
+func (c *Comm) devResolve(eng DeviceEngine, p int, msg, mine []byte) error {
+	var me, rec devRecord
+	if err := me.get(mine); err != nil {
+		return err
+	}
+	if err := rec.get(msg); err != nil {
+		return err
+	}
+	if rec.count != me.count || rec.dt != me.dt || rec.op != me.op || rec.coll != me.coll || rec.root != me.root {
+		return fmt.Errorf("%w: peer runs %v of %d %v (op %v, root %d) on device buffers, this rank %v of %d %v (op %v, root %d)",
+			ErrMismatch, algo.Collective(rec.coll), rec.count, DataType(rec.dt), Op{Kind: OpKind(rec.op)}, int32(rec.root),
+			algo.Collective(me.coll), me.count, DataType(me.dt), Op{Kind: OpKind(me.op)}, int32(me.root))
+	}
+	if (len(me.inDesc) > 0 && len(rec.inDesc) > 0 && me.inLen != rec.inLen) ||
+		(len(me.outDsc) > 0 && len(rec.outDsc) > 0 && me.outLen != rec.outLen) {
+		return fmt.Errorf("%w: peer's device buffers hold %d and %d bytes, this rank's %d and %d", ErrMismatch, rec.inLen, rec.outLen, me.inLen, me.outLen)
+	}
+	var pe devPeer
+	pe.scalar = rec.scalar
+	var err error
+	if len(rec.inDesc) > 0 {
+		if pe.in, err = eng.Import(rec.inDesc, int(rec.inLen)); err != nil {
+			return fmt.Errorf("mapping the peer's device send buffer: %w", err)
+		}
+	}
+	if len(rec.outDsc) > 0 {
+		if pe.out, err = eng.Import(rec.outDsc, int(rec.outLen)); err != nil {
+			return fmt.Errorf("mapping the peer's device receive buffer: %w", err)
+		}
+	}
+	c.dev.peers[p] = pe
+	return nil
+}
+
+// addrOf is the first address of b (a device view's device address).
+func addrOf(b []byte) uintptr {
+	lo, _ := span(b)
+	return lo
+}

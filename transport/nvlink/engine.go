@@ -1,0 +1,271 @@
+// Package nvlink moves and reduces data directly between GPUs of one host,
+// for gccl's device collectives: processes export their device buffers as
+// CUDA IPC handles, peers map them (over NVLink or PCIe peer-to-peer where
+// the GPUs differ; on one GPU, within its memory), and an Engine reduces
+// with gccl's kernels (internal/kernels) and copies with the copy engines,
+// straight between the mapped buffers. It implements comm.DeviceEngine;
+// package gpu gives every Device one.
+//
+// Status: tested against the fake CUDA driver only (the kernels run there
+// compiled for the CPU); no GPU has run it yet (docs/HARDWARE.md).
+package nvlink
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/kernels"
+	"github.com/gccl/gccl/internal/reduce"
+)
+
+// maxImports bounds the cache of peers' mapped allocations; past it the
+// cache is emptied (every mapping closed) and refilled as needed.
+const maxImports = 1024
+
+// Engine is one device's engine: a stream for its work, the kernels module
+// (loaded at the first reduction), and the peers' allocations mapped here.
+// Its methods are safe for concurrent use; ranks sharing a device share its
+// stream.
+type Engine struct {
+	ctx     *cuda.Context
+	ordinal int
+	busID   string
+	sms     int
+	ccMajor int
+	ccMinor int
+	pid     uint32
+
+	mu      sync.Mutex
+	stream  cuda.Stream
+	mod     cuda.Module
+	arch    string
+	funcs   map[string]cuda.Function
+	imports map[cuda.IPCHandle]cuda.DevicePtr
+	// args is its own allocation: cgo checks that the memory passed to C
+	// holds no Go pointers, and the rest of Engine does.
+	args   *kernels.ReduceArgs
+	closed bool
+}
+
+var _ comm.DeviceEngine = (*Engine)(nil)
+
+// NewEngine makes the engine of device ordinal, whose primary context is
+// ctx, on driver d.
+func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
+	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
+		args: new(kernels.ReduceArgs), funcs: map[string]cuda.Function{}, imports: map[cuda.IPCHandle]cuda.DevicePtr{}}
+	var err error
+	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
+		return nil, err
+	}
+	if e.ccMajor, err = d.Attribute(ordinal, cuda.AttrComputeCapabilityMajor); err != nil {
+		return nil, err
+	}
+	if e.ccMinor, err = d.Attribute(ordinal, cuda.AttrComputeCapabilityMinor); err != nil {
+		return nil, err
+	}
+	if e.stream, err = ctx.NewStream(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Name says what the engine is.
+func (e *Engine) Name() string {
+	return fmt.Sprintf("CUDA IPC (device %d, %s, sm_%d%d)", e.ordinal, e.busID, e.ccMajor, e.ccMinor)
+}
+
+// Ready waits for all work queued in the device's context, by the caller
+// on any stream included.
+func (e *Engine) Ready() error { return e.ctx.Synchronize() }
+
+// A description of exported memory: magic, exporter's pid, the
+// allocation's base and size, the offset of the memory in it, and the
+// allocation's IPC handle.
+const (
+	descMagic = "GNV1"
+	descLen   = 4 + 4 + 8 + 8 + 8 + 64
+)
+
+// Export describes n bytes at device address ptr for Import in a peer.
+func (e *Engine) Export(ptr uintptr, n int) ([]byte, error) {
+	base, size, err := e.ctx.AddressRange(cuda.DevicePtr(ptr))
+	if err != nil {
+		return nil, fmt.Errorf("nvlink: device memory at %#x: %w", ptr, err)
+	}
+	off := uint64(ptr) - uint64(base)
+	if n < 0 || off+uint64(n) > uint64(size) {
+		return nil, fmt.Errorf("nvlink: %d bytes at %#x run past their allocation [%#x, +%d): %w", n, ptr, base, size, comm.ErrInvalidArgument)
+	}
+	h, err := e.ctx.IPCHandle(base)
+	if err != nil {
+		return nil, fmt.Errorf("nvlink: exporting device memory at %#x: %w", ptr, err)
+	}
+	d := make([]byte, descLen)
+	le := binary.LittleEndian
+	copy(d, descMagic)
+	le.PutUint32(d[4:], e.pid)
+	le.PutUint64(d[8:], uint64(base))
+	le.PutUint64(d[16:], uint64(size))
+	le.PutUint64(d[24:], off)
+	copy(d[32:], h[:])
+	return d, nil
+}
+
+// Import returns the address here of n bytes a peer exported. Memory of
+// this same process is used as it is (one address space); another
+// process's allocation is opened once and cached by its handle.
+func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
+	if len(desc) != descLen || !bytes.HasPrefix(desc, []byte(descMagic)) {
+		return 0, fmt.Errorf("nvlink: not a device memory description (%d bytes)", len(desc))
+	}
+	le := binary.LittleEndian
+	pid, base, size, off := le.Uint32(desc[4:]), le.Uint64(desc[8:]), le.Uint64(desc[16:]), le.Uint64(desc[24:])
+	if n < 0 || off > size || uint64(n) > size-off {
+		return 0, fmt.Errorf("nvlink: peer's %d bytes at offset %d run past its %d-byte allocation", n, off, size)
+	}
+	if pid == e.pid {
+		return uintptr(base + off), nil
+	}
+	var h cuda.IPCHandle
+	copy(h[:], desc[32:])
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return 0, fmt.Errorf("nvlink: engine closed")
+	}
+	p, ok := e.imports[h]
+	if !ok {
+		if len(e.imports) >= maxImports {
+			e.closeImportsLocked()
+		}
+		var err error
+		if p, err = e.ctx.OpenIPC(h); err != nil {
+			return 0, fmt.Errorf("nvlink: opening process %d's device memory: %w", pid, err)
+		}
+		e.imports[h] = p
+	}
+	return uintptr(uint64(p) + off), nil
+}
+
+func (e *Engine) closeImportsLocked() {
+	for h, p := range e.imports {
+		e.ctx.CloseIPC(p)
+		delete(e.imports, h)
+	}
+}
+
+// kernelOp maps a comm reduction to a kernel operator and its scalar.
+func kernelOp(r *comm.DeviceReduce) (kernels.Op, float64) {
+	switch r.Op.Kind {
+	case comm.OpProd:
+		return kernels.OpProd, 0
+	case comm.OpMin:
+		return kernels.OpMin, 0
+	case comm.OpMax:
+		return kernels.OpMax, 0
+	case comm.OpAvg:
+		if r.DataType.IsFloat() {
+			return kernels.OpPreMulSum, 1 / float64(r.Ranks)
+		}
+		return kernels.OpSumDiv, float64(r.Ranks)
+	case comm.OpPreMulSum:
+		return kernels.OpPreMulSum, r.Op.Scalar
+	}
+	return kernels.OpSum, 0
+}
+
+// Reduce queues one reduction kernel on the engine's stream.
+func (e *Engine) Reduce(r *comm.DeviceReduce) error {
+	if len(r.In) < 1 || len(r.In) > kernels.MaxInputs || len(r.Out) < 1 || len(r.Out) > kernels.MaxOutputs {
+		return fmt.Errorf("nvlink: a reduction of %d inputs into %d outputs (at most %d and %d): %w",
+			len(r.In), len(r.Out), kernels.MaxInputs, kernels.MaxOutputs, comm.ErrInvalidArgument)
+	}
+	if r.Count <= 0 {
+		return nil
+	}
+	op, scalar := kernelOp(r)
+	dt := reduce.DType(r.DataType)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f, err := e.function(dt, op)
+	if err != nil {
+		return err
+	}
+	a := e.args
+	*a = kernels.ReduceArgs{Count: uint64(r.Count), NIn: int32(len(r.In)), NOut: int32(len(r.Out)), Scalar: scalar}
+	for i, p := range r.In {
+		a.In[i] = uint64(p)
+	}
+	for i, p := range r.Out {
+		a.Out[i] = uint64(p)
+	}
+	grid, block := kernels.LaunchShape(r.Count, dt, e.sms)
+	if err := e.ctx.Launch(f, grid, block, e.stream, unsafe.Pointer(a)); err != nil {
+		return fmt.Errorf("nvlink: %v %v reduction of %d elements: %w", r.DataType, r.Op, r.Count, err)
+	}
+	return nil
+}
+
+// function returns the kernel for dt and op, loading the module first.
+func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error) {
+	name, err := kernels.ReduceEntry(dt, op)
+	if err != nil {
+		return 0, err
+	}
+	if f, ok := e.funcs[name]; ok {
+		return f, nil
+	}
+	if e.closed {
+		return 0, fmt.Errorf("nvlink: engine closed")
+	}
+	if e.mod == 0 {
+		arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor)
+		if err != nil {
+			return 0, err
+		}
+		if e.mod, err = e.ctx.LoadModule(ptx); err != nil {
+			return 0, fmt.Errorf("nvlink: loading gccl's %s kernels: %w", arch, err)
+		}
+		e.arch = arch
+	}
+	f, err := e.ctx.Function(e.mod, name)
+	if err != nil {
+		return 0, fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, e.arch, err)
+	}
+	e.funcs[name] = f
+	return f, nil
+}
+
+// Copy queues a copy of n bytes on the engine's stream (copy engines).
+func (e *Engine) Copy(dst, src uintptr, n int) error {
+	return e.ctx.CopyAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), n, e.stream)
+}
+
+// Wait waits until the engine's queued work is complete.
+func (e *Engine) Wait() error { return e.ctx.SyncStream(e.stream) }
+
+// Close closes the peers' mappings, the module and the stream.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	e.closeImportsLocked()
+	var err error
+	if e.mod != 0 {
+		err = e.ctx.UnloadModule(e.mod)
+	}
+	if serr := e.ctx.DestroyStream(e.stream); err == nil {
+		err = serr
+	}
+	return err
+}
