@@ -20,7 +20,7 @@ import (
 
 // bins holds the programs built once for the whole package.
 var bins struct {
-	dir, run, collcheck, collcheckOld string
+	dir, run, collcheck, collcheckOld, devcheck string
 }
 
 func TestMain(m *testing.M) {
@@ -42,9 +42,11 @@ func buildAndRun(m *testing.M) (int, error) {
 	bins.run = filepath.Join(dir, "gccl-run")
 	bins.collcheck = filepath.Join(dir, "collcheck")
 	bins.collcheckOld = filepath.Join(dir, "collcheck-old")
+	bins.devcheck = filepath.Join(dir, "devcheck")
 	builds := [][]string{
 		{"-o", bins.run, "../cmd/gccl-run"},
 		{"-o", bins.collcheck, "./collcheck"},
+		{"-o", bins.devcheck, "./devcheck"},
 		// A rank that claims another library version, for the mismatch test.
 		{"-o", bins.collcheckOld, "-ldflags", "-X github.com/gccl/gccl/bootstrap.Version=0.0.1-old", "./collcheck"},
 	}
@@ -103,6 +105,15 @@ func mustContain(t *testing.T, out string, wants ...string) {
 	for _, w := range wants {
 		if !strings.Contains(out, w) {
 			t.Fatalf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func mustNotContain(t *testing.T, out string, bad ...string) {
+	t.Helper()
+	for _, b := range bad {
+		if strings.Contains(out, b) {
+			t.Errorf("output contains %q:\n%s", b, out)
 		}
 	}
 }

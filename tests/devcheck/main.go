@@ -1,0 +1,627 @@
+// Command devcheck is one rank of a multi-process check of collectives on
+// GPU memory: it joins the job from the environment (as launched by
+// gccl-run), opens GPU (local rank mod the device count), and runs
+// all-reduce (every type and op, in and out of place), reduce-scatter,
+// all-gather, broadcast, reduce and a ring of send/recv on device buffers
+// filled with fresh random data, checking every result against a float64
+// (or exact integer) reference computed from every rank's inputs. It prints
+// "devcheck: rank R of N ok" and whether the collectives ran on the devices
+// (CUDA IPC and gccl's kernels) or through host staging, and exits 0; a
+// wrong value or an error exits 1. Without a CUDA driver it says so and
+// exits 2.
+//
+// The tests in package tests run it against the fake CUDA driver; on a GPU
+// machine: go build -o /tmp/devcheck ./tests/devcheck && gccl-run -np 2
+// /tmp/devcheck.
+//
+// With -bench it also measures, in the same run, a device-to-device copy of
+// -bench-bytes within this rank's GPU and the device all-reduce of as many
+// bytes of float32 across the job, and prints both bandwidths and their
+// ratio (the all-reduce's bus bandwidth, 2(n-1)/n times the bytes over the
+// time, as nccl-tests reports it).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/gpu"
+)
+
+func main() {
+	count := flag.Int("count", 4099, "elements per rank (not a multiple of 16, so slices end unaligned)")
+	timeout := flag.Duration("timeout", 2*time.Minute, "whole-run deadline")
+	bench := flag.Bool("bench", false, "also measure device all-reduce against a device-to-device copy")
+	benchBytes := flag.Int("bench-bytes", 256<<20, "bytes of the -bench all-reduce and copy")
+	iters := flag.Int("bench-iters", 20, "timed iterations of -bench")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var onDevice atomic.Bool
+	logger := slog.New(&watch{seen: &onDevice, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	c, err := comm.Init(ctx, &comm.Config{Logger: logger})
+	if err != nil {
+		fail("init: %v", err)
+	}
+	defer c.Close()
+	local, _ := strconv.Atoi(os.Getenv("GCCL_LOCAL_RANK"))
+	dev, err := openDevice(local)
+	if errors.Is(err, gpu.ErrNotSupported) {
+		fmt.Printf("devcheck: rank %d: no GPU: %v\n", c.Rank(), err)
+		os.Exit(2)
+	}
+	if err != nil {
+		fail("rank %d: %v", c.Rank(), err)
+	}
+	defer dev.Close()
+	k := &checker{c: c, ctx: ctx, dev: dev, n: *count}
+	if err := k.all(); err != nil {
+		fail("rank %d: %v", c.Rank(), err)
+	}
+	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v\n",
+		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load())
+	if *bench {
+		if err := k.bench(*benchBytes, *iters); err != nil {
+			fail("rank %d: bench: %v", c.Rank(), err)
+		}
+	}
+}
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "devcheck: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func openDevice(local int) (*gpu.Device, error) {
+	d, err := gpu.Open(0)
+	if err != nil || local == 0 {
+		return d, err
+	}
+	// Spread local ranks over the devices (one GPU: all on device 0).
+	n, err := gpu.DeviceCount()
+	if err != nil || n <= 1 {
+		return d, err
+	}
+	d.Close()
+	return gpu.Open(local % n)
+}
+
+// watch notes comm's log line saying collectives run on the devices.
+type watch struct {
+	seen *atomic.Bool
+	next slog.Handler
+}
+
+func (w *watch) Enabled(ctx context.Context, l slog.Level) bool { return true }
+func (w *watch) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "collectives run on the devices") {
+		w.seen.Store(true)
+	}
+	if w.next.Enabled(ctx, r.Level) {
+		return w.next.Handle(ctx, r)
+	}
+	return nil
+}
+func (w *watch) WithAttrs(a []slog.Attr) slog.Handler { return &watch{w.seen, w.next.WithAttrs(a)} }
+func (w *watch) WithGroup(g string) slog.Handler      { return &watch{w.seen, w.next.WithGroup(g)} }
+
+type checker struct {
+	c      *comm.Comm
+	ctx    context.Context
+	dev    *gpu.Device
+	n      int
+	round  uint64
+	checks int
+}
+
+// inputs returns every rank's input of count elements for one check, from
+// a seed all ranks share: rank r's values are in[r].
+func (k *checker) inputs(dt comm.DataType, op comm.Op, count int) [][]float64 {
+	k.round++
+	in := make([][]float64, k.c.Size())
+	for r := range in {
+		rng := rand.New(rand.NewPCG(k.round, uint64(r)))
+		in[r] = make([]float64, count)
+		for i := range in[r] {
+			in[r][i] = value(rng, dt, op)
+		}
+	}
+	return in
+}
+
+// value draws one element: integers over their whole range (sums and
+// products wrap), floats small enough that every op stays finite in the
+// narrow formats.
+func value(rng *rand.Rand, dt comm.DataType, op comm.Op) float64 {
+	switch dt {
+	case comm.Int8, comm.Uint8, comm.Int32, comm.Uint32, comm.Int64, comm.Uint64:
+		return float64(int64(rng.Uint64()>>11) - 1<<52) // exact in a float64
+	case comm.Float8E4M3, comm.Float8E5M2:
+		return float64(rng.IntN(17)-8) / 4
+	}
+	return rng.Float64()*4 - 2
+}
+
+// encode stores values as dt, returning the bytes; decode reads them back.
+func encode(dt comm.DataType, v []float64) []byte {
+	b := make([]byte, len(v)*dt.Size())
+	for i, x := range v {
+		p := unsafe.Pointer(&b[i*dt.Size()])
+		switch dt {
+		case comm.Int8:
+			*(*int8)(p) = int8(int64(x))
+		case comm.Uint8:
+			*(*uint8)(p) = uint8(int64(x))
+		case comm.Int32:
+			*(*int32)(p) = int32(int64(x))
+		case comm.Uint32:
+			*(*uint32)(p) = uint32(int64(x))
+		case comm.Int64:
+			*(*int64)(p) = int64(x)
+		case comm.Uint64:
+			*(*uint64)(p) = uint64(int64(x))
+		case comm.Float16:
+			*(*comm.Float16Bits)(p) = comm.ToFloat16(float32(x))
+		case comm.BFloat16:
+			*(*comm.BFloat16Bits)(p) = comm.ToBFloat16(float32(x))
+		case comm.Float32:
+			*(*float32)(p) = float32(x)
+		case comm.Float64:
+			*(*float64)(p) = x
+		case comm.Float8E4M3:
+			*(*comm.Float8E4M3Bits)(p) = comm.ToFloat8E4M3(float32(x))
+		case comm.Float8E5M2:
+			*(*comm.Float8E5M2Bits)(p) = comm.ToFloat8E5M2(float32(x))
+		}
+	}
+	return b
+}
+
+// bits returns element i of b as raw bits (integers) or its float value.
+func element(dt comm.DataType, b []byte, i int) (raw uint64, f float64) {
+	p := unsafe.Pointer(&b[i*dt.Size()])
+	switch dt {
+	case comm.Int8:
+		return uint64(int64(*(*int8)(p))), 0
+	case comm.Uint8:
+		return uint64(*(*uint8)(p)), 0
+	case comm.Int32:
+		return uint64(int64(*(*int32)(p))), 0
+	case comm.Uint32:
+		return uint64(*(*uint32)(p)), 0
+	case comm.Int64, comm.Uint64:
+		return *(*uint64)(p), 0
+	case comm.Float16:
+		return 0, float64((*(*comm.Float16Bits)(p)).Float())
+	case comm.BFloat16:
+		return 0, float64((*(*comm.BFloat16Bits)(p)).Float())
+	case comm.Float32:
+		return 0, float64(*(*float32)(p))
+	case comm.Float64:
+		return 0, *(*float64)(p)
+	case comm.Float8E4M3:
+		return 0, float64((*(*comm.Float8E4M3Bits)(p)).Float())
+	case comm.Float8E5M2:
+		return 0, float64((*(*comm.Float8E5M2Bits)(p)).Float())
+	}
+	return 0, math.NaN()
+}
+
+// eps is the unit roundoff of dt.
+func eps(dt comm.DataType) float64 {
+	switch dt {
+	case comm.Float16:
+		return 0x1p-11
+	case comm.BFloat16:
+		return 0x1p-8
+	case comm.Float32:
+		return 0x1p-24
+	case comm.Float64:
+		return 0x1p-53
+	case comm.Float8E4M3:
+		return 0x1p-4
+	case comm.Float8E5M2:
+		return 0x1p-3
+	}
+	return 0
+}
+
+func signed(dt comm.DataType) bool {
+	return dt == comm.Int8 || dt == comm.Int32 || dt == comm.Int64
+}
+
+// width masks raw integer bits to dt's width, sign-extending signed types.
+func width(dt comm.DataType, v uint64) uint64 {
+	bitsN := uint(dt.Size() * 8)
+	if bitsN == 64 {
+		return v
+	}
+	v &= 1<<bitsN - 1
+	if signed(dt) && v>>(bitsN-1) != 0 {
+		v |= ^uint64(0) << bitsN
+	}
+	return v
+}
+
+// want computes element i of the reduction of every rank's (encoded, then
+// decoded) input: exact integer bits, or a float64 value with the error
+// bound the narrow formats allow.
+func want(dt comm.DataType, op comm.Op, ins [][]byte, i int) (raw uint64, f, tol float64) {
+	n := len(ins)
+	if !dt.IsFloat() {
+		acc := uint64(0)
+		s := uint64(int64(op.Scalar))
+		for r := range ins {
+			x, _ := element(dt, ins[r], i)
+			switch {
+			case r == 0 && op.Kind != comm.OpPreMulSum:
+				acc = x
+			case op.Kind == comm.OpSum || op.Kind == comm.OpAvg:
+				acc += x
+			case op.Kind == comm.OpProd:
+				acc *= x
+			case op.Kind == comm.OpMin, op.Kind == comm.OpMax:
+				less := x < acc
+				if signed(dt) {
+					less = int64(x) < int64(acc)
+				}
+				if less == (op.Kind == comm.OpMin) {
+					acc = x
+				}
+			case op.Kind == comm.OpPreMulSum:
+				acc += x * s
+			}
+			acc = width(dt, acc)
+		}
+		if op.Kind == comm.OpAvg {
+			if signed(dt) {
+				acc = uint64(int64(acc) / int64(n))
+			} else {
+				acc /= uint64(n)
+			}
+			acc = width(dt, acc)
+		}
+		return acc, 0, 0
+	}
+	var acc, mag float64
+	for r := range ins {
+		_, x := element(dt, ins[r], i)
+		switch op.Kind {
+		case comm.OpSum:
+			acc, mag = acc+x, mag+math.Abs(x)
+		case comm.OpAvg:
+			acc, mag = acc+x/float64(n), mag+math.Abs(x/float64(n))
+		case comm.OpPreMulSum:
+			acc, mag = acc+x*op.Scalar, mag+math.Abs(x*op.Scalar)
+		case comm.OpProd:
+			if r == 0 {
+				acc = x
+			} else {
+				acc *= x
+			}
+			mag = math.Abs(acc)
+		case comm.OpMin:
+			if r == 0 || x < acc {
+				acc = x
+			}
+		case comm.OpMax:
+			if r == 0 || x > acc {
+				acc = x
+			}
+		}
+	}
+	return 0, acc, float64(2*n+2)*eps(dt)*mag + 1e-300
+}
+
+// compare checks out (count elements of dt) against the reduction of ins.
+func compare(what string, dt comm.DataType, op comm.Op, out []byte, ins [][]byte, count int) error {
+	for i := 0; i < count; i++ {
+		wr, wf, tol := want(dt, op, ins, i)
+		gr, gf := element(dt, out, i)
+		if dt.IsFloat() {
+			if !(math.Abs(gf-wf) <= tol) {
+				return fmt.Errorf("%s %v %v: element %d is %g, want %g (±%g)", what, dt, op, i, gf, wf, tol)
+			}
+		} else if gr != wr {
+			return fmt.Errorf("%s %v %v: element %d is %#x, want %#x", what, dt, op, i, gr, wr)
+		}
+	}
+	return nil
+}
+
+// upload allocates a device buffer holding b.
+func (k *checker) upload(dt comm.DataType, b []byte) (*gpu.Buffer, error) {
+	d, err := k.dev.Alloc(dt, len(b)/dt.Size())
+	if err != nil {
+		return nil, err
+	}
+	if err := d.CopyFromHost(b); err != nil {
+		d.Free()
+		return nil, err
+	}
+	return d, nil
+}
+
+func download(d *gpu.Buffer) ([]byte, error) {
+	b := make([]byte, d.Len()*d.DataType().Size())
+	return b, d.CopyToHost(b)
+}
+
+func (k *checker) all() error {
+	ops := append(append([]comm.Op(nil), comm.Ops...), comm.PreMulSum(3))
+	for _, dt := range comm.DataTypes {
+		for _, op := range ops {
+			for _, inPlace := range []bool{false, true} {
+				if err := k.allReduce(dt, op, inPlace); err != nil {
+					return err
+				}
+			}
+		}
+		for _, f := range []func(comm.DataType) error{k.reduceScatter, k.allGather, k.broadcast, k.reduce, k.sendRecv} {
+			if err := f(dt); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// encoded returns every rank's input as dt's bytes.
+func (k *checker) encoded(dt comm.DataType, op comm.Op, count int) [][]byte {
+	in := k.inputs(dt, op, count)
+	b := make([][]byte, len(in))
+	for r := range in {
+		b[r] = encode(dt, in[r])
+	}
+	return b
+}
+
+func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
+	ins := k.encoded(dt, op, k.n)
+	send, err := k.upload(dt, ins[k.c.Rank()])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv := send
+	if !inPlace {
+		if recv, err = k.upload(dt, make([]byte, len(ins[0]))); err != nil {
+			return err
+		}
+		defer recv.Free()
+	}
+	if err := k.c.AllReduce(k.ctx, send, recv, op); err != nil {
+		return fmt.Errorf("AllReduce %v %v: %w", dt, op, err)
+	}
+	out, err := download(recv)
+	if err != nil {
+		return err
+	}
+	k.checks++
+	what := "AllReduce"
+	if inPlace {
+		what += " in place"
+	}
+	return compare(what, dt, op, out, ins, k.n)
+}
+
+func (k *checker) reduceScatter(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	ins := k.encoded(dt, comm.Sum, k.n*n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := k.dev.Alloc(dt, k.n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	if err := k.c.ReduceScatter(k.ctx, send, recv, comm.Sum); err != nil {
+		return fmt.Errorf("ReduceScatter %v: %w", dt, err)
+	}
+	out, err := download(recv)
+	if err != nil {
+		return err
+	}
+	esz := dt.Size()
+	blocks := make([][]byte, n)
+	for p := range ins {
+		blocks[p] = ins[p][r*k.n*esz : (r+1)*k.n*esz]
+	}
+	k.checks++
+	return compare("ReduceScatter", dt, comm.Sum, out, blocks, k.n)
+}
+
+func (k *checker) allGather(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	ins := k.encoded(dt, comm.Sum, k.n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := k.dev.Alloc(dt, k.n*n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	if err := k.c.AllGather(k.ctx, send, recv); err != nil {
+		return fmt.Errorf("AllGather %v: %w", dt, err)
+	}
+	out, err := download(recv)
+	if err != nil {
+		return err
+	}
+	k.checks++
+	if want := strings.Join(stringsOf(ins), ""); string(out) != want {
+		return fmt.Errorf("AllGather %v: the gathered bytes differ from the ranks' inputs", dt)
+	}
+	return nil
+}
+
+func stringsOf(b [][]byte) []string {
+	s := make([]string, len(b))
+	for i := range b {
+		s[i] = string(b[i])
+	}
+	return s
+}
+
+func (k *checker) broadcast(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	root := n - 1
+	ins := k.encoded(dt, comm.Sum, k.n)
+	buf, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	if err := k.c.Broadcast(k.ctx, buf, buf, root); err != nil {
+		return fmt.Errorf("Broadcast %v: %w", dt, err)
+	}
+	out, err := download(buf)
+	if err != nil {
+		return err
+	}
+	k.checks++
+	if string(out) != string(ins[root]) {
+		return fmt.Errorf("Broadcast %v in place from rank %d: wrong bytes", dt, root)
+	}
+	return nil
+}
+
+func (k *checker) reduce(dt comm.DataType) error {
+	r := k.c.Rank()
+	const root = 0
+	ins := k.encoded(dt, comm.Max, k.n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	// The non-roots' receive buffers must stay as they were.
+	marker := make([]byte, len(ins[0]))
+	for i := range marker {
+		marker[i] = 0x5A
+	}
+	recv, err := k.upload(dt, marker)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	if err := k.c.Reduce(k.ctx, send, recv, comm.Max, root); err != nil {
+		return fmt.Errorf("Reduce %v: %w", dt, err)
+	}
+	out, err := download(recv)
+	if err != nil {
+		return err
+	}
+	k.checks++
+	if r != root {
+		if string(out) != string(marker) {
+			return fmt.Errorf("Reduce %v: a non-root's receive buffer changed", dt)
+		}
+		return nil
+	}
+	return compare("Reduce", dt, comm.Max, out, ins, k.n)
+}
+
+// sendRecv sends this rank's input to the next rank and receives the
+// previous rank's.
+func (k *checker) sendRecv(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	ins := k.encoded(dt, comm.Sum, k.n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := k.dev.Alloc(dt, k.n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	if err := k.c.Group(k.ctx, comm.SendBuffer((r+1)%n, send), comm.RecvBuffer((r-1+n)%n, recv)); err != nil {
+		return fmt.Errorf("Send/Recv %v: %w", dt, err)
+	}
+	out, err := download(recv)
+	if err != nil {
+		return err
+	}
+	k.checks++
+	if string(out) != string(ins[(r-1+n)%n]) {
+		return fmt.Errorf("Send/Recv %v: wrong bytes from rank %d", dt, (r-1+n)%n)
+	}
+	return nil
+}
+
+// bench times a device-to-device copy and the device all-reduce of the
+// same bytes in the same run.
+func (k *checker) bench(bytes, iters int) error {
+	count := bytes / 4
+	a, err := k.dev.Alloc(comm.Float32, count)
+	if err != nil {
+		return err
+	}
+	defer a.Free()
+	b, err := k.dev.Alloc(comm.Float32, count)
+	if err != nil {
+		return err
+	}
+	defer b.Free()
+	copyTime, err := timeIt(iters, func() error { return k.dev.Copy(b, a) })
+	if err != nil {
+		return err
+	}
+	if err := k.c.Barrier(k.ctx); err != nil {
+		return err
+	}
+	arTime, err := timeIt(iters, func() error { return k.c.AllReduce(k.ctx, a, b, comm.Sum) })
+	if err != nil {
+		return err
+	}
+	n := float64(k.c.Size())
+	copyBW := float64(bytes) / copyTime.Seconds() / 1e9
+	busBW := float64(bytes) * 2 * (n - 1) / n / arTime.Seconds() / 1e9
+	fmt.Printf("devcheck: rank %d: %d bytes: device copy %.1f GB/s (%v); all_reduce %v, busbw %.1f GB/s = %.0f%% of the copy\n",
+		k.c.Rank(), bytes, copyBW, copyTime, arTime, busBW, 100*busBW/copyBW)
+	return nil
+}
+
+// timeIt returns the median time of f over iters runs after one warm-up.
+func timeIt(iters int, f func() error) (time.Duration, error) {
+	if err := f(); err != nil {
+		return 0, err
+	}
+	ts := make([]time.Duration, iters)
+	for i := range ts {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		ts[i] = time.Since(t0)
+	}
+	for i := range ts {
+		for j := i + 1; j < len(ts); j++ {
+			if ts[j] < ts[i] {
+				ts[i], ts[j] = ts[j], ts[i]
+			}
+		}
+	}
+	return ts[len(ts)/2], nil
+}

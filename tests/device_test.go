@@ -1,0 +1,39 @@
+//go:build linux && cgo
+
+package tests
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gccl/gccl/internal/cuda/cudatest"
+)
+
+// Collectives on device buffers across 2 and 4 processes, every type and
+// op, through the fake CUDA driver: the processes map each other's device
+// memory with IPC handles and reduce with the host build of gccl's
+// kernels. (On a GPU machine the same program runs on the real driver:
+// docs/HARDWARE.md.)
+func TestDeviceCollectivesAcrossProcesses(t *testing.T) {
+	lib := cudatest.Build(t)
+	for _, np := range []int{2, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			res := run(t, 3*time.Minute, []string{"GCCL_CUDA_LIBRARY=" + lib}, bins.run, "-np", fmt.Sprint(np), bins.devcheck, "-count", "1031")
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			for r := 0; r < np; r++ {
+				mustContain(t, res.out, fmt.Sprintf("devcheck: rank %d of %d ok", r, np))
+			}
+			mustContain(t, res.out, "on the devices: true")
+			mustNotContain(t, res.out, "on the devices: false")
+		})
+	}
+}
+
+// Without a driver, devcheck says so instead of failing obscurely.
+func TestDevcheckWithoutDriver(t *testing.T) {
+	res := run(t, time.Minute, []string{"GCCL_CUDA_LIBRARY=/nonexistent/libcuda.so.1"}, bins.run, "-np", "2", bins.devcheck)
+	mustContain(t, res.out, "no GPU", "/nonexistent/libcuda.so.1")
+}
