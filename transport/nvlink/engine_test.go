@@ -1,0 +1,250 @@
+//go:build linux && cgo
+
+package nvlink_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/transport/nvlink"
+)
+
+// engine opens device 0 of the fake driver (or of a real one, when
+// GCCL_CUDA_LIBRARY is unset and a GPU is present: set GCCL_TEST_REAL_GPU=1).
+func engine(t *testing.T) (*cuda.Context, *nvlink.Engine) {
+	t.Helper()
+	if !realGPU() {
+		cudatest.Fake(t)
+	}
+	d, err := cuda.Load()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Release() })
+	bus, _ := d.PCIBusID(0)
+	e, err := nvlink.NewEngine(d, ctx, 0, bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return ctx, e
+}
+
+func alloc(t *testing.T, ctx *cuda.Context, n int) cuda.DevicePtr {
+	t.Helper()
+	p, err := ctx.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Free(p) })
+	return p
+}
+
+// Descriptions: a range inside the allocation round-trips to the same
+// address in this process; a range past it, or garbage, is refused.
+func TestExportImport(t *testing.T) {
+	ctx, e := engine(t)
+	p := alloc(t, ctx, 1<<16)
+	d, err := e.Export(uintptr(p)+4096, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d) > comm.MaxDeviceDescLen {
+		t.Fatalf("description of %d bytes, more than comm allows (%d)", len(d), comm.MaxDeviceDescLen)
+	}
+	if got, err := e.Import(d, 8192); err != nil || got != uintptr(p)+4096 {
+		t.Fatalf("Import in the exporting process: %#x, %v; want %#x", got, err, uintptr(p)+4096)
+	}
+	if _, err := e.Export(uintptr(p)+4096, 1<<16); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("Export past the allocation: %v", err)
+	}
+	if _, err := e.Import(d, 1<<16); err == nil || !strings.Contains(err.Error(), "run past") {
+		t.Errorf("Import of more bytes than exported: %v", err)
+	}
+	if _, err := e.Import([]byte("garbage"), 1); err == nil {
+		t.Error("Import of garbage succeeded")
+	}
+	if !strings.Contains(e.Name(), "CUDA IPC") {
+		t.Errorf("Name %q", e.Name())
+	}
+}
+
+// Every (type, op) kernel the engine maps comm's operations to loads from
+// the embedded PTX and launches, and reduces 3 inputs into 2 outputs right:
+// float64 data of small integers, exact in every op.
+func TestReduceEveryKernel(t *testing.T) {
+	ctx, e := engine(t)
+	const count, nin = 1000, 3
+	rng := rand.New(rand.NewPCG(1, 2))
+	ops := []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg, comm.PreMulSum(2)}
+	for _, dt := range comm.DataTypes {
+		esz := dt.Size()
+		ins := make([]uintptr, nin)
+		vals := make([][]int64, nin)
+		for j := range ins {
+			vals[j] = make([]int64, count)
+			host := make([]byte, count*esz)
+			for i := range vals[j] {
+				vals[j][i] = int64(rng.IntN(5)) - 2 // -2..2: exact in every type, even fp8
+				if !dt.IsFloat() && (dt == comm.Uint8 || dt == comm.Uint32 || dt == comm.Uint64) {
+					vals[j][i] += 2
+				}
+				put(dt, host[i*esz:], vals[j][i])
+			}
+			p := alloc(t, ctx, count*esz)
+			if err := ctx.CopyToDevice(p, host); err != nil {
+				t.Fatal(err)
+			}
+			ins[j] = uintptr(p)
+		}
+		outs := []uintptr{uintptr(alloc(t, ctx, count*esz)), uintptr(alloc(t, ctx, count*esz))}
+		for _, op := range ops {
+			if err := e.Reduce(&comm.DeviceReduce{DataType: dt, Op: op, Ranks: nin, Count: count, In: ins, Out: outs}); err != nil {
+				t.Fatalf("%v %v: %v", dt, op, err)
+			}
+			if err := e.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range outs {
+				host := make([]byte, count*esz)
+				if err := ctx.CopyFromDevice(host, cuda.DevicePtr(o)); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < count; i++ {
+					want := ref(dt, op, nin, vals, i)
+					got := get(dt, host[i*esz:])
+					if op.Kind == comm.OpAvg && dt.IsFloat() {
+						// x*(1/n) summed is not (sum x)/n rounded once.
+						if math.Abs(got-want) > 0.13*math.Abs(want) {
+							t.Fatalf("%v %v element %d: %v, want %v", dt, op, i, got, want)
+						}
+						continue
+					}
+					if got != want {
+						t.Fatalf("%v %v element %d: %v, want %v", dt, op, i, got, want)
+					}
+				}
+			}
+		}
+	}
+	if err := e.Reduce(&comm.DeviceReduce{DataType: comm.Float32, Op: comm.Sum, Count: 1, In: make([]uintptr, 9), Out: make([]uintptr, 1)}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("a reduction of 9 inputs: %v", err)
+	}
+}
+
+// ref is the exact result of op over the inputs' element i, as a float64.
+func ref(dt comm.DataType, op comm.Op, n int, vals [][]int64, i int) float64 {
+	acc := float64(vals[0][i])
+	if op.Kind == comm.OpPreMulSum {
+		acc *= op.Scalar
+	}
+	for j := 1; j < n; j++ {
+		x := float64(vals[j][i])
+		switch op.Kind {
+		case comm.OpSum, comm.OpAvg:
+			acc += x
+		case comm.OpPreMulSum:
+			acc += x * op.Scalar
+		case comm.OpProd:
+			acc *= x
+		case comm.OpMin:
+			acc = math.Min(acc, x)
+		case comm.OpMax:
+			acc = math.Max(acc, x)
+		}
+	}
+	if op.Kind == comm.OpAvg {
+		if dt.IsFloat() {
+			return float64(roundTo(dt, acc/float64(n)))
+		}
+		return float64(int64(acc) / int64(n))
+	}
+	return float64(roundTo(dt, acc))
+}
+
+// roundTo rounds to dt's precision the values this test produces (small
+// integers and thirds of them).
+func roundTo(dt comm.DataType, v float64) float64 {
+	b := make([]byte, 8)
+	if dt.IsFloat() {
+		putF(dt, b, v)
+		return get(dt, b)
+	}
+	return v
+}
+
+func put(dt comm.DataType, b []byte, v int64) {
+	if dt.IsFloat() {
+		putF(dt, b, float64(v))
+		return
+	}
+	switch dt.Size() {
+	case 1:
+		b[0] = byte(v)
+	case 4:
+		*(*int32)(unsafe.Pointer(&b[0])) = int32(v)
+	case 8:
+		*(*int64)(unsafe.Pointer(&b[0])) = v
+	}
+}
+
+func putF(dt comm.DataType, b []byte, v float64) {
+	p := unsafe.Pointer(&b[0])
+	switch dt {
+	case comm.Float16:
+		*(*comm.Float16Bits)(p) = comm.ToFloat16(float32(v))
+	case comm.BFloat16:
+		*(*comm.BFloat16Bits)(p) = comm.ToBFloat16(float32(v))
+	case comm.Float32:
+		*(*float32)(p) = float32(v)
+	case comm.Float64:
+		*(*float64)(p) = v
+	case comm.Float8E4M3:
+		*(*comm.Float8E4M3Bits)(p) = comm.ToFloat8E4M3(float32(v))
+	case comm.Float8E5M2:
+		*(*comm.Float8E5M2Bits)(p) = comm.ToFloat8E5M2(float32(v))
+	}
+}
+
+func get(dt comm.DataType, b []byte) float64 {
+	p := unsafe.Pointer(&b[0])
+	switch dt {
+	case comm.Int8:
+		return float64(*(*int8)(p))
+	case comm.Uint8:
+		return float64(*(*uint8)(p))
+	case comm.Int32:
+		return float64(*(*int32)(p))
+	case comm.Uint32:
+		return float64(*(*uint32)(p))
+	case comm.Int64:
+		return float64(*(*int64)(p))
+	case comm.Uint64:
+		return float64(*(*uint64)(p))
+	case comm.Float16:
+		return float64((*(*comm.Float16Bits)(p)).Float())
+	case comm.BFloat16:
+		return float64((*(*comm.BFloat16Bits)(p)).Float())
+	case comm.Float32:
+		return float64(*(*float32)(p))
+	case comm.Float64:
+		return *(*float64)(p)
+	case comm.Float8E4M3:
+		return float64((*(*comm.Float8E4M3Bits)(p)).Float())
+	case comm.Float8E5M2:
+		return float64((*(*comm.Float8E5M2Bits)(p)).Float())
+	}
+	return math.NaN()
+}
