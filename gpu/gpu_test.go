@@ -22,7 +22,8 @@ import (
 // fakeDriver makes the driver loader use internal/cuda's fake driver
 // library (device memory is host memory there): the paths above the driver
 // run for real, the GPU does not exist.
-func fakeDriver(t *testing.T) { cudatest.Fake(t) }
+// With GCCL_TEST_REAL_GPU=1 the tests run on the installed driver and GPU.
+func fakeDriver(t *testing.T) { cudatest.Driver(t) }
 
 func TestOpenWithoutDriver(t *testing.T) {
 	t.Setenv("GCCL_CUDA_LIBRARY", "")

@@ -74,3 +74,18 @@ func Fake(t testing.TB, flags ...string) {
 	lib := Build(t, flags...)
 	t.Setenv("GCCL_CUDA_LIBRARY", lib)
 }
+
+// RealGPU reports whether the tests were asked to run on the installed
+// CUDA driver and GPU (GCCL_TEST_REAL_GPU=1) instead of the fake driver.
+func RealGPU() bool { return os.Getenv("GCCL_TEST_REAL_GPU") == "1" }
+
+// Driver makes the tests of GPU paths use the real driver when RealGPU,
+// else the fake one (Fake). Tests of the fake's own behaviour use Fake.
+func Driver(t testing.TB) {
+	t.Helper()
+	if RealGPU() {
+		t.Setenv("GCCL_CUDA_LIBRARY", "")
+		return
+	}
+	Fake(t)
+}
