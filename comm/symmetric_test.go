@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/commtest"
 )
 
 // allocAll runs Alloc on every rank of cs and returns the buffers.
@@ -186,21 +187,8 @@ func TestSymmetricMixedWithHeapFailsCleanly(t *testing.T) {
 }
 
 // wantMismatch checks that a mismatch failed every rank: the rank that sees
-// the other's message first reports ErrMismatch and aborts, and its peer
-// may see that abort (ErrPeerLost) before the message.
-func wantMismatch(t *testing.T, errs []error) {
-	t.Helper()
-	mismatch := false
-	for r, err := range errs {
-		mismatch = mismatch || errors.Is(err, comm.ErrMismatch)
-		if !errors.Is(err, comm.ErrMismatch) && !errors.Is(err, comm.ErrPeerLost) {
-			t.Errorf("rank %d: %v, want ErrMismatch or ErrPeerLost", r, err)
-		}
-	}
-	if !mismatch {
-		t.Errorf("no rank reported ErrMismatch: %v", errs)
-	}
-}
+// it with ErrMismatch, the others with ErrMismatch or ErrPeerLost.
+func wantMismatch(t *testing.T, errs []error) { commtest.WantMismatch(t, errs) }
 
 // TestSymmetricMismatchedCounts: the arrival records carry the count.
 func TestSymmetricMismatchedCounts(t *testing.T) {

@@ -34,10 +34,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
+	"github.com/gccl/gccl/internal/commtest"
 )
 
 func main() {
@@ -155,69 +155,22 @@ func value(rng *rand.Rand, dt comm.DataType, op comm.Op) float64 {
 	return rng.Float64()*4 - 2
 }
 
-// encode stores values as dt, returning the bytes; decode reads them back.
+// encode stores values as dt.
 func encode(dt comm.DataType, v []float64) []byte {
 	b := make([]byte, len(v)*dt.Size())
 	for i, x := range v {
-		p := unsafe.Pointer(&b[i*dt.Size()])
-		switch dt {
-		case comm.Int8:
-			*(*int8)(p) = int8(int64(x))
-		case comm.Uint8:
-			*(*uint8)(p) = uint8(int64(x))
-		case comm.Int32:
-			*(*int32)(p) = int32(int64(x))
-		case comm.Uint32:
-			*(*uint32)(p) = uint32(int64(x))
-		case comm.Int64:
-			*(*int64)(p) = int64(x)
-		case comm.Uint64:
-			*(*uint64)(p) = uint64(int64(x))
-		case comm.Float16:
-			*(*comm.Float16Bits)(p) = comm.ToFloat16(float32(x))
-		case comm.BFloat16:
-			*(*comm.BFloat16Bits)(p) = comm.ToBFloat16(float32(x))
-		case comm.Float32:
-			*(*float32)(p) = float32(x)
-		case comm.Float64:
-			*(*float64)(p) = x
-		case comm.Float8E4M3:
-			*(*comm.Float8E4M3Bits)(p) = comm.ToFloat8E4M3(float32(x))
-		case comm.Float8E5M2:
-			*(*comm.Float8E5M2Bits)(p) = comm.ToFloat8E5M2(float32(x))
-		}
+		commtest.Put(dt, b, i, x)
 	}
 	return b
 }
 
-// bits returns element i of b as raw bits (integers) or its float value.
+// element returns element i of b as raw bits (integers) or its value
+// (floats).
 func element(dt comm.DataType, b []byte, i int) (raw uint64, f float64) {
-	p := unsafe.Pointer(&b[i*dt.Size()])
-	switch dt {
-	case comm.Int8:
-		return uint64(int64(*(*int8)(p))), 0
-	case comm.Uint8:
-		return uint64(*(*uint8)(p)), 0
-	case comm.Int32:
-		return uint64(int64(*(*int32)(p))), 0
-	case comm.Uint32:
-		return uint64(*(*uint32)(p)), 0
-	case comm.Int64, comm.Uint64:
-		return *(*uint64)(p), 0
-	case comm.Float16:
-		return 0, float64((*(*comm.Float16Bits)(p)).Float())
-	case comm.BFloat16:
-		return 0, float64((*(*comm.BFloat16Bits)(p)).Float())
-	case comm.Float32:
-		return 0, float64(*(*float32)(p))
-	case comm.Float64:
-		return 0, *(*float64)(p)
-	case comm.Float8E4M3:
-		return 0, float64((*(*comm.Float8E4M3Bits)(p)).Float())
-	case comm.Float8E5M2:
-		return 0, float64((*(*comm.Float8E5M2Bits)(p)).Float())
+	if dt.IsFloat() {
+		return 0, commtest.Get(dt, b, i)
 	}
-	return 0, math.NaN()
+	return commtest.Raw(dt, b, i), 0
 }
 
 // eps is the unit roundoff of dt.

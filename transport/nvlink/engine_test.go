@@ -8,9 +8,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/commtest"
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 	"github.com/gccl/gccl/transport/nvlink"
@@ -99,7 +99,7 @@ func TestReduceEveryKernel(t *testing.T) {
 				if !dt.IsFloat() && (dt == comm.Uint8 || dt == comm.Uint32 || dt == comm.Uint64) {
 					vals[j][i] += 2
 				}
-				put(dt, host[i*esz:], vals[j][i])
+				commtest.Put(dt, host, i, float64(vals[j][i]))
 			}
 			p := alloc(t, ctx, count*esz)
 			if err := ctx.CopyToDevice(p, host); err != nil {
@@ -122,7 +122,7 @@ func TestReduceEveryKernel(t *testing.T) {
 				}
 				for i := 0; i < count; i++ {
 					want := ref(dt, op, nin, vals, i)
-					got := get(dt, host[i*esz:])
+					got := commtest.Get(dt, host, i)
 					if op.Kind == comm.OpAvg && dt.IsFloat() {
 						// x*(1/n) summed is not (sum x)/n rounded once.
 						if math.Abs(got-want) > 0.13*math.Abs(want) {
@@ -175,103 +175,10 @@ func ref(dt comm.DataType, op comm.Op, n int, vals [][]int64, i int) float64 {
 // roundTo rounds to dt's precision the values this test produces (small
 // integers and thirds of them).
 func roundTo(dt comm.DataType, v float64) float64 {
-	b := make([]byte, 8)
 	if dt.IsFloat() {
-		putF(dt, b, v)
-		return get(dt, b)
+		b := make([]byte, 8)
+		commtest.Put(dt, b, 0, v)
+		return commtest.Get(dt, b, 0)
 	}
 	return v
-}
-
-func put(dt comm.DataType, b []byte, v int64) {
-	if dt.IsFloat() {
-		putF(dt, b, float64(v))
-		return
-	}
-	switch dt.Size() {
-	case 1:
-		b[0] = byte(v)
-	case 4:
-		*(*int32)(unsafe.Pointer(&b[0])) = int32(v)
-	case 8:
-		*(*int64)(unsafe.Pointer(&b[0])) = v
-	}
-}
-
-func putF(dt comm.DataType, b []byte, v float64) {
-	p := unsafe.Pointer(&b[0])
-	switch dt {
-	case comm.Float16:
-		*(*comm.Float16Bits)(p) = comm.ToFloat16(float32(v))
-	case comm.BFloat16:
-		*(*comm.BFloat16Bits)(p) = comm.ToBFloat16(float32(v))
-	case comm.Float32:
-		*(*float32)(p) = float32(v)
-	case comm.Float64:
-		*(*float64)(p) = v
-	case comm.Float8E4M3:
-		*(*comm.Float8E4M3Bits)(p) = comm.ToFloat8E4M3(float32(v))
-	case comm.Float8E5M2:
-		*(*comm.Float8E5M2Bits)(p) = comm.ToFloat8E5M2(float32(v))
-	}
-}
-
-func get(dt comm.DataType, b []byte) float64 {
-	p := unsafe.Pointer(&b[0])
-	switch dt {
-	case comm.Int8:
-		return float64(*(*int8)(p))
-	case comm.Uint8:
-		return float64(*(*uint8)(p))
-	case comm.Int32:
-		return float64(*(*int32)(p))
-	case comm.Uint32:
-		return float64(*(*uint32)(p))
-	case comm.Int64:
-		return float64(*(*int64)(p))
-	case comm.Uint64:
-		return float64(*(*uint64)(p))
-	case comm.Float16:
-		return float64((*(*comm.Float16Bits)(p)).Float())
-	case comm.BFloat16:
-		return float64((*(*comm.BFloat16Bits)(p)).Float())
-	case comm.Float32:
-		return float64(*(*float32)(p))
-	case comm.Float64:
-		return *(*float64)(p)
-	case comm.Float8E4M3:
-		return float64((*(*comm.Float8E4M3Bits)(p)).Float())
-	case comm.Float8E5M2:
-		return float64((*(*comm.Float8E5M2Bits)(p)).Float())
-	}
-	return math.NaN()
-}
-
-// The sum kernel in place (a += b), the operation torch's in-place add
-// does, for float32 and bfloat16 over 256 MiB: bytes moved are 3 per
-// byte of a (two reads, one write). Meaningful on a GPU only
-// (GCCL_TEST_REAL_GPU=1); on the fake driver it times the CPU emulation.
-func BenchmarkSumInPlace(b *testing.B) {
-	for _, dt := range []comm.DataType{comm.Float32, comm.BFloat16} {
-		b.Run(dt.String(), func(b *testing.B) {
-			size := 256 << 20
-			if !cudatest.RealGPU() {
-				size = 1 << 20
-			}
-			ctx, e := engine(b)
-			a, x := alloc(b, ctx, size), alloc(b, ctx, size)
-			red := &comm.DeviceReduce{DataType: dt, Op: comm.Sum, Ranks: 2, Count: size / dt.Size(),
-				In: []uintptr{uintptr(a), uintptr(x)}, Out: []uintptr{uintptr(a)}}
-			b.SetBytes(int64(3 * size))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := e.Reduce(red); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := e.Wait(); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
 }
