@@ -135,22 +135,13 @@ func TestLoadMissingLibrary(t *testing.T) {
 // the fake driver: every call's plumbing and argument order.
 func TestFakeDriverAsync(t *testing.T) {
 	fakeDriver(t)
-	d, err := Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, ctx := device0(t)
 	if sm, err := d.Attribute(0, AttrMultiProcessorCount); sm != 4 || err != nil {
 		t.Errorf("multiprocessors: %d, %v", sm, err)
 	}
 	if cc, err := d.Attribute(1, AttrComputeCapabilityMajor); cc != 9 || err != nil {
 		t.Errorf("compute capability: %d, %v", cc, err)
 	}
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Release()
 	s, err := ctx.NewStream()
 	if err != nil || s == 0 {
 		t.Fatalf("NewStream: %v, %v", s, err)
@@ -232,16 +223,7 @@ func TestFakeDriverIPCAcrossProcesses(t *testing.T) {
 		return
 	}
 	fakeDriver(t)
-	d, err := Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Release()
+	_, ctx := device0(t)
 	p, err := ctx.Alloc(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -283,16 +265,7 @@ func ipcChild(t *testing.T, arg string) {
 	if b, err := hex.DecodeString(hexh); err != nil || copy(h[:], b) != len(h) {
 		t.Fatalf("handle %q: %v", hexh, err)
 	}
-	d, err := Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Release()
+	_, ctx := device0(t)
 	base, err := ctx.OpenIPC(h)
 	if err != nil {
 		t.Fatal(err)
@@ -310,4 +283,21 @@ func ipcChild(t *testing.T, arg string) {
 	if err := ctx.CloseIPC(base); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// device0 loads the driver GCCL_CUDA_LIBRARY names and retains device 0's
+// context, both released when t ends.
+func device0(t *testing.T) (*Driver, *Context) {
+	t.Helper()
+	d, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Release() })
+	return d, ctx
 }
