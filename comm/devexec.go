@@ -47,6 +47,7 @@ const maxDeviceRanks = 8
 // devRecord is what a rank announces on arrival.
 type devRecord struct {
 	coll, dt, op   uint8
+	staging        bool // the rank cannot run its share on a device
 	root           uint32
 	count          uint64
 	scalar         float64
@@ -61,6 +62,9 @@ func (r *devRecord) put(b []byte) {
 	le := binary.LittleEndian
 	clear(b)
 	b[0], b[1], b[2] = r.coll, r.dt, r.op
+	if r.staging {
+		b[3] = 1
+	}
 	le.PutUint32(b[4:], r.root)
 	le.PutUint64(b[8:], r.count)
 	le.PutUint64(b[16:], math.Float64bits(r.scalar))
@@ -75,6 +79,7 @@ func (r *devRecord) put(b []byte) {
 func (r *devRecord) get(b []byte) error {
 	le := binary.LittleEndian
 	r.coll, r.dt, r.op = b[0], b[1], b[2]
+	r.staging = b[3] != 0
 	r.root = le.Uint32(b[4:])
 	r.count = le.Uint64(b[8:])
 	r.scalar = math.Float64frombits(le.Uint64(b[16:]))
@@ -92,6 +97,7 @@ func (r *devRecord) get(b []byte) error {
 type devPeer struct {
 	in, out uintptr // 0 when absent
 	scalar  float64
+	staging bool // the rank cannot run its share on a device
 }
 
 // devState is a communicator's device-collective state.
@@ -105,10 +111,15 @@ type devState struct {
 	red    DeviceReduce
 }
 
-// deviceCall reports whether cl is one the devices may run: a
-// single-host communicator, a collective they do, and every buffer the
-// rank uses a PeerDeviceBuffer. Each rank decides alone; arrival checks
-// that the peers decided the same.
+// deviceCall reports whether cl goes through the device arrival round: a
+// single-host communicator, a collective the devices do, and a
+// PeerDeviceBuffer among the buffers the rank uses. Each rank decides
+// alone, from what its peers decide alike (a rank passing only host
+// buffers runs the host path; a peer passing device buffers then fails
+// with ErrMismatch). Whether this rank can run its share on a device (every
+// used buffer a PeerDeviceBuffer, all on one engine) is not decided here
+// but announced at arrival, so that every rank falls back to host staging
+// together when one cannot.
 func (c *Comm) deviceCall(cl *call) bool {
 	if cl.isGroup || cl.barrier || c.size < 2 || c.multiHost || c.algoPref != 0 {
 		return false
@@ -118,32 +129,45 @@ func (c *Comm) deviceCall(cl *call) bool {
 	default:
 		return false
 	}
-	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
-	needOut := cl.coll != algo.Reduce || cl.root == c.rank
+	needIn, needOut := cl.deviceUses(c.rank)
+	return needIn && cl.in.addr || needOut && cl.out.addr
+}
+
+// deviceUses says which buffers a rank uses in a device collective.
+func (cl *call) deviceUses(rank int) (needIn, needOut bool) {
+	return cl.coll != algo.Broadcast || cl.root == rank, cl.coll != algo.Reduce || cl.root == rank
+}
+
+// deviceEngine returns the engine that runs this rank's share of cl, or
+// nil when its used buffers are not all PeerDeviceBuffers of one engine.
+func (c *Comm) deviceEngine(cl *call) DeviceEngine {
+	needIn, needOut := cl.deviceUses(c.rank)
 	if needIn && !cl.in.addr || needOut && !cl.out.addr {
-		return false
+		return nil
 	}
-	// A rank's unused buffer may be anything; a used one must be on the
-	// same engine as the other.
-	if needIn && needOut && cl.in.dev.(PeerDeviceBuffer).Engine() != cl.out.dev.(PeerDeviceBuffer).Engine() {
-		return false
+	var ein, eout DeviceEngine
+	if needIn {
+		ein = cl.in.dev.(PeerDeviceBuffer).Engine()
 	}
-	return true
+	if needOut {
+		eout = cl.out.dev.(PeerDeviceBuffer).Engine()
+	}
+	switch {
+	case ein == nil:
+		return eout
+	case eout == nil || ein == eout:
+		return ein
+	}
+	return nil
 }
 
 // runDevice runs cl on the devices. It returns handled=false, with no
 // error, when the ranks agreed at arrival to run it through host staging.
 func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error) {
-	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
-	needOut := cl.coll != algo.Reduce || cl.root == c.rank
-	var eng DeviceEngine
-	if needIn {
-		eng = cl.in.dev.(PeerDeviceBuffer).Engine()
-	} else {
-		eng = cl.out.dev.(PeerDeviceBuffer).Engine()
-	}
+	needIn, needOut := cl.deviceUses(c.rank)
+	eng := c.deviceEngine(cl)
 	d := &c.dev
-	if !d.logged {
+	if !d.logged && eng != nil {
 		d.logged = true
 		c.log.Info("device buffers: collectives run on the devices, peers' memory mapped through "+eng.Name(), "subsys", "COLL")
 	}
@@ -160,7 +184,12 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	if cl.op.Kind == OpPreMulSum {
 		me.scalar = cl.op.Scalar
 	}
-	if err := eng.Ready(); err != nil {
+	if eng == nil {
+		// This rank cannot run its share on one device: it says so, and
+		// every rank runs the call through host staging.
+		me.staging = true
+		needIn, needOut = false, false
+	} else if err := eng.Ready(); err != nil {
 		return true, err
 	}
 	if needIn {
@@ -185,7 +214,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	if err := c.devRound(eng, d.msg[:]); err != nil {
 		return true, err
 	}
-	d.peers[c.rank] = devPeer{in: addrOf(cl.in.b), out: addrOf(cl.out.b), scalar: me.scalar}
+	d.peers[c.rank] = devPeer{in: addrOf(cl.in.b), out: addrOf(cl.out.b), scalar: me.scalar, staging: me.staging}
 	if !needIn {
 		d.peers[c.rank].in = 0
 	}
@@ -210,6 +239,11 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 // deviceRefusal says why the devices cannot run an operation every rank
 // arrived for, from what every rank knows alike after arrival.
 func (c *Comm) deviceRefusal(cl *call) string {
+	for p := range c.dev.peers {
+		if c.dev.peers[p].staging {
+			return fmt.Sprintf("rank %d's buffers are not device buffers of one engine", p)
+		}
+	}
 	if cl.coll.Reducing() && c.size > maxDeviceRanks {
 		return fmt.Sprintf("%d ranks, more than a device reduction reads (%d)", c.size, maxDeviceRanks)
 	}
@@ -329,7 +363,11 @@ func (c *Comm) devResolve(eng DeviceEngine, p int, msg, mine []byte) error {
 		return fmt.Errorf("%w: peer's device buffers hold %d and %d bytes, this rank's %d and %d", ErrMismatch, rec.inLen, rec.outLen, me.inLen, me.outLen)
 	}
 	var pe devPeer
-	pe.scalar = rec.scalar
+	pe.scalar, pe.staging = rec.scalar, rec.staging
+	c.dev.peers[p] = pe
+	if me.staging || rec.staging {
+		return nil // the call runs through host staging: map nothing
+	}
 	var err error
 	if len(rec.inDesc) > 0 {
 		if pe.in, err = eng.Import(rec.inDesc, int(rec.inLen)); err != nil {
