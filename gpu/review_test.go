@@ -3,9 +3,16 @@
 package gpu_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -191,5 +198,124 @@ func TestReviewMixedEngines(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// otherTID returns the id of a thread of this process other than its main
+// one, kept alive until the test ends: the fake driver opens an IPC handle
+// through /proc/<pid>/fd/<fd>, and /proc/<tid> names the same file table,
+// so a handle re-labelled with tid is opened as if another process had
+// exported it.
+func otherTID(t *testing.T) int {
+	t.Helper()
+	got, stop := make(chan int), make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	for range 16 {
+		go func() {
+			runtime.LockOSThread()
+			got <- syscall.Gettid()
+			<-stop
+		}()
+		if tid := <-got; tid != os.Getpid() {
+			return tid
+		}
+	}
+	t.Skip("no thread other than the main one")
+	return 0
+}
+
+// foreign re-labels an Export description (nvlink's layout: pid at 4, the
+// IPC handle at 32, the fake handle's pid at 16 and padding from 40 in it)
+// as exported by process tid, with tag in the handle's padding (the fake
+// driver ignores it) so that equal memory gets distinct handles.
+func foreign(desc []byte, tid int, tag uint64) []byte {
+	d := bytes.Clone(desc)
+	binary.LittleEndian.PutUint32(d[4:], uint32(tid))
+	binary.LittleEndian.PutUint32(d[32+16:], uint32(tid))
+	binary.LittleEndian.PutUint64(d[32+40:], tag)
+	return d
+}
+
+func mapped(addr uintptr) bool {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return true
+	}
+	for _, l := range strings.Split(string(maps), "\n") {
+		r, _, _ := strings.Cut(l, " ")
+		lo, hi, ok := strings.Cut(r, "-")
+		if !ok {
+			continue
+		}
+		a, err1 := strconv.ParseUint(lo, 16, 64)
+		b, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 == nil && err2 == nil && uint64(addr) >= a && uint64(addr) < b {
+			return true
+		}
+	}
+	return false
+}
+
+// When the engine's cache of peers' mappings is full, Import must not close
+// a mapping it returned for the operation under way: a device collective
+// imports its peers' buffers one after another and then reads all of them.
+func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
+	fakeDriver(t)
+	tid := otherTID(t)
+	dev, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const size = 4096
+	var bufs [4]*gpu.Buffer // filler, a, b, local
+	for i := range bufs {
+		if bufs[i], err = dev.Alloc(comm.Uint8, size); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[i].Free()
+		if err := bufs[i].CopyFromHost(bytes.Repeat([]byte{byte(0xA0 + i)}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng := bufs[0].Engine()
+	export := func(b *gpu.Buffer) []byte {
+		d, err := eng.Export(b.Ptr(), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	filler := export(bufs[0])
+	// Fill the cache to one short of its bound (1024), then import a (the
+	// last entry) and b (which finds the cache full) as one operation does.
+	for i := 1; i < 1024; i++ {
+		if _, err := eng.Import(foreign(filler, tid, uint64(i)), size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa, err := eng.Import(foreign(export(bufs[1]), tid, 0), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Import(foreign(export(bufs[2]), tid, 0), size); err != nil {
+		t.Fatal(err)
+	}
+	if !mapped(pa) {
+		t.Fatalf("the mapping of a, imported just before, was closed")
+	}
+	local := bufs[3]
+	if err := eng.Copy(local.Ptr(), pa, size); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	if err := local.CopyToHost(got); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 0xA1 || got[size-1] != 0xA1 {
+		t.Fatalf("a's mapping reads %#x, want 0xa1 (closed and reused by another mapping)", got[0])
 	}
 }

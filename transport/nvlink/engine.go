@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -25,8 +26,16 @@ import (
 )
 
 // maxImports bounds the cache of peers' mapped allocations; past it the
-// cache is emptied (every mapping closed) and refilled as needed.
+// least recently used half is closed. The mappings an operation under way
+// imported are among the most recent, so they stay open while its kernels
+// read them.
 const maxImports = 1024
+
+// imported is one cached mapping of a peer's allocation.
+type imported struct {
+	ptr  cuda.DevicePtr
+	used uint64 // Import's clock at the last use
+}
 
 // Engine is one device's engine: a stream for its work, the kernels module
 // (loaded at the first reduction), and the peers' allocations mapped here.
@@ -46,7 +55,8 @@ type Engine struct {
 	mod     cuda.Module
 	arch    string
 	funcs   map[string]cuda.Function
-	imports map[cuda.IPCHandle]cuda.DevicePtr
+	imports map[cuda.IPCHandle]imported
+	clock   uint64
 	// args is its own allocation: cgo checks that the memory passed to C
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
@@ -59,7 +69,7 @@ var _ comm.DeviceEngine = (*Engine)(nil)
 // ctx, on driver d.
 func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
-		args: new(kernels.ReduceArgs), funcs: map[string]cuda.Function{}, imports: map[cuda.IPCHandle]cuda.DevicePtr{}}
+		args: new(kernels.ReduceArgs), funcs: map[string]cuda.Function{}, imports: map[cuda.IPCHandle]imported{}}
 	var err error
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
 		return nil, err
@@ -140,23 +150,42 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 	if e.closed {
 		return 0, fmt.Errorf("nvlink: engine closed")
 	}
-	p, ok := e.imports[h]
+	e.clock++
+	m, ok := e.imports[h]
 	if !ok {
 		if len(e.imports) >= maxImports {
-			e.closeImportsLocked()
+			e.evictImportsLocked()
 		}
-		var err error
-		if p, err = e.ctx.OpenIPC(h); err != nil {
+		p, err := e.ctx.OpenIPC(h)
+		if err != nil {
 			return 0, fmt.Errorf("nvlink: opening process %d's device memory: %w", pid, err)
 		}
-		e.imports[h] = p
+		m.ptr = p
 	}
-	return uintptr(uint64(p) + off), nil
+	m.used = e.clock
+	e.imports[h] = m
+	return uintptr(uint64(m.ptr) + off), nil
+}
+
+// evictImportsLocked closes the least recently used half of the mappings.
+func (e *Engine) evictImportsLocked() {
+	used := make([]uint64, 0, len(e.imports))
+	for _, m := range e.imports {
+		used = append(used, m.used)
+	}
+	slices.Sort(used)
+	cut := used[len(used)/2]
+	for h, m := range e.imports {
+		if m.used < cut {
+			e.ctx.CloseIPC(m.ptr)
+			delete(e.imports, h)
+		}
+	}
 }
 
 func (e *Engine) closeImportsLocked() {
-	for h, p := range e.imports {
-		e.ctx.CloseIPC(p)
+	for h, m := range e.imports {
+		e.ctx.CloseIPC(m.ptr)
 		delete(e.imports, h)
 	}
 }
