@@ -26,7 +26,10 @@ import (
 // The same two rounds over the transport frame it: arrival carries the
 // operation and the buffer descriptions (a rank passing host buffers while
 // a peer passes device buffers fails with ErrMismatch), departure says the
-// rank's device work is complete. Before arriving a rank waits for the
+// rank's device work is complete, or that it failed (a peer's buffers it
+// could not map, a record that disagrees): every rank that arrived departs,
+// so none returns while a peer may still touch its buffers, and a failure
+// anywhere fails the call everywhere. Before arriving a rank waits for the
 // work it queued on the buffers (DeviceEngine.Ready), since peers read and
 // write them as soon as it arrives; after departing, its outputs are final
 // and no peer reads its inputs. An operation the devices cannot do after
@@ -98,6 +101,10 @@ type devPeer struct {
 	in, out uintptr // 0 when absent
 	scalar  float64
 	staging bool // the rank cannot run its share on a device
+	// The rank's arrival: its buffers' sizes and descriptions (copies;
+	// mapped only once every rank agreed to run the call on the devices).
+	inLen, outLen   int
+	inDesc, outDesc []byte
 }
 
 // devState is a communicator's device-collective state.
@@ -211,29 +218,100 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	x.begin(ctx, cl.name(), transport.MakeTag(tagDevArrive, cl.seq))
 	c.reached.Store(cl.seq)
 	me.put(d.msg[:])
-	if err := c.devRound(eng, d.msg[:]); err != nil {
-		return true, err
+	failed, err := c.devRound(d.msg[:])
+	if err != nil {
+		return true, err // the transport failed: the Comm aborts
 	}
-	d.peers[c.rank] = devPeer{in: addrOf(cl.in.b), out: addrOf(cl.out.b), scalar: me.scalar, staging: me.staging}
-	if !needIn {
-		d.peers[c.rank].in = 0
+	if failed == nil {
+		self := &d.peers[c.rank]
+		self.in, self.out = addrOf(cl.in.b), addrOf(cl.out.b)
+		if !needIn {
+			self.in = 0
+		}
+		if !needOut {
+			self.out = 0
+		}
+		if why := c.deviceRefusal(cl); why != "" {
+			c.log.Debug("device collective through host staging: "+why, "subsys", "COLL")
+			return false, nil
+		}
+		failed = c.devImport(eng)
 	}
-	if !needOut {
-		d.peers[c.rank].out = 0
-	}
-	if why := c.deviceRefusal(cl); why != "" {
-		c.log.Debug("device collective through host staging: "+why, "subsys", "COLL")
-		return false, nil
-	}
-	d.ops++
-	if err := c.deviceWork(eng, cl, esz); err != nil {
-		return true, &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
-	}
-	if err := eng.Wait(); err != nil {
-		return true, &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+	// From here every rank that arrived departs, failed or not: a rank that
+	// cannot do its share still waits until its peers are done with its
+	// buffers, and tells them that the result is incomplete.
+	if failed == nil {
+		d.ops++
+		if err := c.deviceWork(eng, cl, esz); err != nil {
+			failed = &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+		} else if err := eng.Wait(); err != nil {
+			failed = &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+		}
 	}
 	x.tag = transport.MakeTag(tagDevDepart, cl.seq)
-	return true, c.symRound(c.barrier[:1])
+	if err := c.devDepart(failed != nil); err != nil && failed == nil {
+		failed = err
+	}
+	return true, failed
+}
+
+// devImport maps every peer's buffers (their arrival descriptions).
+func (c *Comm) devImport(eng DeviceEngine) error {
+	x := &c.exec
+	for p := range c.dev.peers {
+		if p == c.rank {
+			continue
+		}
+		pe := &c.dev.peers[p]
+		var err error
+		if len(pe.inDesc) > 0 {
+			if pe.in, err = eng.Import(pe.inDesc, pe.inLen); err != nil {
+				err = fmt.Errorf("mapping the peer's device send buffer: %w", err)
+			}
+		}
+		if err == nil && len(pe.outDesc) > 0 {
+			if pe.out, err = eng.Import(pe.outDesc, pe.outLen); err != nil {
+				err = fmt.Errorf("mapping the peer's device receive buffer: %w", err)
+			}
+		}
+		if err != nil {
+			return &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+		}
+	}
+	return nil
+}
+
+// devDepart sends every peer this rank's departure (one byte: whether it
+// failed its share) and waits for theirs. A peer's failure fails the call.
+func (c *Comm) devDepart(failed bool) error {
+	x := &c.exec
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size
+		slot, s, err := x.reserve(p, 1)
+		if err != nil {
+			return err
+		}
+		slot[0] = 0
+		if failed {
+			slot[0] = 1
+		}
+		s.Commit(x.tag)
+	}
+	var peerErr error
+	for i := 1; i < c.size; i++ {
+		p := (c.rank - i + c.size) % c.size
+		m, rcv, err := x.next(p, 1, x.tag)
+		if err != nil {
+			return err
+		}
+		bad := m[0] != 0
+		rcv.Release()
+		if bad && peerErr == nil {
+			peerErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p,
+				Err: fmt.Errorf("peer rank %d could not do its share of the operation on the devices (see its error); the result is incomplete", p)}
+		}
+	}
+	return peerErr
 }
 
 // deviceRefusal says why the devices cannot run an operation every rank
@@ -313,43 +391,45 @@ func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
 	return eng.Reduce(red)
 }
 
-// devRound sends the arrival record to every peer and resolves theirs.
-func (c *Comm) devRound(eng DeviceEngine, msg []byte) error {
+// devRound sends the arrival record to every peer and checks theirs. It
+// returns the first peer whose record disagrees with this rank's (failed;
+// the round is drained all the same, so that the ranks still depart
+// together), or the transport's error.
+func (c *Comm) devRound(msg []byte) (failed, err error) {
 	x := &c.exec
 	for i := 1; i < c.size; i++ {
 		p := (c.rank + i) % c.size
 		slot, s, err := x.reserve(p, len(msg))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		copy(slot, msg)
 		s.Commit(x.tag)
 	}
-	var firstErr error
+	var me devRecord
+	if err := me.get(msg); err != nil {
+		return nil, err
+	}
+	c.dev.peers[c.rank] = devPeer{scalar: me.scalar, staging: me.staging}
 	for i := 1; i < c.size; i++ {
 		p := (c.rank - i + c.size) % c.size
 		m, rcv, err := x.next(p, len(msg), x.tag)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		err = c.devResolve(eng, p, m, msg)
+		err = c.devResolve(p, m, &me)
 		rcv.Release()
-		if err != nil && firstErr == nil {
-			// Keep draining the round so peers are not left waiting on
-			// this rank's receives.
-			firstErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+		if err != nil && failed == nil {
+			failed = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
 		}
 	}
-	return firstErr
+	return failed, nil
 }
 
-// devResolve checks peer p's arrival record against this rank's and maps
-// p's buffers.
-func (c *Comm) devResolve(eng DeviceEngine, p int, msg, mine []byte) error {
-	var me, rec devRecord
-	if err := me.get(mine); err != nil {
-		return err
-	}
+// devResolve checks peer p's arrival record against this rank's and keeps
+// what it says.
+func (c *Comm) devResolve(p int, msg []byte, me *devRecord) error {
+	var rec devRecord
 	if err := rec.get(msg); err != nil {
 		return err
 	}
@@ -362,24 +442,9 @@ func (c *Comm) devResolve(eng DeviceEngine, p int, msg, mine []byte) error {
 		(len(me.outDsc) > 0 && len(rec.outDsc) > 0 && me.outLen != rec.outLen) {
 		return fmt.Errorf("%w: peer's device buffers hold %d and %d bytes, this rank's %d and %d", ErrMismatch, rec.inLen, rec.outLen, me.inLen, me.outLen)
 	}
-	var pe devPeer
-	pe.scalar, pe.staging = rec.scalar, rec.staging
-	c.dev.peers[p] = pe
-	if me.staging || rec.staging {
-		return nil // the call runs through host staging: map nothing
-	}
-	var err error
-	if len(rec.inDesc) > 0 {
-		if pe.in, err = eng.Import(rec.inDesc, int(rec.inLen)); err != nil {
-			return fmt.Errorf("mapping the peer's device send buffer: %w", err)
-		}
-	}
-	if len(rec.outDsc) > 0 {
-		if pe.out, err = eng.Import(rec.outDsc, int(rec.outLen)); err != nil {
-			return fmt.Errorf("mapping the peer's device receive buffer: %w", err)
-		}
-	}
-	c.dev.peers[p] = pe
+	pe := &c.dev.peers[p]
+	*pe = devPeer{scalar: rec.scalar, staging: rec.staging, inLen: int(rec.inLen), outLen: int(rec.outLen),
+		inDesc: append(pe.inDesc[:0], rec.inDesc...), outDesc: append(pe.outDesc[:0], rec.outDsc...)}
 	return nil
 }
 
