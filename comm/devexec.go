@@ -201,18 +201,21 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	}
 	if needIn {
 		me.inLen = uint64(len(cl.in.b))
-		if me.inDesc, err = eng.Export(addrOf(cl.in.b), len(cl.in.b)); err != nil {
-			return true, err
-		}
+		me.inDesc, err = eng.Export(addrOf(cl.in.b), len(cl.in.b))
 	}
-	if needOut {
+	if needOut && err == nil {
 		me.outLen = uint64(len(cl.out.b))
-		if me.outDsc, err = eng.Export(addrOf(cl.out.b), len(cl.out.b)); err != nil {
-			return true, err
-		}
+		me.outDsc, err = eng.Export(addrOf(cl.out.b), len(cl.out.b))
 	}
-	if len(me.inDesc) > MaxDeviceDescLen || len(me.outDsc) > MaxDeviceDescLen {
-		return true, fmt.Errorf("gccl: internal error: %s exported a description longer than %d bytes", eng.Name(), MaxDeviceDescLen)
+	if err == nil && (len(me.inDesc) > MaxDeviceDescLen || len(me.outDsc) > MaxDeviceDescLen) {
+		err = fmt.Errorf("gccl: internal error: %s exported a description longer than %d bytes", eng.Name(), MaxDeviceDescLen)
+	}
+	if err != nil {
+		// Memory the engine cannot share with peers (an allocator whose
+		// memory has no IPC handle) can still be staged: every rank runs
+		// the call through host staging.
+		c.log.Debug("device buffers not shareable, host staging: "+err.Error(), "subsys", "COLL")
+		me.staging, me.inDesc, me.outDsc, me.inLen, me.outLen, err = true, nil, nil, 0, 0, nil
 	}
 	x := &c.exec
 	x.begin(ctx, cl.name(), transport.MakeTag(tagDevArrive, cl.seq))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 type fakeEngine struct {
 	name       string
 	failImport bool
+	failExport bool
 	waitDelay  time.Duration
 	waits      *atomic.Int64 // Wait calls completed
 }
@@ -27,6 +29,9 @@ type fakeEngine struct {
 func (e *fakeEngine) Name() string { return e.name }
 func (e *fakeEngine) Ready() error { return nil }
 func (e *fakeEngine) Export(ptr uintptr, n int) ([]byte, error) {
+	if e.failExport {
+		return nil, errors.New("fake engine: memory of another allocator, no IPC handle")
+	}
 	d := make([]byte, 16)
 	binary.LittleEndian.PutUint64(d, uint64(ptr))
 	binary.LittleEndian.PutUint64(d[8:], uint64(n))
@@ -152,5 +157,38 @@ func TestReviewDeviceImportFailure(t *testing.T) {
 	}
 	if after[1] != n-1 {
 		t.Errorf("rank 1 returned when %d of its %d peers had finished their device work", after[1], n-1)
+	}
+}
+
+// Device memory that cannot be exported (cuIpcGetMemHandle refuses memory
+// from cuMemCreate or stream-ordered pools, as PyTorch's allocator may
+// hand out) is still memory the host path can stage: the call succeeds
+// through host staging on every rank instead of aborting the Comm.
+func TestReviewDeviceExportFailureStages(t *testing.T) {
+	const n, count = 3, 100
+	var bufs [n]*fakeDevBuf
+	for r := range bufs {
+		bufs[r] = newFakeDevBuf(t, count, &fakeEngine{name: "fake", failExport: r == 2})
+	}
+	errs := runFakeRanks(t, n, func(c *Comm) error {
+		r := c.Rank()
+		x := bufs[r]
+		for i := range x.mem {
+			x.mem[i] = float32(r + i)
+		}
+		if err := c.AllReduce(context.Background(), x, x, Sum); err != nil {
+			return err
+		}
+		for i, v := range x.mem {
+			if want := float32(n*(n-1)/2 + n*i); v != want {
+				return fmt.Errorf("element %d = %v, want %v", i, v, want)
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }
