@@ -170,7 +170,9 @@ func tagKindName(k uint8) string {
 	case tagP2P:
 		return "Send/Recv"
 	case tagSymArrive, tagSymDepart:
-		return "AllReduce on symmetric memory"
+		return "a collective on symmetric memory"
+	case tagDevArrive, tagDevDepart:
+		return "a collective on device buffers"
 	}
 	return algo.Collective(k).String()
 }

@@ -13,6 +13,7 @@ package nvlink
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -148,7 +149,7 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return 0, fmt.Errorf("nvlink: engine closed")
+		return 0, errClosed
 	}
 	e.clock++
 	m, ok := e.imports[h]
@@ -252,7 +253,7 @@ func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error)
 		return f, nil
 	}
 	if e.closed {
-		return 0, fmt.Errorf("nvlink: engine closed")
+		return 0, errClosed
 	}
 	if e.mod == 0 {
 		arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor)
@@ -274,11 +275,27 @@ func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error)
 
 // Copy queues a copy of n bytes on the engine's stream (copy engines).
 func (e *Engine) Copy(dst, src uintptr, n int) error {
+	if e.isClosed() {
+		return errClosed
+	}
 	return e.ctx.CopyAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), n, e.stream)
 }
 
 // Wait waits until the engine's queued work is complete.
-func (e *Engine) Wait() error { return e.ctx.SyncStream(e.stream) }
+func (e *Engine) Wait() error {
+	if e.isClosed() {
+		return errClosed
+	}
+	return e.ctx.SyncStream(e.stream)
+}
+
+var errClosed = errors.New("nvlink: engine closed")
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
 
 // Close closes the peers' mappings, the module and the stream.
 func (e *Engine) Close() error {
