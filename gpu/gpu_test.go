@@ -40,33 +40,17 @@ func TestOpenWithoutDriver(t *testing.T) {
 
 func f32(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4) }
 
-// Collectives and Send/Recv on device buffers across three in-process ranks,
-// through host staging: in place, out of place, async, a Reduce whose
-// non-roots' receive buffers must stay as they were, and a ring of
-// Send/Recv.
+// Collectives and Send/Recv on device buffers across three in-process ranks:
+// in place, out of place, async, a Reduce whose non-roots' receive buffers
+// must stay as they were (all on the devices), and a ring of Send/Recv
+// (through host staging).
 func TestCollectivesOnDeviceBuffers(t *testing.T) {
 	fakeDriver(t)
 	const n, count = 3, 1000
 	var log testutil.SyncBuffer
-	cs, err := comm.InitLocal(n, &comm.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[c.Rank()] = rankWork(c, count)
-		}()
-	}
-	wg.Wait()
+	errs := runRanks(t, n, &comm.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}, func(c *comm.Comm, dev *gpu.Device) error {
+		return rankWork(c, dev, count)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
@@ -78,11 +62,18 @@ func TestCollectivesOnDeviceBuffers(t *testing.T) {
 	}
 }
 
-// runRanks runs f on n in-process ranks, each with its own Device, and
+// runRanks runs f on n in-process ranks configured by cfg (nil: defaults,
+// with a 10 s timeout), each with its own Device, and
 // returns their errors.
-func runRanks(t *testing.T, n int, f func(c *comm.Comm, dev *gpu.Device) error) []error {
+func runRanks(t *testing.T, n int, cfg *comm.Config, f func(c *comm.Comm, dev *gpu.Device) error) []error {
 	t.Helper()
-	cs, err := comm.InitLocal(n, &comm.Config{Timeout: 10 * time.Second})
+	if cfg == nil {
+		cfg = &comm.Config{}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	cs, err := comm.InitLocal(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +105,7 @@ func runRanks(t *testing.T, n int, f func(c *comm.Comm, dev *gpu.Device) error) 
 // the call on every rank, with ErrMismatch where the mismatch is seen.
 func TestDeviceAndHostBuffersMismatch(t *testing.T) {
 	fakeDriver(t)
-	errs := runRanks(t, 3, func(c *comm.Comm, dev *gpu.Device) error {
+	errs := runRanks(t, 3, nil, func(c *comm.Comm, dev *gpu.Device) error {
 		if c.Rank() == 0 {
 			h := make([]float32, 4096)
 			return comm.AllReduce(context.Background(), c, h, h, comm.Sum)
@@ -135,7 +126,7 @@ func TestDeviceAndHostBuffersMismatch(t *testing.T) {
 func TestDevicePreMulSumPerRankScalars(t *testing.T) {
 	fakeDriver(t)
 	const n, count = 3, 777
-	errs := runRanks(t, n, func(c *comm.Comm, dev *gpu.Device) error {
+	errs := runRanks(t, n, nil, func(c *comm.Comm, dev *gpu.Device) error {
 		r := c.Rank()
 		b, err := dev.Alloc(comm.Float64, count)
 		if err != nil {
@@ -173,14 +164,9 @@ func TestDevicePreMulSumPerRankScalars(t *testing.T) {
 	}
 }
 
-func rankWork(c *comm.Comm, count int) error {
+func rankWork(c *comm.Comm, dev *gpu.Device, count int) error {
 	ctx := context.Background()
 	n, r := c.Size(), c.Rank()
-	dev, err := gpu.Open(0)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	alloc := func() (*gpu.Buffer, error) { return dev.Alloc(comm.Float32, count) }
 	x, err := alloc()
 	if err != nil {

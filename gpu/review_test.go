@@ -50,7 +50,7 @@ func TestReviewDeviceShapes(t *testing.T) {
 	fakeDriver(t)
 	for _, n := range []int{3, 9} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			errs := runRanks(t, n, func(c *comm.Comm, dev *gpu.Device) error {
+			errs := runRanks(t, n, nil, func(c *comm.Comm, dev *gpu.Device) error {
 				return reviewShapes(c, dev)
 			})
 			for r, err := range errs {
@@ -157,7 +157,7 @@ func reviewShapes(c *comm.Comm, dev *gpu.Device) error {
 func TestReviewMixedEngines(t *testing.T) {
 	fakeDriver(t)
 	const n, count = 3, 300
-	errs := runRanks(t, n, func(c *comm.Comm, dev *gpu.Device) error {
+	errs := runRanks(t, n, nil, func(c *comm.Comm, dev *gpu.Device) error {
 		ctx := context.Background()
 		r := c.Rank()
 		outDev := dev
