@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 
 	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
 	"github.com/gccl/gccl/transport/shm"
@@ -313,28 +313,16 @@ func (c *Comm) watchLost(client *bootstrap.Client) {
 	}
 }
 
-// envBytes reads a positive integer from the environment, with an optional
-// K, M or G suffix (powers of 1024).
+// envBytes reads a positive size from the environment, with an optional K,
+// M or G suffix (powers of 1024).
 func envBytes(name string) (int, bool, error) {
 	v := os.Getenv(name)
 	if v == "" {
 		return 0, false, nil
 	}
-	mult := 1
-	switch v[len(v)-1] {
-	case 'k', 'K':
-		mult = 1 << 10
-	case 'm', 'M':
-		mult = 1 << 20
-	case 'g', 'G':
-		mult = 1 << 30
+	n, err := units.ParseBytes(v)
+	if err != nil || n <= 0 {
+		return 0, false, invalid("%s=%q is not a positive size", name, v)
 	}
-	if mult > 1 {
-		v = v[:len(v)-1]
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > (1<<40)/mult {
-		return 0, false, invalid("%s=%q is not a positive size", name, os.Getenv(name))
-	}
-	return n * mult, true, nil
+	return int(n), true, nil
 }

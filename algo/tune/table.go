@@ -2,6 +2,7 @@ package tune
 
 import (
 	"fmt"
+	"github.com/gccl/gccl/internal/units"
 	"io"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,7 @@ func WriteTable(w io.Writer, sys System, rows []Row) error {
 	}
 	var sum float64
 	for _, r := range rows {
-		half := fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", formatTime(r.TimeUs), r.AlgBW, r.BusBW, "N/A")
+		half := fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", units.FormatMicros(r.TimeUs), r.AlgBW, r.BusBW, "N/A")
 		fmt.Fprintf(&b, "%12d  %12d  %8s  %6s  %6d%s%s  %5s  %8d\n", r.Bytes, r.Count, r.Type, r.RedOp, r.Root, half, half, r.Algorithm, r.ChunkBytes)
 		sum += r.BusBW
 	}
@@ -131,17 +132,6 @@ func WriteTable(w io.Writer, sys System, rows []Row) error {
 	fmt.Fprintf(&b, "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.6g\n#\n", avg)
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// formatTime keeps the time column seven characters wide, as nccl-tests.
-func formatTime(us float64) string {
-	switch {
-	case us >= 10000:
-		return fmt.Sprintf("%7.0f", us)
-	case us >= 100:
-		return fmt.Sprintf("%7.1f", us)
-	}
-	return fmt.Sprintf("%7.2f", us)
 }
 
 // SimOptions is `gccl-perf --simulate`: the table for a topology file.

@@ -31,7 +31,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -39,6 +38,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/p2p"
 )
 
@@ -164,22 +164,13 @@ func parseFlags(args []string) (*options, error) {
 	return o, nil
 }
 
-// parseSize reads 4096, 4K, 1M, 2G.
+// parseSize reads 4096, 4K, 1.5M, 2G (units.ParseBytes).
 func parseSize(s string) (int, error) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", s, err)
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > math.MaxInt/mult {
-		return 0, fmt.Errorf("size %q", s)
-	}
-	return n * mult, nil
+	return int(n), nil
 }
 
 // points are the (block, batch) pairs to measure.

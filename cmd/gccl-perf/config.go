@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/units"
 )
 
 // dataType is a -d choice: the name nccl-tests prints in the type column and
@@ -376,41 +377,8 @@ func parseRoots(s string, n int) ([]int, error) {
 	return []int{r}, nil
 }
 
-// parseSize reads a byte count with an optional K, M or G suffix (powers of
-// 1024, either case), as nccl-tests does: 8, 64K, 1.5M, 2g.
-func parseSize(s string) (int64, error) {
-	num, unit := s, int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'k', 'K':
-			unit = 1 << 10
-		case 'm', 'M':
-			unit = 1 << 20
-		case 'g', 'G':
-			unit = 1 << 30
-		}
-		if unit > 1 {
-			num = s[:len(s)-1]
-		}
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) {
-		return 0, errors.New("want a byte count such as 8, 64K, 32M or 1G")
-	}
-	bytes := f * float64(unit)
-	switch {
-	case bytes < 0:
-		return 0, errors.New("size must not be negative")
-	case bytes > 1<<40:
-		return 0, errors.New("size above 1T")
-	case bytes != math.Trunc(bytes):
-		return 0, errors.New("not a whole number of bytes")
-	}
-	return int64(bytes), nil
-}
-
 func parseSizeInto(s string, dst *int64) error {
-	v, err := parseSize(s)
+	v, err := units.ParseBytes(s)
 	if err == nil {
 		*dst = v
 	}

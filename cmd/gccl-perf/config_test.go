@@ -154,23 +154,6 @@ func TestParseArgsHelp(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{
-		"0": 0, "8": 8, "1024": 1024, "1K": 1 << 10, "1k": 1 << 10, "32M": 32 << 20, "32m": 32 << 20,
-		"2G": 2 << 30, "2g": 2 << 30, "1.5M": 3 << 19, "0.5K": 512,
-	} {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "K", "M8", "8MB", "8X", "-1", "0.3", "2048G", "NaN"} {
-		if got, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) = %d, want an error", in, got)
-		}
-	}
-}
-
 func TestSizes(t *testing.T) {
 	for _, tc := range []struct {
 		min, max, step, factor int64

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gccl/gccl/internal/units"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -239,7 +240,7 @@ func TestJSONFile(t *testing.T) {
 	for i, jr := range rep.Rows {
 		tr := rows[i]
 		if strconv.FormatInt(jr.Bytes, 10) != tr[0] || strconv.FormatInt(jr.Count, 10) != tr[1] || jr.Type != tr[2] ||
-			jr.RedOp != tr[3] || strconv.Itoa(jr.Root) != tr[4] || formatTime(jr.OutOfPlace.TimeUs) != padTime(tr[5]) ||
+			jr.RedOp != tr[3] || strconv.Itoa(jr.Root) != tr[4] || units.FormatMicros(jr.OutOfPlace.TimeUs) != padTime(tr[5]) ||
 			!jr.InPlace.Checked || jr.InPlace.Wrong != 0 {
 			t.Errorf("JSON row %+v does not match table row %q", jr, tr)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/gccl/gccl/internal/units"
 	"io"
 	"strings"
 )
@@ -94,19 +95,7 @@ func formatResult(p *placementResult) string {
 	if p.Checked {
 		wrong = fmt.Sprint(p.Wrong)
 	}
-	return fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", formatTime(p.TimeUs), p.AlgBW, p.BusBW, wrong)
-}
-
-// formatTime keeps the time column seven characters wide: fewer decimals as
-// the time grows, as nccl-tests does.
-func formatTime(us float64) string {
-	switch {
-	case us >= 10000:
-		return fmt.Sprintf("%7.0f", us)
-	case us >= 100:
-		return fmt.Sprintf("%7.1f", us)
-	}
-	return fmt.Sprintf("%7.2f", us)
+	return fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", units.FormatMicros(p.TimeUs), p.AlgBW, p.BusBW, wrong)
 }
 
 // writeFooter writes nccl-tests' summary. outOfBounds counts the checks

@@ -103,16 +103,6 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-func TestFormatTime(t *testing.T) {
-	for us, want := range map[float64]string{
-		0: "   0.00", 3.14159: "   3.14", 99.994: "  99.99", 100: "  100.0", 9999.94: " 9999.9", 10000: "  10000", 1234567: "1234567",
-	} {
-		if got := formatTime(us); got != want {
-			t.Errorf("formatTime(%v) = %q, want %q", us, got, want)
-		}
-	}
-}
-
 func TestCommandLineQuotes(t *testing.T) {
 	got := commandLine([]string{"all_reduce", "-J", "my results.json", ""})
 	if want := `gccl-perf all_reduce -J "my results.json" ""`; got != want {
