@@ -320,7 +320,7 @@ func envBytes(name string) (int, bool, error) {
 	if v == "" {
 		return 0, false, nil
 	}
-	n, err := units.ParseBytes(v)
+	n, err := units.ParseBytes(v, 1<<40)
 	if err != nil || n <= 0 {
 		return 0, false, invalid("%s=%q is not a positive size", name, v)
 	}

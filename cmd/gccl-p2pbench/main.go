@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -166,7 +167,7 @@ func parseFlags(args []string) (*options, error) {
 
 // parseSize reads 4096, 4K, 1.5M, 2G (units.ParseBytes).
 func parseSize(s string) (int, error) {
-	n, err := units.ParseBytes(s)
+	n, err := units.ParseBytes(s, math.MaxInt64/2)
 	if err != nil {
 		return 0, fmt.Errorf("size %q: %w", s, err)
 	}

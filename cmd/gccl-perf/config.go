@@ -378,7 +378,7 @@ func parseRoots(s string, n int) ([]int, error) {
 }
 
 func parseSizeInto(s string, dst *int64) error {
-	v, err := units.ParseBytes(s)
+	v, err := units.ParseBytes(s, 1<<40)
 	if err == nil {
 		*dst = v
 	}

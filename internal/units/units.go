@@ -12,8 +12,8 @@ import (
 
 // ParseBytes reads a byte count with an optional K, M or G suffix (powers of
 // 1024, either case), as nccl-tests does: 8, 64K, 1.5M, 2g. It must be a
-// whole number of bytes from 0 to 1 TiB.
-func ParseBytes(s string) (int64, error) {
+// whole number of bytes from 0 to max.
+func ParseBytes(s string, max int64) (int64, error) {
 	num, unit := s, int64(1)
 	if s != "" {
 		switch s[len(s)-1] {
@@ -36,8 +36,8 @@ func ParseBytes(s string) (int64, error) {
 	switch {
 	case bytes < 0:
 		return 0, errors.New("size must not be negative")
-	case bytes > 1<<40:
-		return 0, errors.New("size above 1T")
+	case bytes > float64(max):
+		return 0, fmt.Errorf("size above %s", FormatBytes(max))
 	case bytes != math.Trunc(bytes):
 		return 0, errors.New("not a whole number of bytes")
 	}
@@ -54,4 +54,18 @@ func FormatMicros(us float64) string {
 		return fmt.Sprintf("%7.1f", us)
 	}
 	return fmt.Sprintf("%7.2f", us)
+}
+
+// FormatBytes writes n with the largest of the suffixes K, M, G and T that
+// divides it (ParseBytes reads it back).
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
