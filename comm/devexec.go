@@ -111,8 +111,8 @@ type devPeer struct {
 type devState struct {
 	peers  []devPeer
 	msg    [devRecordLen]byte
+	status [1]byte // this rank's departure: 1 when it failed its share
 	logged bool
-	ops    uint64 // device collectives run (tests)
 	ins    []uintptr
 	outs   []uintptr
 	red    DeviceReduce
@@ -181,9 +181,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	esz := cl.dtype().Size()
 	me := devRecord{coll: uint8(cl.coll), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), root: uint32(cl.root)}
 	switch cl.coll {
-	case algo.Reduce:
-		me.count = uint64(len(cl.in.b) / esz)
-	case algo.AllGather:
+	case algo.Reduce, algo.AllGather:
 		me.count = uint64(len(cl.in.b) / esz)
 	default:
 		me.count = uint64(len(cl.out.b) / esz)
@@ -244,7 +242,6 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	// cannot do its share still waits until its peers are done with its
 	// buffers, and tells them that the result is incomplete.
 	if failed == nil {
-		d.ops++
 		if err := c.deviceWork(eng, cl, esz); err != nil {
 			failed = &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
 		} else if err := eng.Wait(); err != nil {
@@ -288,17 +285,12 @@ func (c *Comm) devImport(eng DeviceEngine) error {
 // failed its share) and waits for theirs. A peer's failure fails the call.
 func (c *Comm) devDepart(failed bool) error {
 	x := &c.exec
-	for i := 1; i < c.size; i++ {
-		p := (c.rank + i) % c.size
-		slot, s, err := x.reserve(p, 1)
-		if err != nil {
-			return err
-		}
-		slot[0] = 0
-		if failed {
-			slot[0] = 1
-		}
-		s.Commit(x.tag)
+	c.dev.status[0] = 0
+	if failed {
+		c.dev.status[0] = 1
+	}
+	if err := c.sendRound(c.dev.status[:]); err != nil {
+		return err
 	}
 	var peerErr error
 	for i := 1; i < c.size; i++ {
@@ -400,14 +392,8 @@ func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
 // together), or the transport's error.
 func (c *Comm) devRound(msg []byte) (failed, err error) {
 	x := &c.exec
-	for i := 1; i < c.size; i++ {
-		p := (c.rank + i) % c.size
-		slot, s, err := x.reserve(p, len(msg))
-		if err != nil {
-			return nil, err
-		}
-		copy(slot, msg)
-		s.Commit(x.tag)
+	if err := c.sendRound(msg); err != nil {
+		return nil, err
 	}
 	var me devRecord
 	if err := me.get(msg); err != nil {

@@ -227,14 +227,8 @@ func (c *Comm) symArrive(me *symRecord) error {
 // they come; in the departure round they are one byte and say nothing.
 func (c *Comm) symRound(msg []byte) error {
 	x := &c.exec
-	for i := 1; i < c.size; i++ {
-		p := (c.rank + i) % c.size
-		slot, s, err := x.reserve(p, len(msg))
-		if err != nil {
-			return err
-		}
-		copy(slot, msg)
-		s.Commit(x.tag)
+	if err := c.sendRound(msg); err != nil {
+		return err
 	}
 	for i := 1; i < c.size; i++ {
 		p := (c.rank - i + c.size) % c.size
@@ -249,6 +243,23 @@ func (c *Comm) symRound(msg []byte) error {
 		if err != nil {
 			return &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
 		}
+	}
+	return nil
+}
+
+// sendRound sends msg to every peer, in ring order from this rank, under
+// the executor's current tag: the sending half of the symmetric-memory and
+// device rounds.
+func (c *Comm) sendRound(msg []byte) error {
+	x := &c.exec
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size
+		slot, s, err := x.reserve(p, len(msg))
+		if err != nil {
+			return err
+		}
+		copy(slot, msg)
+		s.Commit(x.tag)
 	}
 	return nil
 }
