@@ -149,23 +149,11 @@ func TestPTXSelection(t *testing.T) {
 		{7, 0, "sm_70"}, {7, 2, "sm_70"}, {7, 5, "sm_75"}, {8, 0, "sm_80"}, {8, 6, "sm_86"},
 		{8, 9, "sm_89"}, {9, 0, "sm_90"}, {10, 0, "sm_90"}, {12, 0, "sm_90"},
 	}
-	have := map[string]bool{}
-	for _, a := range Architectures() {
-		have[a] = true
+	if got, want := strings.Join(Architectures(), " "), "sm_70 sm_75 sm_80 sm_86 sm_89 sm_90"; got != want {
+		t.Fatalf("embedded PTX for %s, want %s", got, want)
 	}
 	for _, c := range cases {
 		want := c.want
-		// Without nvcc the newest embedded PTX is sm_86.
-		for !have[want] {
-			switch want {
-			case "sm_90":
-				want = "sm_89"
-			case "sm_89":
-				want = "sm_86"
-			default:
-				t.Fatalf("no embedded %s", want)
-			}
-		}
 		arch, ptx, err := PTX(c.major, c.minor)
 		if err != nil {
 			t.Errorf("PTX(%d, %d): %v", c.major, c.minor, err)
