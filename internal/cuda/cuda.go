@@ -94,6 +94,16 @@ type (
 	Function uintptr
 )
 
+// WaitCond is how a stream's WaitValue32 compares the word with its value
+// (CUstreamWaitValue_flags).
+type WaitCond uint32
+
+// The comparisons of WaitValue32.
+const (
+	WaitGEQ WaitCond = 0 // (int32)(word - value) >= 0
+	WaitEQ  WaitCond = 1 // word == value
+)
+
 // Attr is a CUdevice_attribute.
 type Attr int
 
@@ -128,6 +138,7 @@ var symbols = []string{
 	"cuStreamQuery",
 	"cuStreamWaitEvent",
 	"cuStreamDestroy_v2",
+	"cuStreamWaitValue32_v2",
 	"cuEventCreate",
 	"cuEventRecord",
 	"cuEventSynchronize",
@@ -137,6 +148,8 @@ var symbols = []string{
 	"cuMemFree_v2",
 	"cuMemAllocHost_v2",
 	"cuMemFreeHost",
+	"cuMemHostAlloc",
+	"cuMemHostGetDevicePointer_v2",
 	"cuMemHostRegister_v2",
 	"cuMemHostUnregister",
 	"cuMemcpyHtoDAsync_v2",

@@ -58,6 +58,11 @@ static int c_memset8(void *f, uint64_t dst, unsigned char v, size_t n, uintptr_t
 static int c_alloc_host(void *f, void **p, size_t n) { return ((int (*)(void **, size_t))f)(p, n); }
 static int c_host_ptr(void *f, void *p) { return ((int (*)(void *))f)(p); }
 static int c_host_register(void *f, void *p, size_t n, unsigned flags) { return ((int (*)(void *, size_t, unsigned))f)(p, n, flags); }
+static int c_host_alloc(void *f, void **p, size_t n, unsigned flags) { return ((int (*)(void **, size_t, unsigned))f)(p, n, flags); }
+static int c_host_dptr(void *f, uint64_t *d, void *p) { return ((int (*)(uint64_t *, void *, unsigned))f)(d, p, 0); }
+static int c_wait_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
+	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
+}
 // CUipcMemHandle is a struct of 64 bytes, passed by value.
 typedef struct { char reserved[64]; } ipc_handle;
 static int c_ipc_open(void *f, uint64_t *p, const void *h, unsigned flags) {
@@ -426,7 +431,43 @@ func (c *Context) AllocHost(n int) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), n), nil
 }
 
-// FreeHost releases memory from AllocHost.
+// AllocHostMapped allocates n bytes of pinned host memory that kernels and
+// stream memory operations of every device reach at the returned device
+// address (cuMemHostAlloc, portable and device-mapped;
+// cuMemHostGetDevicePointer_v2). Release it with FreeHost.
+func (c *Context) AllocHostMapped(n int) ([]byte, DevicePtr, error) {
+	if n <= 0 {
+		return nil, 0, &Error{Call: "cuMemHostAlloc", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	var p unsafe.Pointer
+	var d C.uint64_t
+	err := c.do(func() error {
+		if err := c.d.check("cuMemHostAlloc", C.c_host_alloc(c.d.fn["cuMemHostAlloc"], &p, C.size_t(n), 3)); err != nil {
+			return err
+		}
+		if err := c.d.check("cuMemHostGetDevicePointer_v2", C.c_host_dptr(c.d.fn["cuMemHostGetDevicePointer_v2"], &d, p)); err != nil {
+			C.c_host_ptr(c.d.fn["cuMemFreeHost"], p)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return unsafe.Slice((*byte)(p), n), DevicePtr(d), nil
+}
+
+// WaitValue32 makes work queued on s after this call wait until the 32-bit
+// word at device address p satisfies cond against v
+// (cuStreamWaitValue32_v2). p is typically AllocHostMapped memory that the
+// host writes.
+func (c *Context) WaitValue32(s Stream, p DevicePtr, v uint32, cond WaitCond) error {
+	return c.do(func() error {
+		return c.d.check("cuStreamWaitValue32_v2", C.c_wait_value(c.d.fn["cuStreamWaitValue32_v2"], C.uintptr_t(s), C.uint64_t(p), C.uint32_t(v), C.uint(cond)))
+	})
+}
+
+// FreeHost releases memory from AllocHost or AllocHostMapped.
 func (c *Context) FreeHost(b []byte) error {
 	if len(b) == 0 {
 		return nil

@@ -11,7 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 )
@@ -300,4 +303,75 @@ func device0(t *testing.T) (*Driver, *Context) {
 	}
 	t.Cleanup(func() { ctx.Release() })
 	return d, ctx
+}
+
+// The fake runs streams asynchronously, as a GPU does: with every queued
+// operation delayed, a copy is not done when its call returns, an event
+// orders one stream after another, and a stream waits for a word of mapped
+// host memory until the host writes it. Tests of the layers above rely on
+// this to catch a missing synchronization.
+func TestFakeDriverStreamsAreAsynchronous(t *testing.T) {
+	fakeDriver(t)
+	t.Setenv("FAKECUDA_STREAM_DELAY_US", "20000")
+	_, ctx := device0(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, err := ctx.NewStream()
+	must(err)
+	defer ctx.DestroyStream(s1)
+	s2, err := ctx.NewStream()
+	must(err)
+	defer ctx.DestroyStream(s2)
+	ev, err := ctx.NewEvent()
+	must(err)
+	defer ctx.DestroyEvent(ev)
+	pinned, err := ctx.AllocHost(64)
+	must(err)
+	defer ctx.FreeHost(pinned)
+	a, err := ctx.Alloc(64)
+	must(err)
+	defer ctx.Free(a)
+
+	// s1 sets a to 7; s2, ordered after it by the event, copies a out.
+	must(ctx.MemsetAsync(a, 7, 64, s1))
+	must(ctx.RecordEvent(ev, s1))
+	if done, err := ctx.EventDone(ev); done || err != nil {
+		t.Fatalf("EventDone right after queueing a delayed memset: %v, %v", done, err)
+	}
+	must(ctx.StreamWaitEvent(s2, ev))
+	must(ctx.CopyFromDeviceAsync(pinned, a, s2))
+	if pinned[0] == 7 {
+		t.Fatal("the copy was done before its call returned")
+	}
+	must(ctx.SyncStream(s2))
+	if !bytes.Equal(pinned, bytes.Repeat([]byte{7}, 64)) {
+		t.Fatalf("s2 did not wait for s1's memset: %v", pinned[:8])
+	}
+
+	// A stream waiting for a word of mapped memory holds its later work
+	// until the host writes the word.
+	word, wp, err := ctx.AllocHostMapped(4)
+	must(err)
+	defer ctx.FreeHost(word)
+	must(ctx.WaitValue32(s1, wp, 1, WaitEQ))
+	must(ctx.MemsetAsync(a, 9, 64, s1))
+	must(ctx.RecordEvent(ev, s1))
+	time.Sleep(100 * time.Millisecond)
+	if done, err := ctx.EventDone(ev); done || err != nil {
+		t.Fatalf("the stream ran past a wait whose word was not written: %v, %v", done, err)
+	}
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&word[0])), 1)
+	must(ctx.SyncEvent(ev))
+	must(ctx.CopyToDevice(a, pinned[:0])) // nothing
+	must(ctx.CopyFromDevice(pinned, a))
+	if pinned[0] != 9 {
+		t.Fatalf("after the word was written: %d, want 9", pinned[0])
+	}
+	if err := ctx.WaitValue32(s1, wp+1, 1, WaitEQ); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("WaitValue32 on a misaligned word: %v", err)
+	}
 }

@@ -61,6 +61,10 @@ func (c *Context) CopyFromDeviceAsync([]byte, DevicePtr, Stream) error {
 func (c *Context) MemsetAsync(DevicePtr, byte, int, Stream) error { return ErrNotSupported }
 func (c *Context) AllocHost(int) ([]byte, error)                  { return nil, ErrNotSupported }
 func (c *Context) FreeHost([]byte) error                          { return ErrNotSupported }
+func (c *Context) AllocHostMapped(int) ([]byte, DevicePtr, error) { return nil, 0, ErrNotSupported }
+func (c *Context) WaitValue32(Stream, DevicePtr, uint32, WaitCond) error {
+	return ErrNotSupported
+}
 func (c *Context) HostRegister([]byte) error                      { return ErrNotSupported }
 func (c *Context) HostUnregister([]byte) error                    { return ErrNotSupported }
 func (c *Context) OpenIPC(IPCHandle) (DevicePtr, error)           { return 0, ErrNotSupported }

@@ -11,8 +11,19 @@
 //   - The current context is per thread, as in the real driver: memory calls
 //     made without one fail with CUDA_ERROR_INVALID_CONTEXT, which catches
 //     calls made off the binding's locked OS thread.
-//   - Streams and events exist as handles; every operation completes before
-//     its call returns.
+//   - Streams run asynchronously, as on a GPU: each stream made by
+//     cuStreamCreate has a worker thread that runs its queued copies,
+//     memsets, kernel launches, event records and waits in order, after the
+//     call that queued them returned. FAKECUDA_STREAM_DELAY_US, read when a
+//     stream is made, delays every operation queued on it, so that a
+//     missing synchronization shows as wrong data rather than passing by
+//     luck. The legacy default stream (0) runs
+//     its work before the call returns. cuMemFree, cuMemFreeHost,
+//     cuMemHostUnregister and cuIpcCloseMemHandle first wait for every
+//     stream, as the real driver's frees synchronize.
+//   - cuStreamWaitValue32_v2 makes a stream wait for a 32-bit word of host
+//     memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2) that the host
+//     writes.
 //   - Modules must be PTX text; cuModuleGetFunction finds only the kernels
 //     the PTX declares (.entry), and cuLaunchKernel runs the same kernel
 //     source compiled for the host (internal/kernels/hostemu.c), serially
@@ -37,7 +48,7 @@ typedef int CUresult;
 enum {
 	OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
 	INVALID_DEVICE = 101, INVALID_CONTEXT = 201, INVALID_PTX = 218, INVALID_HANDLE = 400,
-	NOT_FOUND = 500, LAUNCH_FAILED = 719,
+	NOT_FOUND = 500, NOT_READY = 600, LAUNCH_FAILED = 719,
 };
 
 static int inited;
@@ -59,6 +70,149 @@ static struct alloc *slot(void) {
 	for (int i = 0; i < MAX_ALLOCS; i++)
 		if (!allocs[i].base) return &allocs[i];
 	return NULL;
+}
+
+// Streams and events.
+//
+// An event counts its records: cuEventRecord takes the next generation, and
+// the record operation, when its stream reaches it, marks that generation
+// done. Waiting for an event waits for the generation recorded last when
+// the wait was asked for, as the real driver does.
+struct event { uint64_t recorded, done; };
+static pthread_mutex_t evmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t evcv = PTHREAD_COND_INITIALIZER;
+
+enum { OP_COPY, OP_SET, OP_LAUNCH, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE };
+struct op {
+	struct op *next;
+	int kind;
+	void *dst;
+	const void *src;
+	size_t n;
+	unsigned char v;
+	int fn;
+	unsigned gx, bx;
+#ifdef GCCL_HOSTEMU
+	struct gccl_reduce_args arg; // the driver copies kernel parameters at launch
+#endif
+	struct event *ev;
+	uint64_t gen;
+	volatile uint32_t *word;
+	uint32_t value;
+	unsigned flags;
+};
+struct stream {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct op *head, *tail;
+	uint64_t queued, done;
+	int quit;
+	long delay_us; // FAKECUDA_STREAM_DELAY_US when the stream was made
+	pthread_t thr;
+	struct stream *next;
+};
+static struct stream *streams; // every live stream, under mu
+
+static void event_done(struct event *e, uint64_t gen) {
+	pthread_mutex_lock(&evmu);
+	if (gen > e->done) e->done = gen;
+	pthread_cond_broadcast(&evcv);
+	pthread_mutex_unlock(&evmu);
+}
+static void event_wait(struct event *e, uint64_t gen) {
+	pthread_mutex_lock(&evmu);
+	while (e->done < gen) pthread_cond_wait(&evcv, &evmu);
+	pthread_mutex_unlock(&evmu);
+}
+// value_ok is cuStreamWaitValue32's test: GEQ (0, in wrapping order), EQ
+// (1), AND (2), NOR (3).
+static int value_ok(uint32_t have, uint32_t want, unsigned flags) {
+	switch (flags & 3) {
+	case 0: return (int32_t)(have - want) >= 0;
+	case 1: return have == want;
+	case 2: return (have & want) != 0;
+	default: return ~(have | want) != 0;
+	}
+}
+static void run_op(struct op *o) {
+	switch (o->kind) {
+	case OP_COPY: memmove(o->dst, o->src, o->n); break;
+	case OP_SET: memset(o->dst, o->v, o->n); break;
+	case OP_LAUNCH: {
+#ifdef GCCL_HOSTEMU
+		void *params[1] = {&o->arg};
+		gccl_host_kernel_launch(o->fn, o->gx, o->bx, params);
+#endif
+		break;
+	}
+	case OP_RECORD: event_done(o->ev, o->gen); break;
+	case OP_WAIT_EVENT: event_wait(o->ev, o->gen); break;
+	case OP_WAIT_VALUE:
+		while (!value_ok(__atomic_load_n(o->word, __ATOMIC_ACQUIRE), o->value, o->flags)) usleep(20);
+		break;
+	}
+}
+static void *stream_main(void *arg) {
+	struct stream *st = arg;
+	pthread_mutex_lock(&st->mu);
+	for (;;) {
+		while (!st->head && !st->quit) pthread_cond_wait(&st->cv, &st->mu);
+		if (!st->head) break;
+		struct op *o = st->head;
+		pthread_mutex_unlock(&st->mu);
+		if (st->delay_us > 0 && o->kind != OP_WAIT_EVENT && o->kind != OP_WAIT_VALUE) usleep(st->delay_us);
+		run_op(o);
+		pthread_mutex_lock(&st->mu);
+		st->head = o->next;
+		if (!st->head) st->tail = NULL;
+		st->done++;
+		pthread_cond_broadcast(&st->cv);
+		free(o);
+	}
+	pthread_mutex_unlock(&st->mu);
+	return NULL;
+}
+// submit queues o on stream s, or runs it now on the legacy default stream.
+static CUresult submit(uintptr_t s, struct op *o) {
+	if (!s) {
+		run_op(o);
+		free(o);
+		return OK;
+	}
+	struct stream *st = (struct stream *)s;
+	o->next = NULL;
+	pthread_mutex_lock(&st->mu);
+	if (st->tail) st->tail->next = o; else st->head = o;
+	st->tail = o;
+	st->queued++;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	return OK;
+}
+static struct op *new_op(int kind) {
+	struct op *o = calloc(1, sizeof *o);
+	if (o) o->kind = kind;
+	return o;
+}
+static void stream_sync(struct stream *st) {
+	pthread_mutex_lock(&st->mu);
+	uint64_t target = st->queued;
+	while (st->done < target) pthread_cond_wait(&st->cv, &st->mu);
+	pthread_mutex_unlock(&st->mu);
+}
+// sync_all waits for the work queued on every stream so far.
+static void sync_all(void) {
+	pthread_mutex_lock(&mu);
+	int n = 0;
+	for (struct stream *st = streams; st; st = st->next) n++;
+	struct stream **all = calloc(n ? n : 1, sizeof *all);
+	n = 0;
+	for (struct stream *st = streams; st; st = st->next) all[n++] = st;
+	pthread_mutex_unlock(&mu);
+	// A stream is destroyed only after its work is done, and only by its
+	// owner, which is not inside this call: the pointers stay valid.
+	for (int i = 0; i < n; i++) stream_sync(all[i]);
+	free(all);
 }
 
 CUresult cuInit(unsigned flags) {
@@ -91,7 +245,6 @@ CUresult cuDeviceGetPCIBusId(char *buf, int len, int dev) { snprintf(buf, len, "
 CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &ctxs[dev]; return OK; }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return OK; }
 CUresult cuCtxSetCurrent(void *ctx) { cur = ctx; return OK; }
-CUresult cuCtxSynchronize(void) { return cur ? OK : INVALID_CONTEXT; }
 
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
 	if (!cur) return INVALID_CONTEXT;
@@ -112,6 +265,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
 }
 CUresult cuMemFree_v2(uint64_t p) {
 	if (!cur) return INVALID_CONTEXT;
+	sync_all();
 	pthread_mutex_lock(&mu);
 	struct alloc *a = find(p);
 	if (!a || a->base != p || a->ipc) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
@@ -130,51 +284,165 @@ CUresult cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p) {
 	return a ? OK : NOT_FOUND;
 }
 
-CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, uintptr_t s) {
+static CUresult queue_copy(void *dst, const void *src, size_t n, uintptr_t s) {
 	if (!cur) return INVALID_CONTEXT;
-	memcpy((void *)(uintptr_t)dst, src, n);
-	return OK;
+	struct op *o = new_op(OP_COPY);
+	if (!o) return OUT_OF_MEMORY;
+	o->dst = dst;
+	o->src = src;
+	o->n = n;
+	return submit(s, o);
+}
+CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, uintptr_t s) {
+	return queue_copy((void *)(uintptr_t)dst, src, n, s);
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, uintptr_t s) {
-	if (!cur) return INVALID_CONTEXT;
-	memcpy(dst, (void *)(uintptr_t)src, n);
-	return OK;
+	return queue_copy(dst, (const void *)(uintptr_t)src, n, s);
 }
 CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, uintptr_t s) {
-	if (!cur) return INVALID_CONTEXT;
-	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
-	return OK;
+	return queue_copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, s);
 }
 CUresult cuMemsetD8Async(uint64_t dst, unsigned char v, size_t n, uintptr_t s) {
 	if (!cur) return INVALID_CONTEXT;
-	memset((void *)(uintptr_t)dst, v, n);
-	return OK;
+	struct op *o = new_op(OP_SET);
+	if (!o) return OUT_OF_MEMORY;
+	o->dst = (void *)(uintptr_t)dst;
+	o->v = v;
+	o->n = n;
+	return submit(s, o);
 }
 CUresult cuMemAllocHost_v2(void **p, size_t n) {
 	if (!cur) return INVALID_CONTEXT;
 	*p = malloc(n);
 	return *p ? OK : OUT_OF_MEMORY;
 }
-CUresult cuMemFreeHost(void *p) { free(p); return OK; }
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { return cur ? OK : INVALID_CONTEXT; }
-CUresult cuMemHostUnregister(void *p) { return cur ? OK : INVALID_CONTEXT; }
-
-// Streams and events: handles only, since every operation is synchronous.
-static uintptr_t next_handle = 1;
-CUresult cuStreamCreate(uintptr_t *s, unsigned flags) {
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { return cuMemAllocHost_v2(p, n); }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
 	if (!cur) return INVALID_CONTEXT;
-	*s = __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED);
+	if (!p || flags) return INVALID_VALUE;
+	*d = (uint64_t)(uintptr_t)p; // unified addressing: the same address
 	return OK;
 }
-CUresult cuStreamDestroy_v2(uintptr_t s) { return s ? OK : INVALID_HANDLE; }
-CUresult cuStreamSynchronize(uintptr_t s) { return cur ? OK : INVALID_CONTEXT; }
-CUresult cuStreamQuery(uintptr_t s) { return cur ? OK : INVALID_CONTEXT; }
-CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned flags) { return e ? OK : INVALID_HANDLE; }
-CUresult cuEventCreate(uintptr_t *e, unsigned flags) { return cuStreamCreate(e, flags); }
-CUresult cuEventRecord(uintptr_t e, uintptr_t s) { return e ? OK : INVALID_HANDLE; }
-CUresult cuEventSynchronize(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
-CUresult cuEventQuery(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
+CUresult cuMemFreeHost(void *p) { sync_all(); free(p); return OK; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { return cur ? OK : INVALID_CONTEXT; }
+CUresult cuMemHostUnregister(void *p) {
+	if (!cur) return INVALID_CONTEXT;
+	sync_all();
+	return OK;
+}
+
+// The stream and event API.
+CUresult cuStreamCreate(uintptr_t *s, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	struct stream *st = calloc(1, sizeof *st);
+	if (!st) return OUT_OF_MEMORY;
+	pthread_mutex_init(&st->mu, NULL);
+	pthread_cond_init(&st->cv, NULL);
+	const char *d = getenv("FAKECUDA_STREAM_DELAY_US");
+	st->delay_us = d ? atol(d) : 0;
+	if (pthread_create(&st->thr, NULL, stream_main, st) != 0) { free(st); return OUT_OF_MEMORY; }
+	pthread_mutex_lock(&mu);
+	st->next = streams;
+	streams = st;
+	pthread_mutex_unlock(&mu);
+	*s = (uintptr_t)st;
+	return OK;
+}
+CUresult cuStreamDestroy_v2(uintptr_t s) {
+	if (!s) return INVALID_HANDLE;
+	struct stream *st = (struct stream *)s;
+	pthread_mutex_lock(&mu);
+	struct stream **pp = &streams;
+	while (*pp && *pp != st) pp = &(*pp)->next;
+	if (!*pp) { pthread_mutex_unlock(&mu); return INVALID_HANDLE; }
+	*pp = st->next;
+	pthread_mutex_unlock(&mu);
+	// The queued work still runs, as with the real driver.
+	pthread_mutex_lock(&st->mu);
+	st->quit = 1;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	pthread_join(st->thr, NULL);
+	free(st);
+	return OK;
+}
+CUresult cuStreamSynchronize(uintptr_t s) {
+	if (!cur) return INVALID_CONTEXT;
+	if (s) stream_sync((struct stream *)s);
+	return OK;
+}
+CUresult cuStreamQuery(uintptr_t s) {
+	if (!cur) return INVALID_CONTEXT;
+	if (!s) return OK;
+	struct stream *st = (struct stream *)s;
+	pthread_mutex_lock(&st->mu);
+	int busy = st->done < st->queued;
+	pthread_mutex_unlock(&st->mu);
+	return busy ? NOT_READY : OK;
+}
+CUresult cuCtxSynchronize(void) {
+	if (!cur) return INVALID_CONTEXT;
+	sync_all();
+	return OK;
+}
+CUresult cuEventCreate(uintptr_t *e, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	struct event *ev = calloc(1, sizeof *ev);
+	if (!ev) return OUT_OF_MEMORY;
+	*e = (uintptr_t)ev;
+	return OK;
+}
+CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
+	if (!e) return INVALID_HANDLE;
+	struct op *o = new_op(OP_RECORD);
+	if (!o) return OUT_OF_MEMORY;
+	o->ev = (struct event *)e;
+	pthread_mutex_lock(&evmu);
+	o->gen = ++o->ev->recorded;
+	pthread_mutex_unlock(&evmu);
+	return submit(s, o);
+}
+static uint64_t recorded(struct event *ev) {
+	pthread_mutex_lock(&evmu);
+	uint64_t g = ev->recorded;
+	pthread_mutex_unlock(&evmu);
+	return g;
+}
+CUresult cuEventSynchronize(uintptr_t e) {
+	if (!e) return INVALID_HANDLE;
+	struct event *ev = (struct event *)e;
+	event_wait(ev, recorded(ev));
+	return OK;
+}
+CUresult cuEventQuery(uintptr_t e) {
+	if (!e) return INVALID_HANDLE;
+	struct event *ev = (struct event *)e;
+	pthread_mutex_lock(&evmu);
+	int ready = ev->done >= ev->recorded;
+	pthread_mutex_unlock(&evmu);
+	return ready ? OK : NOT_READY;
+}
+CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned flags) {
+	if (!e) return INVALID_HANDLE;
+	struct op *o = new_op(OP_WAIT_EVENT);
+	if (!o) return OUT_OF_MEMORY;
+	o->ev = (struct event *)e;
+	o->gen = recorded(o->ev);
+	return submit(s, o);
+}
+// Events are never freed: a queued wait may still read one. The test
+// processes are short-lived.
 CUresult cuEventDestroy_v2(uintptr_t e) { return e ? OK : INVALID_HANDLE; }
+CUresult cuStreamWaitValue32_v2(uintptr_t s, uint64_t addr, uint32_t value, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	if (!addr || (addr & 3) || (flags & ~3u)) return INVALID_VALUE;
+	struct op *o = new_op(OP_WAIT_VALUE);
+	if (!o) return OUT_OF_MEMORY;
+	o->word = (volatile uint32_t *)(uintptr_t)addr;
+	o->value = value;
+	o->flags = flags;
+	return submit(s, o);
+}
 
 // IPC handles: a magic, the owner's pid, the memfd, its inode and the
 // size. The inode makes a handle name one allocation, as the real driver's
@@ -226,6 +494,7 @@ CUresult cuIpcOpenMemHandle_v2(uint64_t *p, CUipcMemHandle h, unsigned flags) {
 }
 CUresult cuIpcCloseMemHandle(uint64_t p) {
 	if (!cur) return INVALID_CONTEXT;
+	sync_all();
 	pthread_mutex_lock(&mu);
 	struct alloc *a = find(p);
 	if (!a || !a->ipc || a->base != p) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
@@ -286,9 +555,14 @@ CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsi
 	if (!fn) return INVALID_HANDLE;
 	if (gx == 0 || bx == 0 || bx > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params) return INVALID_VALUE;
 	if (fn->host < 0) return LAUNCH_FAILED;
+	struct op *o = new_op(OP_LAUNCH);
+	if (!o) return OUT_OF_MEMORY;
+	o->fn = fn->host;
+	o->gx = gx;
+	o->bx = bx;
 #ifdef GCCL_HOSTEMU
-	gccl_host_kernel_launch(fn->host, gx, bx, params);
+	memcpy(&o->arg, params[0], sizeof o->arg);
 #endif
-	return OK;
+	return submit(s, o);
 }
 #endif
