@@ -43,7 +43,8 @@ func (r *Request) Wait(ctx context.Context) error {
 // element so that the caller's variadic slice never escapes: a blocking
 // Group that runs in place stays allocation-free.
 func (cl *call) detach() call {
-	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq}
+	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq,
+		holds: cl.holds, holdOf: cl.holdOf}
 	if cl.group != nil {
 		d.group = make([]P2P, len(cl.group))
 		copy(d.group, cl.group)
@@ -79,8 +80,12 @@ func (c *Comm) issueAsync(cl *call) *Request {
 	if err := c.prepare(cl); err != nil {
 		return doneRequest(err)
 	}
+	if err := c.holdStreams(cl); err != nil {
+		return doneRequest(err)
+	}
 	r := &Request{cl: cl.detach(), done: make(chan struct{})}
 	if !c.async.push(c, r) {
+		r.cl.releaseStreams()
 		r.err = c.closedErr()
 		close(r.done)
 	}
@@ -93,6 +98,7 @@ func (c *Comm) issueAsync(cl *call) *Request {
 func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
 	r := &Request{cl: cl.detach(), done: make(chan struct{})}
 	if !c.async.push(c, r) {
+		r.cl.releaseStreams()
 		return c.closedErr()
 	}
 	select {

@@ -20,6 +20,9 @@ type call struct {
 	op      Op
 	root    int
 	seq     uint64
+	// The streams the call holds, and their StreamBuffer.Stream (streams.go).
+	holds  []StreamHold
+	holdOf []uintptr
 }
 
 func (cl *call) name() string {
@@ -268,6 +271,9 @@ func (c *Comm) issue(ctx context.Context, cl *call) error {
 	if err := c.prepare(cl); err != nil {
 		return err
 	}
+	if err := c.holdStreams(cl); err != nil {
+		return err
+	}
 	if c.async.pending.Load() > 0 {
 		// Earlier async calls still run: keep issue order by queueing.
 		return c.waitQueued(ctx, cl)
@@ -288,8 +294,24 @@ func (c *Comm) prepare(cl *call) error {
 	return nil
 }
 
-// run executes a prepared call.
+// run executes a prepared call, and then releases the streams it holds.
 func (c *Comm) run(ctx context.Context, cl *call) error {
+	if cl.holds == nil {
+		return c.runHeld(ctx, cl)
+	}
+	err := cl.streamsReady()
+	if err != nil {
+		err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: fmt.Errorf("waiting for the work queued on the buffers' streams: %w", err)}
+		c.fail(err)
+	} else {
+		err = c.runHeld(ctx, cl)
+	}
+	cl.releaseStreams()
+	return err
+}
+
+// runHeld executes a prepared call.
+func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
 	}

@@ -194,8 +194,12 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 		// every rank runs the call through host staging.
 		me.staging = true
 		needIn, needOut = false, false
-	} else if err := eng.Ready(); err != nil {
-		return true, err
+	} else if cl.holds == nil {
+		// Buffers bound to streams waited for their streams (run); others
+		// wait for the device's work.
+		if err := eng.Ready(); err != nil {
+			return true, err
+		}
 	}
 	if needIn {
 		me.inLen = uint64(len(cl.in.b))

@@ -67,6 +67,36 @@ type DeviceEngine interface {
 	Wait() error
 }
 
+// StreamBuffer is a DeviceBuffer bound to a device stream (gpu.Buffer's
+// OnStream; a CUDA stream of the caller's, or another framework's). A call
+// on StreamBuffers is ordered on their streams, as an NCCL call is on its
+// stream: it starts once the work queued on the streams before it was
+// issued is complete, and work queued on them after it was issued, async
+// form included, runs only once the call is complete, on every rank. So the
+// caller may queue kernels that consume the results right after issuing
+// the call, without waiting for its Request. A call whose device buffers
+// are StreamBuffers does not wait for the rest of the device's work
+// (DeviceEngine.Ready). The device buffers of one call are all StreamBuffers
+// or none is.
+type StreamBuffer interface {
+	DeviceBuffer
+	// Stream identifies the buffer's stream: a call holds each stream once.
+	Stream() uintptr
+	// HoldStream claims the stream for a call being issued.
+	HoldStream() (StreamHold, error)
+}
+
+// StreamHold is a call's claim on a stream: the stream's work queued after
+// it waits until it is released.
+type StreamHold interface {
+	// Ready waits until the stream's work queued before the hold is
+	// complete.
+	Ready() error
+	// Release lets the stream's later work run. The call is complete (or
+	// failed) on every rank.
+	Release()
+}
+
 // MaxDeviceDescLen bounds DeviceEngine.Export's descriptions.
 const MaxDeviceDescLen = 160
 

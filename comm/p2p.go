@@ -51,23 +51,24 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	if err := c.prepareGroup(ops); err != nil {
 		return err
 	}
+	if groupHasDevice(ops) {
+		// Device buffers are staged, and their streams held, by run.
+		cl := &call{isGroup: true, group: append([]P2P(nil), ops...)}
+		if err := c.holdStreams(cl); err != nil {
+			return err
+		}
+		if c.async.pending.Load() > 0 {
+			return c.waitQueued(ctx, cl)
+		}
+		return c.run(ctx, cl)
+	}
 	if c.async.pending.Load() > 0 {
 		return c.waitQueued(ctx, &call{isGroup: true, group: append([]P2P(nil), ops...)})
 	}
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
-	dev := groupHasDevice(ops)
-	var err error
-	if dev {
-		err = groupStageIn(ops)
-	}
-	if err == nil {
-		err = c.runGroup(ctx, ops)
-	}
-	if err == nil && dev {
-		err = groupStageOut(ops)
-	}
+	err := c.runGroup(ctx, ops)
 	if err != nil {
 		var oe *OpError
 		if !errors.As(err, &oe) {

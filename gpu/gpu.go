@@ -14,7 +14,9 @@
 // staging (comm.DeviceBuffer). A collective waits for all work queued in
 // the device's context before it starts (the inputs are complete) and
 // returns after its own device work is complete; its async form completes
-// its Request then.
+// its Request then. Buffers bound to a stream (OnStream) order calls on
+// that stream instead, as NCCL does: a call waits only for the stream's
+// earlier work, and the stream's later work waits for the call.
 //
 // Status: tested here against a fake driver library only, which runs the
 // kernels compiled for the CPU; no GPU has run it yet (docs/HARDWARE.md).
@@ -184,4 +186,105 @@ func (d *Device) Copy(dst, src *Buffer) error {
 		return err
 	}
 	return d.eng.Wait()
+}
+
+// Stream is a CUDA stream of a device: one gccl made (NewStream) or
+// another framework's (WrapStream). Buffers bound to it (OnStream) order
+// gccl's calls on it.
+type Stream struct {
+	dev   *Device
+	s     cuda.Stream
+	owned bool
+}
+
+// NewStream makes a stream on the device (non-blocking: it does not
+// synchronize with the legacy default stream).
+func (d *Device) NewStream() (*Stream, error) {
+	s, err := d.ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{dev: d, s: s, owned: true}, nil
+}
+
+// WrapStream makes a Stream of a CUstream (cudaStream_t) handle another
+// framework made on this device, such as PyTorch's
+// torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream.
+// gccl never destroys it.
+func (d *Device) WrapStream(handle uintptr) *Stream {
+	return &Stream{dev: d, s: cuda.Stream(handle)}
+}
+
+// Handle is the CUstream handle.
+func (s *Stream) Handle() uintptr { return uintptr(s.s) }
+
+// Synchronize waits until the work queued on the stream is complete.
+func (s *Stream) Synchronize() error { return s.dev.ctx.SyncStream(s.s) }
+
+// Close destroys a stream from NewStream; for a wrapped one it does
+// nothing.
+func (s *Stream) Close() error {
+	if !s.owned || s.s == 0 {
+		return nil
+	}
+	err := s.dev.ctx.DestroyStream(s.s)
+	s.s = 0
+	return err
+}
+
+// StreamBuffer is a Buffer bound to a Stream (comm.StreamBuffer): a call on
+// it waits for the work queued on the stream before the call was issued,
+// and the stream's work queued after it, async calls included, waits until
+// the call is complete on every rank, as with NCCL. A call's device buffers
+// must all be bound to streams, or none. CopyToHost and CopyFromHost do not
+// wait for the stream: synchronize it first.
+type StreamBuffer struct {
+	*Buffer
+	stream *Stream
+}
+
+var (
+	_ comm.StreamBuffer     = (*StreamBuffer)(nil)
+	_ comm.PeerDeviceBuffer = (*StreamBuffer)(nil)
+)
+
+// OnStream binds the buffer to s, which must be of the buffer's device.
+func (b *Buffer) OnStream(s *Stream) (*StreamBuffer, error) {
+	if s == nil || s.dev != b.dev {
+		return nil, fmt.Errorf("%w: OnStream with a stream of another device", comm.ErrInvalidArgument)
+	}
+	return &StreamBuffer{Buffer: b, stream: s}, nil
+}
+
+// Stream identifies the buffer's stream.
+func (b *StreamBuffer) Stream() uintptr { return uintptr(b.stream.s) }
+
+// HoldStream claims the stream for a call (comm.StreamBuffer).
+func (b *StreamBuffer) HoldStream() (comm.StreamHold, error) { return b.dev.eng.Hold(b.stream.s) }
+
+// CopyToHost copies the buffer into dst on gccl's own stream of the device,
+// so that it runs while a call holds the buffer's stream.
+func (b *StreamBuffer) CopyToHost(dst []byte) error {
+	if len(dst) != b.n*b.dt.Size() {
+		return fmt.Errorf("%w: CopyToHost into %d bytes from a %d-byte buffer", comm.ErrInvalidArgument, len(dst), b.n*b.dt.Size())
+	}
+	return b.dev.eng.CopyToHost(dst, uintptr(b.ptr))
+}
+
+// CopyFromHost copies src into the buffer on gccl's own stream of the
+// device.
+func (b *StreamBuffer) CopyFromHost(src []byte) error {
+	if len(src) != b.n*b.dt.Size() {
+		return fmt.Errorf("%w: CopyFromHost of %d bytes into a %d-byte buffer", comm.ErrInvalidArgument, len(src), b.n*b.dt.Size())
+	}
+	return b.dev.eng.CopyFromHost(uintptr(b.ptr), src)
+}
+
+// Copy queues a copy of src into dst (same size) on the stream, without
+// waiting for it.
+func (s *Stream) Copy(dst, src *Buffer) error {
+	if dst.n*dst.dt.Size() != src.n*src.dt.Size() {
+		return fmt.Errorf("%w: Copy of %d bytes into %d", comm.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
+	}
+	return s.dev.ctx.CopyAsync(dst.ptr, src.ptr, dst.n*dst.dt.Size(), s.s)
 }

@@ -62,6 +62,8 @@ type Engine struct {
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
 	closed bool
+
+	holds holdState // callers' streams held by calls (hold.go)
 }
 
 var _ comm.DeviceEngine = (*Engine)(nil)
@@ -297,21 +299,55 @@ func (e *Engine) isClosed() bool {
 	return e.closed
 }
 
-// Close closes the peers' mappings, the module and the stream.
+// Close releases the streams calls still hold, and closes the peers'
+// mappings, the module and the stream.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return nil
 	}
 	e.closed = true
+	e.mu.Unlock()
+	e.holds.mu.Lock()
+	err := e.holds.closeLocked(e)
+	e.holds.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.closeImportsLocked()
-	var err error
 	if e.mod != 0 {
-		err = e.ctx.UnloadModule(e.mod)
+		if uerr := e.ctx.UnloadModule(e.mod); err == nil {
+			err = uerr
+		}
 	}
 	if serr := e.ctx.DestroyStream(e.stream); err == nil {
 		err = serr
 	}
 	return err
+}
+
+// CopyToHost copies len(dst) bytes from device address src on the engine's
+// stream and waits for it. Unlike the legacy default stream, which
+// synchronizes with the other blocking streams, the engine's stream does
+// not wait for a stream a call holds.
+func (e *Engine) CopyToHost(dst []byte, src uintptr) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if err := e.ctx.CopyFromDeviceAsync(dst, cuda.DevicePtr(src), e.stream); err != nil {
+		return err
+	}
+	return e.ctx.SyncStream(e.stream)
+}
+
+// CopyFromHost copies src to device address dst on the engine's stream and
+// waits for it.
+func (e *Engine) CopyFromHost(dst uintptr, src []byte) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if err := e.ctx.CopyToDeviceAsync(cuda.DevicePtr(dst), src, e.stream); err != nil {
+		return err
+	}
+	return e.ctx.SyncStream(e.stream)
 }

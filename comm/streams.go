@@ -1,0 +1,75 @@
+package comm
+
+// Calls on StreamBuffers (device.go) are ordered on the buffers' streams:
+// issue and issueAsync hold every stream of a call's buffers once the call
+// is valid, run waits for the work queued before the holds and releases
+// them when the call ends, however it ends, so a stream never waits for a
+// call that will not complete.
+
+// holdStreams holds the streams of cl's StreamBuffers. Host calls and
+// calls on other device buffers hold nothing and allocate nothing.
+func (c *Comm) holdStreams(cl *call) error {
+	if !cl.hasDevice() {
+		return nil
+	}
+	var bound, unbound int
+	hold := func(db DeviceBuffer) error {
+		if db == nil {
+			return nil
+		}
+		sb, ok := db.(StreamBuffer)
+		if !ok {
+			unbound++
+			return nil
+		}
+		bound++
+		for _, h := range cl.holdOf {
+			if h == sb.Stream() {
+				return nil
+			}
+		}
+		h, err := sb.HoldStream()
+		if err != nil {
+			return err
+		}
+		cl.holds = append(cl.holds, h)
+		cl.holdOf = append(cl.holdOf, sb.Stream())
+		return nil
+	}
+	var err error
+	if cl.isGroup {
+		for i := range cl.group {
+			if err = hold(cl.group[i].v.dev); err != nil {
+				break
+			}
+		}
+	} else if err = hold(cl.in.dev); err == nil {
+		err = hold(cl.out.dev)
+	}
+	if err == nil && bound > 0 && unbound > 0 {
+		err = invalid("the call's device buffers are bound to streams but %d of them is not (bind them all, or none)", unbound)
+	}
+	if err != nil {
+		cl.releaseStreams()
+		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
+	}
+	return nil
+}
+
+// streamsReady waits for the work queued on cl's held streams before it.
+func (cl *call) streamsReady() error {
+	for _, h := range cl.holds {
+		if err := h.Ready(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseStreams lets cl's held streams run on.
+func (cl *call) releaseStreams() {
+	for _, h := range cl.holds {
+		h.Release()
+	}
+	cl.holds, cl.holdOf = nil, nil
+}

@@ -1,0 +1,191 @@
+package nvlink
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/cuda"
+)
+
+// Stream holds order a collective on a caller's CUDA stream, as NCCL's
+// kernel on that stream does: when the call is issued, the engine records
+// an event on the stream (the work the call's inputs depend on) and queues
+// a wait there for a word of mapped host memory; the host writes the word
+// once the call is complete on every rank, and only then does the stream's
+// later work run. The hold never occupies the GPU, and a failed or aborted
+// call releases it too, so a stream is never left waiting. As with NCCL,
+// freeing device memory (which synchronizes the device) while a call holds
+// a stream waits for the call.
+
+// holdSlots is how many holds may be outstanding, or released but not yet
+// passed by their streams, per engine; one more waits for the oldest.
+const holdSlots = 1024
+
+// holdState is an engine's words and events for holds.
+type holdState struct {
+	mu       sync.Mutex
+	words    []byte // holdSlots 4-byte words of mapped pinned memory
+	dev      cuda.DevicePtr
+	free     []int
+	retiring []*Hold // released, the stream perhaps not yet past the wait
+	events   []cuda.Event
+}
+
+// Hold is a call's claim on a stream (comm.StreamHold).
+type Hold struct {
+	e         *Engine
+	slot      int
+	in, after cuda.Event // recorded before and after the wait
+	released  atomic.Bool
+}
+
+var _ comm.StreamHold = (*Hold)(nil)
+
+// Hold makes work queued on stream s from now on wait until the returned
+// Hold is released; its Ready waits for the work queued before.
+func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
+	h := &e.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e.isClosed() {
+		return nil, errClosed
+	}
+	if h.words == nil {
+		words, dev, err := e.ctx.AllocHostMapped(4 * holdSlots)
+		if err != nil {
+			return nil, fmt.Errorf("nvlink: memory for stream holds: %w", err)
+		}
+		h.words, h.dev = words, dev
+		h.free = make([]int, holdSlots)
+		for i := range h.free {
+			h.free[i] = holdSlots - 1 - i
+		}
+	}
+	if err := h.reclaimLocked(e, len(h.free) == 0); err != nil {
+		return nil, err
+	}
+	hd := &Hold{e: e, slot: h.free[len(h.free)-1]}
+	h.free = h.free[:len(h.free)-1]
+	atomic.StoreUint32(h.word(hd.slot), 0)
+	err := h.eventLocked(e, &hd.in)
+	if err == nil {
+		err = h.eventLocked(e, &hd.after)
+	}
+	if err == nil {
+		err = e.ctx.RecordEvent(hd.in, s)
+	}
+	waiting := false
+	if err == nil {
+		err = e.ctx.WaitValue32(s, h.dev+cuda.DevicePtr(4*hd.slot), 1, cuda.WaitEQ)
+		waiting = err == nil
+	}
+	if err == nil {
+		err = e.ctx.RecordEvent(hd.after, s)
+	}
+	if err != nil {
+		atomic.StoreUint32(h.word(hd.slot), 1)
+		for _, ev := range []cuda.Event{hd.in, hd.after} {
+			if ev != 0 {
+				h.events = append(h.events, ev)
+			}
+		}
+		if !waiting {
+			h.free = append(h.free, hd.slot)
+		} // else the stream waits for the word, and nothing says when it is past: the slot is lost
+		return nil, fmt.Errorf("nvlink: holding a stream: %w", err)
+	}
+	return hd, nil
+}
+
+// Ready waits until the work queued on the stream before the hold is
+// complete: the call's inputs are final, and its outputs no longer read.
+func (hd *Hold) Ready() error { return hd.e.ctx.SyncEvent(hd.in) }
+
+// Release lets the stream run past the hold. Calls after the first do
+// nothing.
+func (hd *Hold) Release() {
+	if hd.released.Swap(true) {
+		return
+	}
+	h := &hd.e.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.words == nil {
+		return // the engine closed, and released every hold
+	}
+	atomic.StoreUint32(h.word(hd.slot), 1)
+	h.retiring = append(h.retiring, hd)
+}
+
+func (h *holdState) word(slot int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&h.words[4*slot]))
+}
+
+// eventLocked takes an event from the pool, or makes one.
+func (h *holdState) eventLocked(e *Engine, ev *cuda.Event) error {
+	if n := len(h.events); n > 0 {
+		*ev, h.events = h.events[n-1], h.events[:n-1]
+		return nil
+	}
+	var err error
+	*ev, err = e.ctx.NewEvent()
+	return err
+}
+
+// reclaimLocked frees the slots and events of released holds whose streams
+// are past their waits; with wait, it first waits for the oldest one.
+func (h *holdState) reclaimLocked(e *Engine, wait bool) error {
+	if wait {
+		if len(h.retiring) == 0 {
+			return fmt.Errorf("nvlink: %d calls hold streams at once: %w", holdSlots, comm.ErrInvalidArgument)
+		}
+		if err := e.ctx.SyncEvent(h.retiring[0].after); err != nil {
+			return err
+		}
+	}
+	kept := h.retiring[:0]
+	for _, hd := range h.retiring {
+		done, err := e.ctx.EventDone(hd.after)
+		if err != nil {
+			return err
+		}
+		if !done {
+			kept = append(kept, hd)
+			continue
+		}
+		h.free = append(h.free, hd.slot)
+		h.events = append(h.events, hd.in, hd.after)
+	}
+	clear(h.retiring[len(kept):])
+	h.retiring = kept
+	return nil
+}
+
+// closeLocked releases every hold, waits for the streams to pass them and
+// frees the words and events.
+func (h *holdState) closeLocked(e *Engine) error {
+	if h.words == nil {
+		return nil
+	}
+	for i := 0; i < holdSlots; i++ {
+		atomic.StoreUint32(h.word(i), 1)
+	}
+	var err error
+	for _, hd := range h.retiring {
+		if serr := e.ctx.SyncEvent(hd.after); err == nil {
+			err = serr
+		}
+		h.events = append(h.events, hd.in, hd.after)
+	}
+	for _, ev := range h.events {
+		e.ctx.DestroyEvent(ev)
+	}
+	if ferr := e.ctx.FreeHost(h.words); err == nil {
+		err = ferr
+	}
+	h.words, h.dev, h.free, h.retiring, h.events = nil, 0, nil, nil, nil
+	return err
+}

@@ -1,0 +1,110 @@
+//go:build linux && cgo
+
+package nvlink_test
+
+import "testing"
+
+// A hold keeps the stream's later work waiting until it is released; its
+// Ready sees the work queued before it.
+func TestHoldOrdersStream(t *testing.T) {
+	ctx, e := engine(t)
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	ev, err := ctx.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyEvent(ev)
+	p := alloc(t, ctx, 64)
+	if err := ctx.MemsetAsync(p, 1, 64, s); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.Hold(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.MemsetAsync(p, 2, 64, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.RecordEvent(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 64)
+	if err := e.CopyToHost(got, uintptr(p)); err != nil || got[0] != 1 || got[63] != 1 {
+		t.Fatalf("after Ready, before Release: %v, %v; want the first memset's 1s", got[:4], err)
+	}
+	if done, err := ctx.EventDone(ev); done || err != nil {
+		t.Fatalf("the stream ran past an unreleased hold: %v, %v", done, err)
+	}
+	h.Release()
+	h.Release() // a second release does nothing
+	if err := ctx.SyncEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CopyToHost(got, uintptr(p)); err != nil || got[0] != 2 {
+		t.Fatalf("after Release: %v, %v; want 2s", got[:4], err)
+	}
+}
+
+// Holds reuse their words once the stream is past them: far more holds
+// than there are words, one after another, all work.
+func TestHoldsReuseWords(t *testing.T) {
+	ctx, e := engine(t)
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	for i := range 3000 {
+		h, err := e.Hold(s)
+		if err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+		if err := h.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	if err := ctx.SyncStream(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Closing the engine releases the holds still outstanding: no stream is
+// left waiting, and a later Release does nothing.
+func TestCloseReleasesHolds(t *testing.T) {
+	ctx, e := engine(t)
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	h, err := e.Hold(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := alloc(t, ctx, 16)
+	if err := ctx.MemsetAsync(p, 5, 16, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.SyncStream(s); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if _, err := e.Hold(s); err == nil {
+		t.Error("Hold on a closed engine succeeded")
+	}
+	got := make([]byte, 16)
+	if err := ctx.CopyFromDevice(got, p); err != nil || got[0] != 5 {
+		t.Fatalf("%v, %v", got[:4], err)
+	}
+}
