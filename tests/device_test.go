@@ -32,6 +32,24 @@ func TestDeviceCollectivesAcrossProcesses(t *testing.T) {
 	}
 }
 
+// The same checks with every call async on buffers bound to a CUDA stream,
+// each result read through the stream alone (devcheck -stream), with the
+// fake driver's streams slowed so that a stream running ahead of a call
+// reads a stale result.
+func TestDeviceCollectivesOnStreamsAcrossProcesses(t *testing.T) {
+	lib := cudatest.Build(t)
+	res := run(t, 3*time.Minute, []string{"GCCL_CUDA_LIBRARY=" + lib, "FAKECUDA_STREAM_DELAY_US=300"},
+		bins.run, "-np", "2", bins.devcheck, "-count", "1031", "-stream")
+	if res.code != 0 {
+		t.Fatalf("exit %d:\n%s", res.code, res.out)
+	}
+	for r := 0; r < 2; r++ {
+		mustContain(t, res.out, fmt.Sprintf("devcheck: rank %d of 2 ok", r))
+	}
+	mustContain(t, res.out, "on the devices: true; on a stream: true")
+	mustNotContain(t, res.out, "on the devices: false")
+}
+
 // Without a driver, devcheck says so instead of failing obscurely.
 func TestDevcheckWithoutDriver(t *testing.T) {
 	res := run(t, time.Minute, []string{"GCCL_CUDA_LIBRARY=/nonexistent/libcuda.so.1"}, bins.run, "-np", "2", bins.devcheck)

@@ -8,9 +8,11 @@
 #
 # Steps (each prints "=== step"):
 #  1. the driver binding, the engine's kernels (every type and op, from the
-#     embedded PTX), the gpu package's collectives, on the real driver;
+#     embedded PTX) and stream holds, the gpu package's collectives (stream
+#     ordering included), on the real driver;
 #  2. devcheck across 2 and 4 processes (every type and op, float64
-#     reference, on the devices through CUDA IPC);
+#     reference, on the devices through CUDA IPC), and across 2 with every
+#     call async on a stream (-stream);
 #  3. device all-reduce of 256 MiB between 2 processes against a
 #     device-to-device copy in the same run (target: >= 70%);
 #  4. the sum kernel in place for float32 and bfloat16 (compare with torch's
@@ -30,7 +32,7 @@ nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
 go version
 
 step "1. driver binding, kernels, gpu collectives on the real driver"
-check go test -v -run 'TestExportImport|TestReduceEveryKernel' ./transport/nvlink
+check go test -v -run 'TestExportImport|TestReduceEveryKernel|Hold' ./transport/nvlink
 check go test -v ./gpu
 
 step "2. devcheck, 2 and 4 processes"
@@ -38,6 +40,7 @@ go build -o "$out/gccl-run" ./cmd/gccl-run && go build -o "$out/devcheck" ./test
 for np in 2 4; do
 	check "$out/gccl-run" -np $np "$out/devcheck" -count 1000003
 done
+check "$out/gccl-run" -np 2 "$out/devcheck" -count 1000003 -stream
 
 step "3. device all-reduce 256 MiB vs device-to-device copy, 2 processes"
 check "$out/gccl-run" -np 2 "$out/devcheck" -count 1031 -bench -bench-bytes $((256 << 20)) -bench-iters 20

@@ -46,6 +46,7 @@ func main() {
 	bench := flag.Bool("bench", false, "also measure device all-reduce against a device-to-device copy")
 	benchBytes := flag.Int("bench-bytes", 256<<20, "bytes of the -bench all-reduce and copy")
 	iters := flag.Int("bench-iters", 20, "timed iterations of -bench")
+	onStream := flag.Bool("stream", false, "run every call async on buffers bound to a CUDA stream, and read its results through that stream only")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -68,11 +69,17 @@ func main() {
 	}
 	defer dev.Close()
 	k := &checker{c: c, ctx: ctx, dev: dev, n: *count}
+	if *onStream {
+		if k.stream, err = dev.NewStream(); err != nil {
+			fail("rank %d: %v", c.Rank(), err)
+		}
+		defer k.stream.Close()
+	}
 	if err := k.all(); err != nil {
 		fail("rank %d: %v", c.Rank(), err)
 	}
-	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v\n",
-		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load())
+	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v; on a stream: %v\n",
+		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load(), *onStream)
 	if *bench {
 		if err := k.bench(*benchBytes, *iters); err != nil {
 			fail("rank %d: bench: %v", c.Rank(), err)
@@ -125,6 +132,46 @@ type checker struct {
 	n      int
 	round  uint64
 	checks int
+	stream *gpu.Stream // -stream
+}
+
+// do runs one call on send and recv and returns the buffer holding its
+// result, to download once do returned. Without -stream that is recv, after
+// the blocking form. With -stream, the buffers are bound to the checker's
+// stream and the async form is issued; the stream then copies recv into a
+// snapshot at once, and do waits for the stream before the Request: the
+// snapshot is right only if the stream waited for the call.
+func (k *checker) do(send, recv *gpu.Buffer, blocking func(s, r comm.Buffer) error, async func(s, r comm.Buffer) *comm.Request) (result *gpu.Buffer, free func(), err error) {
+	if k.stream == nil {
+		return recv, func() {}, blocking(send, recv)
+	}
+	sb, err := send.OnStream(k.stream)
+	if err != nil {
+		return nil, nil, err
+	}
+	rb := sb
+	if recv != send {
+		if rb, err = recv.OnStream(k.stream); err != nil {
+			return nil, nil, err
+		}
+	}
+	snap, err := k.dev.Alloc(recv.DataType(), recv.Len())
+	if err != nil {
+		return nil, nil, err
+	}
+	req := async(sb, rb)
+	err = k.stream.Copy(snap, recv)
+	if serr := k.stream.Synchronize(); err == nil {
+		err = serr
+	}
+	if werr := req.Wait(k.ctx); err == nil {
+		err = werr
+	}
+	if err != nil {
+		snap.Free()
+		return nil, nil, err
+	}
+	return snap, func() { snap.Free() }, nil
 }
 
 // inputs returns every rank's input of count elements for one check, from
@@ -356,10 +403,14 @@ func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
 		}
 		defer recv.Free()
 	}
-	if err := k.c.AllReduce(k.ctx, send, recv, op); err != nil {
+	res, free, err := k.do(send, recv,
+		func(s, r comm.Buffer) error { return k.c.AllReduce(k.ctx, s, r, op) },
+		func(s, r comm.Buffer) *comm.Request { return k.c.AllReduceAsync(s, r, op) })
+	if err != nil {
 		return fmt.Errorf("AllReduce %v %v: %w", dt, op, err)
 	}
-	out, err := download(recv)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
@@ -384,10 +435,14 @@ func (k *checker) reduceScatter(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	if err := k.c.ReduceScatter(k.ctx, send, recv, comm.Sum); err != nil {
+	res, free, err := k.do(send, recv,
+		func(s, r comm.Buffer) error { return k.c.ReduceScatter(k.ctx, s, r, comm.Sum) },
+		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceScatterAsync(s, r, comm.Sum) })
+	if err != nil {
 		return fmt.Errorf("ReduceScatter %v: %w", dt, err)
 	}
-	out, err := download(recv)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
@@ -413,10 +468,14 @@ func (k *checker) allGather(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	if err := k.c.AllGather(k.ctx, send, recv); err != nil {
+	res, free, err := k.do(send, recv,
+		func(s, r comm.Buffer) error { return k.c.AllGather(k.ctx, s, r) },
+		func(s, r comm.Buffer) *comm.Request { return k.c.AllGatherAsync(s, r) })
+	if err != nil {
 		return fmt.Errorf("AllGather %v: %w", dt, err)
 	}
-	out, err := download(recv)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
@@ -444,10 +503,14 @@ func (k *checker) broadcast(dt comm.DataType) error {
 		return err
 	}
 	defer buf.Free()
-	if err := k.c.Broadcast(k.ctx, buf, buf, root); err != nil {
+	res, free, err := k.do(buf, buf,
+		func(s, r comm.Buffer) error { return k.c.Broadcast(k.ctx, s, r, root) },
+		func(s, r comm.Buffer) *comm.Request { return k.c.BroadcastAsync(s, r, root) })
+	if err != nil {
 		return fmt.Errorf("Broadcast %v: %w", dt, err)
 	}
-	out, err := download(buf)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
@@ -477,10 +540,14 @@ func (k *checker) reduce(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	if err := k.c.Reduce(k.ctx, send, recv, comm.Max, root); err != nil {
+	res, free, err := k.do(send, recv,
+		func(s, r comm.Buffer) error { return k.c.Reduce(k.ctx, s, r, comm.Max, root) },
+		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceAsync(s, r, comm.Max, root) })
+	if err != nil {
 		return fmt.Errorf("Reduce %v: %w", dt, err)
 	}
-	out, err := download(recv)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
@@ -509,10 +576,18 @@ func (k *checker) sendRecv(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	if err := k.c.Group(k.ctx, comm.SendBuffer((r+1)%n, send), comm.RecvBuffer((r-1+n)%n, recv)); err != nil {
+	res, free, err := k.do(send, recv,
+		func(s, rb comm.Buffer) error {
+			return k.c.Group(k.ctx, comm.SendBuffer((r+1)%n, s), comm.RecvBuffer((r-1+n)%n, rb))
+		},
+		func(s, rb comm.Buffer) *comm.Request {
+			return k.c.GroupAsync(comm.SendBuffer((r+1)%n, s), comm.RecvBuffer((r-1+n)%n, rb))
+		})
+	if err != nil {
 		return fmt.Errorf("Send/Recv %v: %w", dt, err)
 	}
-	out, err := download(recv)
+	defer free()
+	out, err := download(res)
 	if err != nil {
 		return err
 	}
