@@ -142,18 +142,26 @@ func (b *Buffer) Engine() comm.DeviceEngine { return b.dev.eng }
 
 // CopyToHost copies the buffer into dst, which must hold it exactly.
 func (b *Buffer) CopyToHost(dst []byte) error {
-	if len(dst) != b.n*b.dt.Size() {
-		return fmt.Errorf("%w: CopyToHost into %d bytes from a %d-byte buffer", comm.ErrInvalidArgument, len(dst), b.n*b.dt.Size())
+	if err := b.checkHost("CopyToHost", dst); err != nil {
+		return err
 	}
 	return b.dev.ctx.CopyFromDevice(dst, b.ptr)
 }
 
 // CopyFromHost copies src, which must be the buffer's size, into it.
 func (b *Buffer) CopyFromHost(src []byte) error {
-	if len(src) != b.n*b.dt.Size() {
-		return fmt.Errorf("%w: CopyFromHost of %d bytes into a %d-byte buffer", comm.ErrInvalidArgument, len(src), b.n*b.dt.Size())
+	if err := b.checkHost("CopyFromHost", src); err != nil {
+		return err
 	}
 	return b.dev.ctx.CopyToDevice(b.ptr, src)
+}
+
+// checkHost checks that host memory h is the buffer's size.
+func (b *Buffer) checkHost(call string, h []byte) error {
+	if len(h) != b.n*b.dt.Size() {
+		return fmt.Errorf("%w: %s with %d bytes of host memory for a %d-byte buffer", comm.ErrInvalidArgument, call, len(h), b.n*b.dt.Size())
+	}
+	return nil
 }
 
 // Free releases memory from Alloc; for wrapped memory it does nothing.
@@ -265,8 +273,8 @@ func (b *StreamBuffer) HoldStream() (comm.StreamHold, error) { return b.dev.eng.
 // CopyToHost copies the buffer into dst on gccl's own stream of the device,
 // so that it runs while a call holds the buffer's stream.
 func (b *StreamBuffer) CopyToHost(dst []byte) error {
-	if len(dst) != b.n*b.dt.Size() {
-		return fmt.Errorf("%w: CopyToHost into %d bytes from a %d-byte buffer", comm.ErrInvalidArgument, len(dst), b.n*b.dt.Size())
+	if err := b.checkHost("CopyToHost", dst); err != nil {
+		return err
 	}
 	return b.dev.eng.CopyToHost(dst, uintptr(b.ptr))
 }
@@ -274,8 +282,8 @@ func (b *StreamBuffer) CopyToHost(dst []byte) error {
 // CopyFromHost copies src into the buffer on gccl's own stream of the
 // device.
 func (b *StreamBuffer) CopyFromHost(src []byte) error {
-	if len(src) != b.n*b.dt.Size() {
-		return fmt.Errorf("%w: CopyFromHost of %d bytes into a %d-byte buffer", comm.ErrInvalidArgument, len(src), b.n*b.dt.Size())
+	if err := b.checkHost("CopyFromHost", src); err != nil {
+		return err
 	}
 	return b.dev.eng.CopyFromHost(uintptr(b.ptr), src)
 }

@@ -2,17 +2,17 @@
 
 package nvlink_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gccl/gccl/internal/cuda"
+)
 
 // A hold keeps the stream's later work waiting until it is released; its
 // Ready sees the work queued before it.
 func TestHoldOrdersStream(t *testing.T) {
 	ctx, e := engine(t)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s)
+	s := stream(t, ctx)
 	ev, err := ctx.NewEvent()
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +56,7 @@ func TestHoldOrdersStream(t *testing.T) {
 // than there are words, one after another, all work.
 func TestHoldsReuseWords(t *testing.T) {
 	ctx, e := engine(t)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s)
+	s := stream(t, ctx)
 	for i := range 3000 {
 		h, err := e.Hold(s)
 		if err != nil {
@@ -80,11 +76,7 @@ func TestHoldsReuseWords(t *testing.T) {
 // left waiting, and a later Release does nothing.
 func TestCloseReleasesHolds(t *testing.T) {
 	ctx, e := engine(t)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s)
+	s := stream(t, ctx)
 	h, err := e.Hold(s)
 	if err != nil {
 		t.Fatal(err)
@@ -107,4 +99,14 @@ func TestCloseReleasesHolds(t *testing.T) {
 	if err := ctx.CopyFromDevice(got, p); err != nil || got[0] != 5 {
 		t.Fatalf("%v, %v", got[:4], err)
 	}
+}
+
+func stream(t *testing.T, ctx *cuda.Context) cuda.Stream {
+	t.Helper()
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.DestroyStream(s) })
+	return s
 }
