@@ -135,30 +135,34 @@ type checker struct {
 	stream *gpu.Stream // -stream
 }
 
-// do runs one call on send and recv and returns the buffer holding its
-// result, to download once do returned. Without -stream that is recv, after
-// the blocking form. With -stream, the buffers are bound to the checker's
-// stream and the async form is issued; the stream then copies recv into a
-// snapshot at once, and do waits for the stream before the Request: the
-// snapshot is right only if the stream waited for the call.
-func (k *checker) do(send, recv *gpu.Buffer, blocking func(s, r comm.Buffer) error, async func(s, r comm.Buffer) *comm.Request) (result *gpu.Buffer, free func(), err error) {
+// do runs one call on send and recv and returns recv's contents after it.
+// Without -stream it runs the blocking form. With -stream, the buffers are
+// bound to the checker's stream and the async form is issued; the stream
+// then copies recv into a snapshot at once, and do waits for the stream
+// before the Request and returns the snapshot: it is right only if the
+// stream waited for the call.
+func (k *checker) do(send, recv *gpu.Buffer, blocking func(s, r comm.Buffer) error, async func(s, r comm.Buffer) *comm.Request) ([]byte, error) {
 	if k.stream == nil {
-		return recv, func() {}, blocking(send, recv)
+		if err := blocking(send, recv); err != nil {
+			return nil, err
+		}
+		return download(recv)
 	}
 	sb, err := send.OnStream(k.stream)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rb := sb
 	if recv != send {
 		if rb, err = recv.OnStream(k.stream); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	snap, err := k.dev.Alloc(recv.DataType(), recv.Len())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	defer snap.Free()
 	req := async(sb, rb)
 	err = k.stream.Copy(snap, recv)
 	if serr := k.stream.Synchronize(); err == nil {
@@ -168,10 +172,9 @@ func (k *checker) do(send, recv *gpu.Buffer, blocking func(s, r comm.Buffer) err
 		err = werr
 	}
 	if err != nil {
-		snap.Free()
-		return nil, nil, err
+		return nil, err
 	}
-	return snap, func() { snap.Free() }, nil
+	return download(snap)
 }
 
 // inputs returns every rank's input of count elements for one check, from
@@ -403,16 +406,11 @@ func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
 		}
 		defer recv.Free()
 	}
-	res, free, err := k.do(send, recv,
+	out, err := k.do(send, recv,
 		func(s, r comm.Buffer) error { return k.c.AllReduce(k.ctx, s, r, op) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.AllReduceAsync(s, r, op) })
 	if err != nil {
 		return fmt.Errorf("AllReduce %v %v: %w", dt, op, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	k.checks++
 	what := "AllReduce"
@@ -435,16 +433,11 @@ func (k *checker) reduceScatter(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	res, free, err := k.do(send, recv,
+	out, err := k.do(send, recv,
 		func(s, r comm.Buffer) error { return k.c.ReduceScatter(k.ctx, s, r, comm.Sum) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceScatterAsync(s, r, comm.Sum) })
 	if err != nil {
 		return fmt.Errorf("ReduceScatter %v: %w", dt, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	esz := dt.Size()
 	blocks := make([][]byte, n)
@@ -468,16 +461,11 @@ func (k *checker) allGather(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	res, free, err := k.do(send, recv,
+	out, err := k.do(send, recv,
 		func(s, r comm.Buffer) error { return k.c.AllGather(k.ctx, s, r) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.AllGatherAsync(s, r) })
 	if err != nil {
 		return fmt.Errorf("AllGather %v: %w", dt, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	k.checks++
 	if want := strings.Join(stringsOf(ins), ""); string(out) != want {
@@ -503,16 +491,11 @@ func (k *checker) broadcast(dt comm.DataType) error {
 		return err
 	}
 	defer buf.Free()
-	res, free, err := k.do(buf, buf,
+	out, err := k.do(buf, buf,
 		func(s, r comm.Buffer) error { return k.c.Broadcast(k.ctx, s, r, root) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.BroadcastAsync(s, r, root) })
 	if err != nil {
 		return fmt.Errorf("Broadcast %v: %w", dt, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	k.checks++
 	if string(out) != string(ins[root]) {
@@ -540,16 +523,11 @@ func (k *checker) reduce(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	res, free, err := k.do(send, recv,
+	out, err := k.do(send, recv,
 		func(s, r comm.Buffer) error { return k.c.Reduce(k.ctx, s, r, comm.Max, root) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceAsync(s, r, comm.Max, root) })
 	if err != nil {
 		return fmt.Errorf("Reduce %v: %w", dt, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	k.checks++
 	if r != root {
@@ -576,7 +554,7 @@ func (k *checker) sendRecv(dt comm.DataType) error {
 		return err
 	}
 	defer recv.Free()
-	res, free, err := k.do(send, recv,
+	out, err := k.do(send, recv,
 		func(s, rb comm.Buffer) error {
 			return k.c.Group(k.ctx, comm.SendBuffer((r+1)%n, s), comm.RecvBuffer((r-1+n)%n, rb))
 		},
@@ -585,11 +563,6 @@ func (k *checker) sendRecv(dt comm.DataType) error {
 		})
 	if err != nil {
 		return fmt.Errorf("Send/Recv %v: %w", dt, err)
-	}
-	defer free()
-	out, err := download(res)
-	if err != nil {
-		return err
 	}
 	k.checks++
 	if string(out) != string(ins[(r-1+n)%n]) {
