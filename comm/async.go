@@ -43,8 +43,7 @@ func (r *Request) Wait(ctx context.Context) error {
 // element so that the caller's variadic slice never escapes: a blocking
 // Group that runs in place stays allocation-free.
 func (cl *call) detach() call {
-	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq,
-		holds: cl.holds, holdOf: cl.holdOf}
+	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq, holds: cl.holds}
 	if cl.group != nil {
 		d.group = make([]P2P, len(cl.group))
 		copy(d.group, cl.group)

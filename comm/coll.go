@@ -20,9 +20,7 @@ type call struct {
 	op      Op
 	root    int
 	seq     uint64
-	// The streams the call holds, and their StreamBuffer.Stream (streams.go).
-	holds  []StreamHold
-	holdOf []uintptr
+	holds   []StreamHold // the streams the call holds (streams.go)
 }
 
 func (cl *call) name() string {

@@ -1,5 +1,7 @@
 package comm
 
+import "slices"
+
 // Calls on StreamBuffers (device.go) are ordered on the buffers' streams:
 // issue and issueAsync hold every stream of a call's buffers once the call
 // is valid, run waits for the work queued before the holds and releases
@@ -13,6 +15,7 @@ func (c *Comm) holdStreams(cl *call) error {
 		return nil
 	}
 	var bound, unbound int
+	var held []uintptr // the streams held, by StreamBuffer.Stream
 	hold := func(db DeviceBuffer) error {
 		if db == nil {
 			return nil
@@ -23,17 +26,15 @@ func (c *Comm) holdStreams(cl *call) error {
 			return nil
 		}
 		bound++
-		for _, h := range cl.holdOf {
-			if h == sb.Stream() {
-				return nil
-			}
+		if slices.Contains(held, sb.Stream()) {
+			return nil
 		}
 		h, err := sb.HoldStream()
 		if err != nil {
 			return err
 		}
 		cl.holds = append(cl.holds, h)
-		cl.holdOf = append(cl.holdOf, sb.Stream())
+		held = append(held, sb.Stream())
 		return nil
 	}
 	var err error
@@ -71,5 +72,5 @@ func (cl *call) releaseStreams() {
 	for _, h := range cl.holds {
 		h.Release()
 	}
-	cl.holds, cl.holdOf = nil, nil
+	cl.holds = nil
 }
