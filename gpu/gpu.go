@@ -118,9 +118,30 @@ func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
 }
 
 // Wrap makes a Buffer of device memory another framework allocated on this
-// device: count elements of dt at device address ptr. gccl never frees it.
-func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) *Buffer {
-	return &Buffer{dev: d, ptr: cuda.DevicePtr(ptr), dt: dt, n: count}
+// device (a PyTorch tensor's data_ptr, a cudaMalloc): count elements of dt
+// at device address ptr. gccl never frees it. The driver must know the
+// memory as this device's (allocated, mapped from a peer or managed), and
+// the elements must lie inside one allocation: a wrong pointer fails here,
+// with ErrInvalidArgument, and not in a kernel, where a bad address kills
+// the whole context.
+func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error) {
+	if !dt.Valid() || count <= 0 {
+		return nil, fmt.Errorf("%w: Wrap of %d %v elements", comm.ErrInvalidArgument, count, dt)
+	}
+	n := uint64(count) * uint64(dt.Size())
+	info, err := d.ctx.PointerInfo(cuda.DevicePtr(ptr))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: Wrap: %#x is not memory CUDA allocated, mapped or registered: %v", comm.ErrInvalidArgument, ptr, err)
+	case info.Type == cuda.MemoryHost:
+		return nil, fmt.Errorf("%w: Wrap: %#x is pinned host memory; pass host memory as a host buffer", comm.ErrInvalidArgument, ptr)
+	case info.Device != d.ordinal:
+		return nil, fmt.Errorf("%w: Wrap: %#x is memory of device %d, not of device %d", comm.ErrInvalidArgument, ptr, info.Device, d.ordinal)
+	case uint64(ptr)+n < uint64(ptr) || uint64(ptr)+n > uint64(info.Base)+uint64(info.Size):
+		return nil, fmt.Errorf("%w: Wrap: %d bytes at %#x run past the end of its allocation [%#x, +%d)",
+			comm.ErrInvalidArgument, n, ptr, uint64(info.Base), info.Size)
+	}
+	return &Buffer{dev: d, ptr: cuda.DevicePtr(ptr), dt: dt, n: count}, nil
 }
 
 // DataType is the element type.

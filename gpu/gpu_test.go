@@ -16,6 +16,7 @@ import (
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
 	"github.com/gccl/gccl/internal/commtest"
+	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 	"github.com/gccl/gccl/internal/testutil"
 )
@@ -245,4 +246,84 @@ func rankWork(c *comm.Comm, dev *gpu.Device, count int) error {
 		return err
 	}
 	return check("Send/Recv", y, func(i int) float32 { return float32(100*prev + i) })
+}
+
+// Wrap takes only memory the driver knows as the device's, inside one
+// allocation; anything else fails with ErrInvalidArgument at Wrap, before a
+// kernel could touch a bad address.
+func TestWrapChecksThePointer(t *testing.T) {
+	fakeDriver(t)
+	dev, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	b, err := dev.Alloc(comm.Float32, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+
+	// A sub-range of an allocation, as another framework's tensor view.
+	w, err := dev.Wrap(b.Ptr()+40, comm.Float32, 90)
+	if err != nil {
+		t.Fatalf("Wrap of the last 90 elements: %v", err)
+	}
+	if err := w.CopyFromHost(make([]byte, 360)); err != nil {
+		t.Fatal(err)
+	}
+
+	host := make([]byte, 64)
+	pinned := pinnedHost(t, 64)
+	bad := []struct {
+		name  string
+		ptr   uintptr
+		dt    comm.DataType
+		count int
+		why   string
+	}{
+		{"no elements", b.Ptr(), comm.Float32, 0, "0 float32 elements"},
+		{"unknown type", b.Ptr(), comm.DataType(99), 1, "elements"},
+		{"past the end", b.Ptr() + 40, comm.Float32, 91, "past the end of its allocation"},
+		{"Go memory", uintptr(unsafe.Pointer(&host[0])), comm.Uint8, 64, "not memory CUDA allocated"},
+		{"null", 0, comm.Uint8, 1, "not memory CUDA allocated"},
+		{"pinned host memory", uintptr(unsafe.Pointer(&pinned[0])), comm.Uint8, 64, "pinned host memory"},
+	}
+	for _, tc := range bad {
+		if _, err := dev.Wrap(tc.ptr, tc.dt, tc.count); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("Wrap of %s: %v, want ErrInvalidArgument saying %q", tc.name, err, tc.why)
+		}
+	}
+
+	// Another device's memory (the fake has two; an H100 machine has one).
+	dev1, err := gpu.Open(1)
+	if err != nil {
+		t.Logf("no second device: %v", err)
+		return
+	}
+	defer dev1.Close()
+	if _, err := dev1.Wrap(b.Ptr(), comm.Float32, 100); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "memory of device 0, not of device 1") {
+		t.Errorf("Wrap of device 0's memory on device 1: %v", err)
+	}
+}
+
+// pinnedHost allocates n bytes of pinned host memory, freed when t ends.
+func pinnedHost(t *testing.T, n int) []byte {
+	t.Helper()
+	drv, err := cuda.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	ctx, err := drv.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Release() })
+	h, err := ctx.AllocHost(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.FreeHost(h) })
+	return h
 }

@@ -72,8 +72,14 @@ func reviewShapes(c *comm.Comm, dev *gpu.Device) error {
 	}
 	defer big.Free()
 	// in: n*blk elements at offset 3 of big; out: its block r.
-	in := dev.Wrap(big.Ptr()+3*4, comm.Float32, n*blk)
-	out := dev.Wrap(in.Ptr()+uintptr(4*r*blk), comm.Float32, blk)
+	in, err := dev.Wrap(big.Ptr()+3*4, comm.Float32, n*blk)
+	if err != nil {
+		return err
+	}
+	out, err := dev.Wrap(in.Ptr()+uintptr(4*r*blk), comm.Float32, blk)
+	if err != nil {
+		return err
+	}
 	if err := setF32(in, func(i int) float32 { return float32(r*1000 + i) }); err != nil {
 		return err
 	}
@@ -90,7 +96,10 @@ func reviewShapes(c *comm.Comm, dev *gpu.Device) error {
 		return err
 	}
 	// In-place all-gather: in is block r of out.
-	agIn := dev.Wrap(in.Ptr()+uintptr(4*r*blk), comm.Float32, blk)
+	agIn, err := dev.Wrap(in.Ptr()+uintptr(4*r*blk), comm.Float32, blk)
+	if err != nil {
+		return err
+	}
 	if err := setF32(agIn, func(i int) float32 { return float32(r*100 + i) }); err != nil {
 		return err
 	}

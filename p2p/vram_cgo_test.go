@@ -88,14 +88,13 @@ func TestRegisterVRAM(t *testing.T) {
 	if d := r.Desc(10, 20); d.DevID != 1 || d.Addr != uint64(p)+4106 {
 		t.Fatalf("Desc %+v", d)
 	}
-	// A sub-range of the same device is a cache hit; of another device not.
+	// A sub-range of the same device is a cache hit; naming another device
+	// is an error (the driver says which device the memory is on).
 	if r2, err := a.RegisterVRAM(uint64(p)+8192, 100, 1); err != nil || r2 != r {
 		t.Fatalf("sub-range: %v, same region %v", err, r2 == r)
 	}
-	// The fake does not check which device an address is on; the cache
-	// must still not hand out device 1's region for device 0.
-	if r3, err := a.RegisterVRAM(uint64(p)+8192, 100, 0); err == nil && r3 == r {
-		t.Fatal("device 0 got device 1's region")
+	if _, err := a.RegisterVRAM(uint64(p)+8192, 100, 0); err == nil || !strings.Contains(err.Error(), "memory of device 1, not of device 0") {
+		t.Fatalf("device 1's memory registered as device 0's: %v", err)
 	}
 	// The metadata carries device, bus id, IPC handle and offset.
 	info, err := decodeMetadata(a.LocalMetadata())
@@ -112,6 +111,11 @@ func TestRegisterVRAM(t *testing.T) {
 		t.Fatalf("metadata of the region: %+v", ri)
 	}
 	// Errors, not panics.
+	pinned, err := ctx[0].AllocHost(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx[0].FreeHost(pinned)
 	for name, f := range map[string]func() error{
 		"zero length":  func() error { _, err := a.RegisterVRAM(uint64(p), 0, 1); return err },
 		"past the end": func() error { _, err := a.RegisterVRAM(uint64(p)+size-10, 20, 1); return err },
@@ -120,9 +124,10 @@ func TestRegisterVRAM(t *testing.T) {
 			_, err := a.RegisterVRAM(AddrOf(b), 100, 0)
 			return err
 		},
-		"no device 2": func() error { _, err := a.RegisterVRAM(uint64(p), 10, 2); return err },
-		"device -1":   func() error { _, err := a.RegisterVRAM(uint64(p), 10, -1); return err },
-		"wrapping":    func() error { _, err := a.RegisterVRAM(^uint64(0)-5, 10, 0); return err },
+		"pinned host memory": func() error { _, err := a.RegisterVRAM(AddrOf(pinned), 100, 0); return err },
+		"no device 2":        func() error { _, err := a.RegisterVRAM(uint64(p), 10, 2); return err },
+		"device -1":          func() error { _, err := a.RegisterVRAM(uint64(p), 10, -1); return err },
+		"wrapping":           func() error { _, err := a.RegisterVRAM(^uint64(0)-5, 10, 0); return err },
 		"descriptor of another device": func() error {
 			_, err := a.PrepareLocal(DescList{Type: VRAM, Descs: []Desc{{Addr: uint64(p) + 4096, Len: 10, DevID: 0}}})
 			return err

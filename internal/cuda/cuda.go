@@ -104,6 +104,47 @@ const (
 	WaitEQ  WaitCond = 1 // word == value
 )
 
+// MemoryType is where a pointer's memory is (CUmemorytype).
+type MemoryType uint32
+
+// The memory types PointerInfo reports.
+const (
+	MemoryHost    MemoryType = 1
+	MemoryDevice  MemoryType = 2
+	MemoryArray   MemoryType = 3
+	MemoryUnified MemoryType = 4
+)
+
+func (m MemoryType) String() string {
+	switch m {
+	case MemoryHost:
+		return "host"
+	case MemoryDevice:
+		return "device"
+	case MemoryArray:
+		return "array"
+	case MemoryUnified:
+		return "unified"
+	}
+	return fmt.Sprintf("memory type %d", uint32(m))
+}
+
+// PointerInfo is what the driver knows of an address (Context.PointerInfo).
+type PointerInfo struct {
+	Type   MemoryType
+	Device int       // the ordinal of the device it was allocated or registered on
+	Base   DevicePtr // the allocation holding it, [Base, Base+Size)
+	Size   int
+}
+
+// The CUpointer_attribute values PointerInfo reads.
+const (
+	ptrAttrMemoryType    = 2
+	ptrAttrDeviceOrdinal = 9
+	ptrAttrRangeStart    = 11
+	ptrAttrRangeSize     = 12
+)
+
 // Attr is a CUdevice_attribute.
 type Attr int
 
@@ -157,6 +198,7 @@ var symbols = []string{
 	"cuMemcpyDtoDAsync_v2",
 	"cuMemsetD8Async",
 	"cuMemGetAddressRange_v2",
+	"cuPointerGetAttribute",
 	"cuIpcGetMemHandle",
 	"cuIpcOpenMemHandle_v2",
 	"cuIpcCloseMemHandle",

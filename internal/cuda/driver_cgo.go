@@ -72,6 +72,10 @@ static int c_dptr(void *f, uint64_t p) { return ((int (*)(uint64_t))f)(p); }
 static int c_addr_range(void *f, uint64_t *base, size_t *size, uint64_t p) {
 	return ((int (*)(uint64_t *, size_t *, uint64_t))f)(base, size, p);
 }
+// cuPointerGetAttribute writes an int, an unsigned, a CUdeviceptr or a
+// size_t, by attribute: data is 8 bytes, zeroed, read by the caller as the
+// attribute's type (little-endian, so the narrow ones read as uint32).
+static int c_ptr_attr(void *f, void *data, int attr, uint64_t p) { return ((int (*)(void *, int, uint64_t))f)(data, attr, p); }
 static int c_module_load(void *f, uintptr_t *m, const void *image) { return ((int (*)(uintptr_t *, const void *))f)(m, image); }
 static int c_module_func(void *f, uintptr_t *fn, uintptr_t m, const char *name) {
 	return ((int (*)(uintptr_t *, uintptr_t, const char *))f)(fn, m, name);
@@ -527,6 +531,25 @@ func (c *Context) AddressRange(p DevicePtr) (DevicePtr, int, error) {
 		return c.d.check("cuMemGetAddressRange_v2", C.c_addr_range(c.d.fn["cuMemGetAddressRange_v2"], &base, &size, C.uint64_t(p)))
 	})
 	return DevicePtr(base), int(size), err
+}
+
+// PointerInfo says what memory p is in, as the driver knows it: memory no
+// context allocated, mapped or registered is an error (CUDA_ERROR_INVALID_VALUE).
+func (c *Context) PointerInfo(p DevicePtr) (PointerInfo, error) {
+	var data [4]C.uint64_t
+	attrs := [4]C.int{ptrAttrMemoryType, ptrAttrDeviceOrdinal, ptrAttrRangeStart, ptrAttrRangeSize}
+	err := c.do(func() error {
+		for i, a := range attrs {
+			if err := c.d.check("cuPointerGetAttribute", C.c_ptr_attr(c.d.fn["cuPointerGetAttribute"], unsafe.Pointer(&data[i]), a, C.uint64_t(p))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return PointerInfo{}, err
+	}
+	return PointerInfo{Type: MemoryType(uint32(data[0])), Device: int(int32(uint32(data[1]))), Base: DevicePtr(data[2]), Size: int(data[3])}, nil
 }
 
 // LoadModule loads a PTX (or cubin) image; the driver compiles PTX for the

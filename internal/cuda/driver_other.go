@@ -71,6 +71,7 @@ func (c *Context) OpenIPC(IPCHandle) (DevicePtr, error)           { return 0, Er
 func (c *Context) CloseIPC(DevicePtr) error                       { return ErrNotSupported }
 func (c *Context) AddressRange(DevicePtr) (DevicePtr, int, error) { return 0, 0, ErrNotSupported }
 func (c *Context) LoadModule([]byte) (Module, error)              { return 0, ErrNotSupported }
+func (c *Context) PointerInfo(DevicePtr) (PointerInfo, error)     { return PointerInfo{}, ErrNotSupported }
 func (c *Context) UnloadModule(Module) error                      { return ErrNotSupported }
 func (c *Context) Function(Module, string) (Function, error)      { return 0, ErrNotSupported }
 func (c *Context) Launch(Function, uint32, uint32, Stream, unsafe.Pointer) error {

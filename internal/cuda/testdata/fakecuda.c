@@ -56,7 +56,7 @@ static int ctxs[2];
 static __thread void *cur; // the calling thread's current context
 
 // Allocations: device memory (fd >= 0, owned) and opened IPC mappings.
-struct alloc { uint64_t base; size_t size; int fd; int ipc; };
+struct alloc { uint64_t base; size_t size; int fd; int ipc; int dev; };
 #define MAX_ALLOCS 4096
 static struct alloc allocs[MAX_ALLOCS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -66,6 +66,8 @@ static struct alloc *find(uint64_t p) {
 		if (allocs[i].base && p >= allocs[i].base && p < allocs[i].base + allocs[i].size) return &allocs[i];
 	return NULL;
 }
+// The device of the calling thread's current context.
+static int cur_dev(void) { return (int)((int *)cur - ctxs); }
 static struct alloc *slot(void) {
 	for (int i = 0; i < MAX_ALLOCS; i++)
 		if (!allocs[i].base) return &allocs[i];
@@ -256,7 +258,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
 	if (m == MAP_FAILED) { close(fd); return OUT_OF_MEMORY; }
 	pthread_mutex_lock(&mu);
 	struct alloc *a = slot();
-	if (a) *a = (struct alloc){(uint64_t)(uintptr_t)m, n, fd, 0};
+	if (a) *a = (struct alloc){(uint64_t)(uintptr_t)m, n, fd, 0, cur_dev()};
 	pthread_mutex_unlock(&mu);
 	if (!a) { munmap(m, n); close(fd); return OUT_OF_MEMORY; }
 	*p = (uint64_t)(uintptr_t)m;
@@ -310,10 +312,28 @@ CUresult cuMemsetD8Async(uint64_t dst, unsigned char v, size_t n, uintptr_t s) {
 	o->n = n;
 	return submit(s, o);
 }
+// Pinned host memory: allocated here or registered, kept in a table of its
+// own for cuPointerGetAttribute.
+#define MAX_HOST 1024
+static struct { void *p; size_t n; int dev; } hosts[MAX_HOST];
+static void host_track(void *p, size_t n) {
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAX_HOST; i++)
+		if (!hosts[i].p) { hosts[i].p = p, hosts[i].n = n, hosts[i].dev = cur_dev(); break; }
+	pthread_mutex_unlock(&mu);
+}
+static void host_untrack(void *p) {
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAX_HOST; i++)
+		if (hosts[i].p == p) hosts[i].p = NULL;
+	pthread_mutex_unlock(&mu);
+}
 CUresult cuMemAllocHost_v2(void **p, size_t n) {
 	if (!cur) return INVALID_CONTEXT;
 	*p = malloc(n);
-	return *p ? OK : OUT_OF_MEMORY;
+	if (!*p) return OUT_OF_MEMORY;
+	host_track(*p, n);
+	return OK;
 }
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { return cuMemAllocHost_v2(p, n); }
 CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
@@ -322,12 +342,41 @@ CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
 	*d = (uint64_t)(uintptr_t)p; // unified addressing: the same address
 	return OK;
 }
-CUresult cuMemFreeHost(void *p) { sync_all(); free(p); return OK; }
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { return cur ? OK : INVALID_CONTEXT; }
+CUresult cuMemFreeHost(void *p) { sync_all(); host_untrack(p); free(p); return OK; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	host_track(p, n);
+	return OK;
+}
 CUresult cuMemHostUnregister(void *p) {
 	if (!cur) return INVALID_CONTEXT;
 	sync_all();
+	host_untrack(p);
 	return OK;
+}
+
+// cuPointerGetAttribute answers the memory type (CU_MEMORYTYPE_HOST 1,
+// DEVICE 2), the device ordinal and the allocation's range, as an unsigned,
+// an int, a CUdeviceptr and a size_t.
+CUresult cuPointerGetAttribute(void *data, int attr, uint64_t p) {
+	uint64_t base = 0, size = 0;
+	int type = 0, dev = 0;
+	pthread_mutex_lock(&mu);
+	struct alloc *a = find(p);
+	if (a) base = a->base, size = a->size, type = 2, dev = a->dev;
+	for (int i = 0; !a && i < MAX_HOST; i++) {
+		uint64_t h = (uint64_t)(uintptr_t)hosts[i].p;
+		if (h && p >= h && p < h + hosts[i].n) { base = h, size = hosts[i].n, type = 1, dev = hosts[i].dev; break; }
+	}
+	pthread_mutex_unlock(&mu);
+	if (!type) return INVALID_VALUE;
+	switch (attr) {
+	case 2: *(unsigned *)data = type; return OK;
+	case 9: *(int *)data = dev; return OK;
+	case 11: *(uint64_t *)data = base; return OK;
+	case 12: *(size_t *)data = size; return OK;
+	}
+	return INVALID_VALUE;
 }
 
 // The stream and event API.
@@ -486,7 +535,7 @@ CUresult cuIpcOpenMemHandle_v2(uint64_t *p, CUipcMemHandle h, unsigned flags) {
 	if (m == MAP_FAILED) { close(fd); return OUT_OF_MEMORY; }
 	pthread_mutex_lock(&mu);
 	struct alloc *a = slot();
-	if (a) *a = (struct alloc){(uint64_t)(uintptr_t)m, ih.size, fd, 1};
+	if (a) *a = (struct alloc){(uint64_t)(uintptr_t)m, ih.size, fd, 1, cur_dev()};
 	pthread_mutex_unlock(&mu);
 	if (!a) { munmap(m, ih.size); close(fd); return OUT_OF_MEMORY; }
 	*p = (uint64_t)(uintptr_t)m;
