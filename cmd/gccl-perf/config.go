@@ -93,6 +93,7 @@ type config struct {
 	roots      []int      // -r, with "all" expanded; [-1] for tests without one
 	jsonPath   string     // -J
 	register   bool       // -R 1 or 2: buffers from comm.Comm.Alloc
+	memory     memoryKind // -M: where the send and receive buffers live
 	simulate   bool       // --simulate: print the cost model's table instead of running
 	topoFile   string     // --topo-file, for --simulate
 	nodes      int        // --nodes, for --simulate
@@ -105,6 +106,30 @@ type config struct {
 
 // worldSize is the number of ranks in the whole run.
 func (c *config) worldSize() int { return c.ranks * c.procs }
+
+// memoryKind is a -M choice: the memory the benchmarked buffers are in.
+type memoryKind int
+
+const (
+	memoryHost   memoryKind = iota // the Go heap (or comm.Comm.Alloc under -R)
+	memoryDevice                   // GPU memory from package gpu
+)
+
+// memoryNames are -M's values, indexed by memoryKind; the JSON report
+// records them too.
+var memoryNames = [...]string{memoryHost: "host", memoryDevice: "device"}
+
+func (m memoryKind) String() string { return memoryNames[m] }
+
+func parseMemory(s string, dst *memoryKind) error {
+	for kind, name := range memoryNames {
+		if s == name {
+			*dst = memoryKind(kind)
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s or %s", memoryHost, memoryDevice)
+}
 
 // usageError is a command-line mistake: gccl-perf prints it with a usage
 // hint and exits with status 2.
@@ -163,6 +188,7 @@ var flagDefs = []flagDef{
 	}},
 	{"J", "json", func(c *config, _ *rawChoices, v string) error { c.jsonPath = v; return nil }},
 	{"R", "local_register", func(_ *config, r *rawChoices, v string) error { return parseChoice(v, 2, &r.register) }},
+	{"M", "memory", func(c *config, _ *rawChoices, v string) error { return parseMemory(v, &c.memory) }},
 	{"", "topo-file", func(c *config, _ *rawChoices, v string) error { c.topoFile = v; return nil }},
 	{"", "nodes", func(c *config, _ *rawChoices, v string) error { return parseInt(v, 1, &c.nodes) }},
 }
@@ -278,6 +304,11 @@ func (c *config) resolve(raw *rawChoices, jobProcs int) error {
 		return usagef("-g %d with %d processes: several in-process ranks per process are not supported yet; use -g 1 with processes or -g N alone", c.ranks, c.procs)
 	}
 	c.register = raw.register > 0
+	if c.register && c.memory == memoryDevice {
+		// comm.Comm.Alloc's symmetric memory is host memory: the two
+		// flags ask for buffers in different places.
+		return usagef("-R %d with -M device: registered buffers are host memory from comm.Comm.Alloc; use -R 0 with -M device", raw.register)
+	}
 	if raw.threads > 1 {
 		return usagef("-t %d: only one thread drives the ranks; use -g N for N in-process ranks", raw.threads)
 	}

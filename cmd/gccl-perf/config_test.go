@@ -132,6 +132,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{"all_reduce -R 3", "from 0 to 2"},
 		{"broadcast -np 2 -r 2", `invalid root "2": want a rank in [0,2)`},
 		{"all_reduce -t 2", "only one thread"},
+		{"all_reduce -M gpu", `invalid value "gpu" for -M/--memory: want host or device`},
+		{"all_reduce -M device -R 1", "-R 1 with -M device"},
+		{"all_reduce --local_register=2 --memory=device", "-R 2 with -M device"},
 	} {
 		_, err := parseArgs(strings.Fields(tc.args))
 		var ue *usageError
@@ -142,6 +145,31 @@ func TestParseArgsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %q, want it to say %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+func TestParseArgsMemory(t *testing.T) {
+	for args, want := range map[string]memoryKind{
+		"all_reduce":                      memoryHost,
+		"all_reduce -M host":              memoryHost,
+		"all_reduce -M device":            memoryDevice,
+		"all_reduce -Mdevice -g 2":        memoryDevice,
+		"all_reduce --memory device -R 0": memoryDevice,
+		"all_reduce --memory=host -R 1":   memoryHost,
+	} {
+		c, err := parseArgs(strings.Fields(args))
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if c.memory != want {
+			t.Errorf("%q: memory %v, want %v", args, c.memory, want)
+		}
+	}
+	// The ranks that -np starts get -M too.
+	c, err := parseArgs(strings.Fields("all_reduce -np 2 -M device"))
+	if err != nil || strings.Join(c.rankArgs, " ") != "all_reduce -M device" {
+		t.Errorf("-np 2 -M device: rank arguments %q, err %v", c.rankArgs, err)
 	}
 }
 

@@ -14,10 +14,13 @@ import (
 // rankInfo describes one rank of the job for the header's device list and
 // the JSON report: where it runs and how it reaches each peer.
 type rankInfo struct {
-	Rank   int    `json:"rank"`
-	Pid    int    `json:"pid"`
-	Host   string `json:"host"`
-	Device int    `json:"device"` // its index among its host's ranks
+	Rank int    `json:"rank"`
+	Pid  int    `json:"pid"`
+	Host string `json:"host"`
+	// Device is the rank's index among its host's ranks; under -M device,
+	// the CUDA ordinal of the GPU its buffers are on, at PCI address BusID.
+	Device int    `json:"device"`
+	BusID  string `json:"bus_id,omitempty"`
 	// Via names the transport to each peer, indexed by rank ("SHM", "TCP",
 	// "INPROC"); "" for the rank itself.
 	Via []string `json:"via"`

@@ -22,6 +22,7 @@ type jsonReport struct {
 	// "TCP", "SHM+TCP". Devices has each rank's transport to each peer.
 	Transport   string     `json:"transport"`
 	Devices     []rankInfo `json:"devices"`
+	Memory      string     `json:"memory"`   // the buffers': "host", or "device" (GPU memory; Devices name each GPU)
 	Hostname    string     `json:"hostname"` // the host of rank 0, which writes the report
 	CPUModel    string     `json:"cpu_model"`
 	NumCPU      int        `json:"num_cpu"`
@@ -62,7 +63,7 @@ func newJSONReport(cfg *config, env *environment, commandLine string, devices []
 	return &jsonReport{
 		Library: "gccl", Version: version, Test: cfg.test.name, CommandLine: commandLine,
 		Ranks: cfg.worldSize(), Processes: cfg.procs, Transport: jobTransports(devices), Devices: devices,
-		Hostname: env.hostname, CPUModel: env.cpuModel, NumCPU: env.numCPU, GoVersion: env.goVersion,
+		Memory: cfg.memory.String(), Hostname: env.hostname, CPUModel: env.cpuModel, NumCPU: env.numCPU, GoVersion: env.goVersion,
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Date: env.now().Format(time.RFC3339),
 		Settings: jsonConfig{
 			MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, StepBytes: cfg.stepBytes, StepFactor: cfg.stepFactor,

@@ -75,6 +75,11 @@ K, M and G suffixes (powers of 1024).
                              memory that peers on the host map, so large
                              all-reduces read peers' buffers directly);
                              0: Go heap (default)
+  -M, --memory <kind>        host: buffers in host memory (default);
+                             device: in GPU memory (package gpu; needs the
+                             CUDA driver; not with -R), each rank's on
+                             device (its index among its host's ranks)
+                             modulo the number of GPUs
   -t, --nthreads <n>         accepted for compatibility; must be 1
   --simulate                 print the cost model's predicted table for the
                              system of --topo-file <NCCL topology XML> on

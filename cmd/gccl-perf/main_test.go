@@ -229,7 +229,7 @@ func TestJSONFile(t *testing.T) {
 	}
 	if rep.Test != "reduce_scatter" || rep.Ranks != 3 || rep.Transport != "INPROC" || rep.Version != version ||
 		rep.Hostname != "testhost" || rep.CPUModel != "Test CPU" || rep.GoVersion != "go-test" ||
-		rep.Date != "2025-01-02T03:04:05Z" || rep.Settings.MaxBytes != 12<<10 || !rep.Passed ||
+		rep.Date != "2025-01-02T03:04:05Z" || rep.Settings.MaxBytes != 12<<10 || !rep.Passed || rep.Memory != "host" ||
 		rep.CommandLine != "gccl-perf reduce_scatter -g 3 -b 3K -e 12K -f 2 -d bfloat16 -o max -J "+path {
 		t.Errorf("report context: %+v", rep)
 	}

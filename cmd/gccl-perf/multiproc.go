@@ -80,13 +80,24 @@ func runAsRank(cfg *config, env *environment, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gccl-perf: rank %d: %s\n", env.job.rank, fmt.Sprintf(format, args...))
 		return 1
 	}
+	// The device first, as in one process: without a usable one every
+	// rank fails at once, before joining the job. Closed after the Comm.
+	gpus, err := openGPUs(cfg, env.job.localRank, 1)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeGPUs(gpus)
 	commCfg := env.commConfig
 	c, err := comm.Init(ctx, &commCfg)
 	if err != nil {
 		return fail("joining the job: %v", err)
 	}
 	defer c.Close()
-	devices, err := exchangeRankInfo(ctx, c, describeRank(c, env.pid, env.hostname, env.job.localRank))
+	mine := describeRank(c, env.pid, env.hostname, env.job.localRank)
+	if gpus != nil {
+		mine.onGPU(gpus[0])
+	}
+	devices, err := exchangeRankInfo(ctx, c, mine)
 	if err != nil {
 		return fail("exchanging rank descriptions: %v", err)
 	}
@@ -99,7 +110,7 @@ func runAsRank(cfg *config, env *environment, stdout, stderr io.Writer) int {
 	if reporting {
 		out = stdout
 	}
-	res, err := runBenchmark(ctx, cfg, env, []*comm.Comm{c}, cmdLine, devices, out)
+	res, err := runBenchmark(ctx, cfg, env, []*comm.Comm{c}, gpus, cmdLine, devices, out)
 	if err != nil {
 		return fail("%v", err)
 	}

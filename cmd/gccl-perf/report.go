@@ -53,10 +53,18 @@ func writeHeader(w io.Writer, h headerInfo) {
 	if c.register {
 		fmt.Fprintf(w, "# Registered buffers: send and receive buffers come from comm.Comm.Alloc (symmetric memory)\n")
 	}
+	if c.memory == memoryDevice {
+		fmt.Fprintf(w, "# Memory: device (CUDA): send and receive buffers in GPU memory, on each rank's device below\n")
+	}
 	fmt.Fprintf(w, "#\n# Using devices\n")
 	for _, d := range h.devices {
-		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] %s\n",
-			d.Rank, 0, d.Pid, d.Host, d.Device, strings.Join(d.transports(), "+"))
+		// Where nccl-tests prints the GPU's PCI address.
+		where := "host"
+		if d.BusID != "" {
+			where = d.BusID
+		}
+		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n",
+			d.Rank, 0, d.Pid, d.Host, d.Device, where, strings.Join(d.transports(), "+"))
 	}
 	// In one process every pair is INPROC; across processes the pairs are
 	// what a reader needs to interpret the numbers.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -76,6 +77,23 @@ func TestMultiProcessHeaderGolden(t *testing.T) {
 	var buf bytes.Buffer
 	writeHeader(&buf, headerInfo{commandLine: commandLine(cfg.args), cfg: cfg, devices: devices})
 	checkGolden(t, "header_np4.golden", buf.Bytes())
+}
+
+// Under -M device the header says so, and each rank's line names its GPU
+// where nccl-tests does: 3 ranks on 2 GPUs share them in turn.
+func TestDeviceMemoryHeaderGolden(t *testing.T) {
+	cfg, err := parseArgs(strings.Fields("all_reduce -g 3 -M device -b 8 -e 1M -f 2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := inProcessDevices(3, 31337, "node-7")
+	for r := range devices {
+		devices[r].Device = r % 2
+		devices[r].BusID = fmt.Sprintf("0000:%02X:00.0", 0x3B+r%2)
+	}
+	var buf bytes.Buffer
+	writeHeader(&buf, headerInfo{commandLine: commandLine(cfg.args), cfg: cfg, devices: devices})
+	checkGolden(t, "header_device.golden", buf.Bytes())
 }
 
 // inProcessDevices describes n ranks of one process.

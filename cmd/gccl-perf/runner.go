@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/gpu"
 )
 
 // measurement identifies one rank's timed loop, for time sources that model
@@ -38,10 +39,56 @@ type rankState struct {
 	rank  int
 	local int // index among this process's ranks
 	// One send and one receive buffer, maxBytes each (every layout fits:
-	// rounding only shrinks), reused for every size like nccl-tests.
+	// rounding only shrinks), reused for every size like nccl-tests. Under
+	// -M device they are the host mirrors of gpu's buffers.
 	send, recv []byte
 	// registered holds send's and recv's allocations under -R.
 	registered []*comm.SymBuffer
+	// gpu is the rank's device memory under -M device, else nil.
+	gpu *rankGPU
+}
+
+// region is a byte range of one of a rank's two buffers.
+type region struct {
+	inRecv bool // the receive buffer, else the send buffer
+	off, n int64
+}
+
+// hostBytes is r in rs's host memory: the buffer itself, or under -M
+// device its mirror.
+func (rs *rankState) hostBytes(r region) []byte {
+	b := rs.send
+	if r.inRecv {
+		b = rs.recv
+	}
+	return b[r.off : r.off+r.n]
+}
+
+// buffer returns r as elements of dt for the collectives, in the memory
+// the benchmark measures.
+func (rs *rankState) buffer(dt comm.DataType, r region, role int) (comm.Buffer, error) {
+	if rs.gpu != nil {
+		return rs.gpu.view(dt, r, role)
+	}
+	return comm.HostBytesOf(dt, rs.hostBytes(r)), nil
+}
+
+// upload makes the memory the collectives use hold what the host buffers
+// hold: a copy to the device under -M device, nothing otherwise.
+func (rs *rankState) upload() error {
+	if rs.gpu == nil {
+		return nil
+	}
+	return rs.gpu.upload(rs.send, rs.recv)
+}
+
+// download brings the collectives' results into the host receive buffer:
+// a copy from the device under -M device, nothing otherwise.
+func (rs *rankState) download() error {
+	if rs.gpu == nil {
+		return nil
+	}
+	return rs.gpu.download(rs.recv)
 }
 
 // allocRegistered makes send and recv buffers from the rank's Alloc.
@@ -66,17 +113,19 @@ type runner struct {
 	ctx   context.Context
 	cfg   *config
 	env   *environment
-	ranks []*rankState // this process's ranks
-	n     int          // ranks in the whole job
+	ranks []*rankState  // this process's ranks
+	gpus  []*gpu.Device // the ranks' devices under -M device, else nil
+	n     int           // ranks in the whole job
 	// world is this process's rank when the job spans several processes,
 	// and combines results across them; nil when every rank is local.
 	world *comm.Comm
 }
 
-// newRunner prepares a benchmark on comms, this process's ranks. When the
-// job has ranks in other processes, comms must be this process's only rank.
-func newRunner(ctx context.Context, cfg *config, env *environment, comms []*comm.Comm) *runner {
-	rn := &runner{ctx: ctx, cfg: cfg, env: env, n: comms[0].Size()}
+// newRunner prepares a benchmark on comms, this process's ranks, whose
+// devices under -M device are gpus. When the job has ranks in other
+// processes, comms must be this process's only rank.
+func newRunner(ctx context.Context, cfg *config, env *environment, comms []*comm.Comm, gpus []*gpu.Device) *runner {
+	rn := &runner{ctx: ctx, cfg: cfg, env: env, gpus: gpus, n: comms[0].Size()}
 	for i, c := range comms {
 		rn.ranks = append(rn.ranks, &rankState{comm: c, rank: c.Rank(), local: i})
 	}
@@ -117,9 +166,32 @@ func (rn *runner) benchmark(emit func(*row)) error {
 			}
 		}()
 	} else {
+		// Under -M device these are the device buffers' host mirrors, of
+		// their size: at least a byte, the least gpu allocates.
+		size := rn.cfg.maxBytes
+		if rn.gpus != nil {
+			size = max(size, 1)
+		}
 		for _, rs := range rn.ranks {
-			rs.send = make([]byte, rn.cfg.maxBytes)
-			rs.recv = make([]byte, rn.cfg.maxBytes)
+			rs.send = make([]byte, size)
+			rs.recv = make([]byte, size)
+		}
+	}
+	if rn.gpus != nil {
+		// Allocated once, like the host buffers: the timed loops only
+		// take views of them.
+		defer func() {
+			for _, rs := range rn.ranks {
+				if rs.gpu != nil {
+					rs.gpu.free()
+				}
+			}
+		}()
+		for _, rs := range rn.ranks {
+			var err error
+			if rs.gpu, err = newRankGPU(rn.gpus[rs.local], len(rs.send)); err != nil {
+				return err
+			}
 		}
 	}
 	c := rn.cfg
@@ -132,7 +204,7 @@ func (rn *runner) benchmark(emit func(*row)) error {
 		if err := rn.parallel(func(rs *rankState) error {
 			spec.fillInput(rs.rank, rs.send)
 			spec.fillInput(rs.rank, rs.recv)
-			return nil
+			return rs.upload()
 		}); err != nil {
 			return err
 		}
@@ -178,7 +250,8 @@ func (rn *runner) benchCase(dt dataType, op redOp, root int, emit func(*row)) er
 // Like nccl-tests, successive operations move through the buffers (by the
 // size of one operation's footprint, wrapping at maxBytes), so that a small
 // size is not timed on memory left hot in cache by the previous operation.
-func (rn *runner) views(rs *rankState, p *point, inPlace bool, iter int) (send, recv []byte) {
+// In place, both lie in the receive buffer.
+func (rn *runner) views(rs *rankState, p *point, inPlace bool, iter int) (send, recv region) {
 	ts := int64(p.dt.dt.Size())
 	footprint := p.lay.sizeBytes(int(ts))
 	shift := int64(0)
@@ -187,32 +260,42 @@ func (rn *runner) views(rs *rankState, p *point, inPlace bool, iter int) (send, 
 	}
 	sendBytes, recvBytes := int64(p.lay.sendCount)*ts, int64(p.lay.recvCount)*ts
 	if !inPlace {
-		return rs.send[shift : shift+sendBytes], rs.recv[shift : shift+recvBytes]
+		return region{off: shift, n: sendBytes}, region{inRecv: true, off: shift, n: recvBytes}
 	}
-	base := rs.recv[shift:]
-	so := int64(p.lay.sendInPlaceOffset*rs.rank) * ts
-	ro := int64(p.lay.recvInPlaceOffset*rs.rank) * ts
-	return base[so : so+sendBytes], base[ro : ro+recvBytes]
+	so := shift + int64(p.lay.sendInPlaceOffset*rs.rank)*ts
+	ro := shift + int64(p.lay.recvInPlaceOffset*rs.rank)*ts
+	return region{inRecv: true, off: so, n: sendBytes}, region{inRecv: true, off: ro, n: recvBytes}
 }
 
-// opArgsFor wraps memory as Buffers once, ahead of any timed loop.
-func (rn *runner) opArgsFor(rank int, p *point, send, recv []byte) *opArgs {
-	n := rn.n
-	return &opArgs{
-		send: comm.HostBytesOf(p.dt.dt, send), recv: comm.HostBytesOf(p.dt.dt, recv),
-		op: p.op.commOp(rank), root: p.root,
-		next: (rank + 1) % n, prev: (rank - 1 + n) % n,
+// opArgsFor wraps memory as Buffers once, ahead of any timed loop. Equal
+// regions become one Buffer, so that an in-place call passes the same
+// buffer twice, as a caller of gccl would.
+func (rn *runner) opArgsFor(rs *rankState, p *point, send, recv region) (*opArgs, error) {
+	n, rank := rn.n, rs.rank
+	a := &opArgs{op: p.op.commOp(rank), root: p.root, next: (rank + 1) % n, prev: (rank - 1 + n) % n}
+	var err error
+	if a.send, err = rs.buffer(p.dt.dt, send, sendRole); err != nil {
+		return nil, err
 	}
+	if recv == send {
+		a.recv = a.send
+	} else if a.recv, err = rs.buffer(p.dt.dt, recv, recvRole); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // opSequence prepares count operations of rs, each on its own views.
-func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) []*opArgs {
+func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) ([]*opArgs, error) {
 	ops := make([]*opArgs, count)
 	for i := range ops {
 		send, recv := rn.views(rs, p, inPlace, i)
-		ops[i] = rn.opArgsFor(rs.rank, p, send, recv)
+		var err error
+		if ops[i], err = rn.opArgsFor(rs, p, send, recv); err != nil {
+			return nil, err
+		}
 	}
-	return ops
+	return ops, nil
 }
 
 // issue runs ops in order on rs: with -z 1 each call blocks; otherwise all
@@ -246,7 +329,11 @@ func (rn *runner) warmUp(p *point) error {
 		return nil
 	}
 	return rn.parallel(func(rs *rankState) error {
-		return rn.issue(rs, rn.opSequence(rs, p, false, w), make([]*comm.Request, w))
+		ops, err := rn.opSequence(rs, p, false, w)
+		if err != nil {
+			return err
+		}
+		return rn.issue(rs, ops, make([]*comm.Request, w))
 	})
 }
 
@@ -257,7 +344,10 @@ func (rn *runner) measure(p *point, inPlace bool) (placementResult, error) {
 	total := c.iters * c.aggIters
 	times := make([]time.Duration, len(rn.ranks))
 	err := rn.parallel(func(rs *rankState) error {
-		ops := rn.opSequence(rs, p, inPlace, total)
+		ops, err := rn.opSequence(rs, p, inPlace, total)
+		if err != nil {
+			return err
+		}
 		reqs := make([]*comm.Request, total)
 		// One untimed operation, then line the ranks up, so that the timed
 		// loop starts together and pays no first-use costs.
@@ -302,19 +392,30 @@ func (rn *runner) checkPass(p *point, inPlace bool) (int64, error) {
 	wrong := make([]int64, len(rn.ranks))
 	err := rn.parallel(func(rs *rankState) error {
 		send, recv := rn.views(rs, p, inPlace, 0)
+		sendBytes, recvBytes := rs.hostBytes(send), rs.hostBytes(recv)
 		if inPlace {
 			poison(rs.recv[:p.lay.sizeBytes(p.dt.dt.Size())])
 		} else {
-			poison(recv)
+			poison(recvBytes)
 		}
-		p.spec.fillInput(rs.rank, send) // after the poison: in place, send lies inside it
-		if err := rn.issue(rs, []*opArgs{rn.opArgsFor(rs.rank, p, send, recv)}, make([]*comm.Request, 1)); err != nil {
+		p.spec.fillInput(rs.rank, sendBytes) // after the poison: in place, send lies inside it
+		if err := rs.upload(); err != nil {
+			return err
+		}
+		a, err := rn.opArgsFor(rs, p, send, recv)
+		if err != nil {
+			return err
+		}
+		if err := rn.issue(rs, []*opArgs{a}, make([]*comm.Request, 1)); err != nil {
+			return err
+		}
+		if err := rs.download(); err != nil {
 			return err
 		}
 		if rn.env.afterCheckOp != nil {
-			rn.env.afterCheckOp(rs.rank, inPlace, recv)
+			rn.env.afterCheckOp(rs.rank, inPlace, recvBytes)
 		}
-		wrong[rs.local] = p.spec.countWrong(rn.cfg.test, rs.rank, p.root, p.lay.paramCount, recv)
+		wrong[rs.local] = p.spec.countWrong(rn.cfg.test, rs.rank, p.root, p.lay.paramCount, recvBytes)
 		return nil
 	})
 	if err != nil {

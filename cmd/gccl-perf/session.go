@@ -6,10 +6,19 @@ import (
 	"io"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/gpu"
 )
 
 // runInProcess runs the benchmark on -g ranks inside this process.
 func runInProcess(cfg *config, env *environment, stdout, stderr io.Writer) int {
+	// Devices first: without a usable one, -M device fails before any
+	// rank exists. Closed last, after the communicators.
+	gpus, err := openGPUs(cfg, 0, cfg.ranks)
+	if err != nil {
+		fmt.Fprintf(stderr, "gccl-perf: %v\n", err)
+		return 1
+	}
+	defer closeGPUs(gpus)
 	commCfg := env.commConfig
 	comms, err := comm.InitLocal(cfg.ranks, &commCfg)
 	if err != nil {
@@ -24,9 +33,12 @@ func runInProcess(cfg *config, env *environment, stdout, stderr io.Writer) int {
 	devices := make([]rankInfo, len(comms))
 	for i, c := range comms {
 		devices[i] = describeRank(c, env.pid, env.hostname, i)
+		if gpus != nil {
+			devices[i].onGPU(gpus[i])
+		}
 	}
 	cmdLine := commandLine(cfg.args)
-	res, err := runBenchmark(context.Background(), cfg, env, comms, cmdLine, devices, stdout)
+	res, err := runBenchmark(context.Background(), cfg, env, comms, gpus, cmdLine, devices, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gccl-perf: %v\n", err)
 		return 1
@@ -40,15 +52,16 @@ func runInProcess(cfg *config, env *environment, stdout, stderr io.Writer) int {
 	return exitStatus(res)
 }
 
-// runBenchmark runs the benchmark on comms, this process's ranks, and prints
-// nccl-tests' header, table and footer to out: the reporting process's
-// stdout, io.Discard on the other processes of a job.
-func runBenchmark(ctx context.Context, cfg *config, env *environment, comms []*comm.Comm,
+// runBenchmark runs the benchmark on comms, this process's ranks (whose
+// devices are gpus under -M device), and prints nccl-tests' header, table
+// and footer to out: the reporting process's stdout, io.Discard on the
+// other processes of a job.
+func runBenchmark(ctx context.Context, cfg *config, env *environment, comms []*comm.Comm, gpus []*gpu.Device,
 	cmdLine string, devices []rankInfo, out io.Writer) (*results, error) {
 	writeHeader(out, headerInfo{commandLine: cmdLine, cfg: cfg, devices: devices})
 	writeTableHeader(out)
 	res := &results{}
-	rn := newRunner(ctx, cfg, env, comms)
+	rn := newRunner(ctx, cfg, env, comms, gpus)
 	if err := rn.benchmark(func(r *row) {
 		writeRow(out, r)
 		res.rows = append(res.rows, *r)
