@@ -63,9 +63,16 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		}
 		symIn[r], symOut[r] = s[:count], s[count:]
 	}
+	hostIn, hostOut := make([]*comm.HostBuffer, n), make([]*comm.HostBuffer, n)
+	for r := range b {
+		hostIn[r], hostOut[r] = comm.Host(b[r].in), comm.Host(b[r].out)
+	}
 	ops := map[string]func(c *comm.Comm) error{
 		"AllReduce": func(c *comm.Comm) error {
 			return comm.AllReduce(bg, c, b[c.Rank()].in, b[c.Rank()].out, comm.Sum)
+		},
+		"AllReduce/Buffer": func(c *comm.Comm) error {
+			return c.AllReduce(bg, hostIn[c.Rank()], hostOut[c.Rank()], comm.Sum)
 		},
 		"AllReduce/avg/small": func(c *comm.Comm) error {
 			return comm.AllReduce(bg, c, b[c.Rank()].in[:7], b[c.Rank()].out[:7], comm.Avg)

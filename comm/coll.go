@@ -20,7 +20,7 @@ type call struct {
 	op      Op
 	root    int
 	seq     uint64
-	holds   []StreamHold // the streams the call holds (streams.go)
+	holds   streamHolds // the streams the call holds (streams.go)
 }
 
 func (cl *call) name() string {
@@ -221,32 +221,35 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // BarrierAsync is the async form of Barrier.
 func (c *Comm) BarrierAsync() *Request { return c.issueAsync(&call{barrier: true}) }
 
-func (c *Comm) buffersCall(coll algo.Collective, send, recv Buffer, op Op, root int) (*call, error) {
+// buffersCall makes the call of a Buffer form of a collective in cl, the
+// caller's: a blocking call keeps it on its stack, allocating nothing.
+func buffersCall(cl *call, coll algo.Collective, send, recv Buffer, op Op, root int) error {
 	in, err := viewOfBuffer(send)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	out, err := viewOfBuffer(recv)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if in.dev != nil && recv == send {
 		out = in // one device buffer as both: in place, one staging
 	}
-	return &call{coll: coll, in: in, out: out, op: op, root: root}, nil
+	*cl = call{coll: coll, in: in, out: out, op: op, root: root}
+	return nil
 }
 
 func (c *Comm) issueBuffers(ctx context.Context, coll algo.Collective, send, recv Buffer, op Op, root int) error {
-	cl, err := c.buffersCall(coll, send, recv, op, root)
-	if err != nil {
+	var cl call
+	if err := buffersCall(&cl, coll, send, recv, op, root); err != nil {
 		return c.rejected(coll.String(), err)
 	}
-	return c.issue(ctx, cl)
+	return c.issue(ctx, &cl)
 }
 
 func (c *Comm) issueBuffersAsync(coll algo.Collective, send, recv Buffer, op Op, root int) *Request {
-	cl, err := c.buffersCall(coll, send, recv, op, root)
-	if err != nil {
+	cl := new(call)
+	if err := buffersCall(cl, coll, send, recv, op, root); err != nil {
 		return doneRequest(c.rejected(coll.String(), err))
 	}
 	return c.issueAsync(cl)
@@ -294,7 +297,7 @@ func (c *Comm) prepare(cl *call) error {
 
 // run executes a prepared call, and then releases the streams it holds.
 func (c *Comm) run(ctx context.Context, cl *call) error {
-	if cl.holds == nil {
+	if cl.holds.n == 0 {
 		return c.runHeld(ctx, cl)
 	}
 	err := cl.streamsReady()

@@ -116,6 +116,8 @@ type devState struct {
 	ins    []uintptr
 	outs   []uintptr
 	red    DeviceReduce
+	// The descriptions of this rank's buffers, built here each call.
+	inDesc, outDesc [MaxDeviceDescLen]byte
 }
 
 // deviceCall reports whether cl goes through the device arrival round: a
@@ -194,7 +196,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 		// every rank runs the call through host staging.
 		me.staging = true
 		needIn, needOut = false, false
-	} else if cl.holds == nil {
+	} else if cl.holds.n == 0 {
 		// Buffers bound to streams waited for their streams (run); others
 		// wait for the device's work.
 		if err := eng.Ready(); err != nil {
@@ -203,11 +205,11 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	}
 	if needIn {
 		me.inLen = uint64(len(cl.in.b))
-		me.inDesc, err = eng.Export(addrOf(cl.in.b), len(cl.in.b))
+		me.inDesc, err = eng.AppendExport(d.inDesc[:0], addrOf(cl.in.b), len(cl.in.b))
 	}
 	if needOut && err == nil {
 		me.outLen = uint64(len(cl.out.b))
-		me.outDsc, err = eng.Export(addrOf(cl.out.b), len(cl.out.b))
+		me.outDsc, err = eng.AppendExport(d.outDesc[:0], addrOf(cl.out.b), len(cl.out.b))
 	}
 	if err == nil && (len(me.inDesc) > MaxDeviceDescLen || len(me.outDsc) > MaxDeviceDescLen) {
 		err = fmt.Errorf("gccl: internal error: %s exported a description longer than %d bytes", eng.Name(), MaxDeviceDescLen)

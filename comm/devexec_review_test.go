@@ -28,14 +28,12 @@ type fakeEngine struct {
 
 func (e *fakeEngine) Name() string { return e.name }
 func (e *fakeEngine) Ready() error { return nil }
-func (e *fakeEngine) Export(ptr uintptr, n int) ([]byte, error) {
+func (e *fakeEngine) AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error) {
 	if e.failExport {
 		return nil, errors.New("fake engine: memory of another allocator, no IPC handle")
 	}
-	d := make([]byte, 16)
-	binary.LittleEndian.PutUint64(d, uint64(ptr))
-	binary.LittleEndian.PutUint64(d[8:], uint64(n))
-	return d, nil
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(ptr))
+	return binary.LittleEndian.AppendUint64(dst, uint64(n)), nil
 }
 func (e *fakeEngine) Import(desc []byte, n int) (uintptr, error) {
 	if e.failImport {

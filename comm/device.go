@@ -52,9 +52,11 @@ type DeviceEngine interface {
 	// (producing its inputs, reading its outputs) is complete, since peers
 	// read and write the buffers as soon as this rank arrives.
 	Ready() error
-	// Export describes n bytes of device memory at ptr for the peers'
-	// Import; the description fits in MaxDeviceDescLen bytes.
-	Export(ptr uintptr, n int) ([]byte, error)
+	// AppendExport appends to dst a description of n bytes of device
+	// memory at ptr for the peers' Import; the description fits in
+	// MaxDeviceDescLen bytes. (Appending lets a call describe its buffers
+	// without allocating.)
+	AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error)
 	// Import returns the address in this process of n bytes a peer
 	// exported, mapping and caching the peer's memory as needed.
 	Import(desc []byte, n int) (uintptr, error)

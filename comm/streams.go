@@ -15,7 +15,8 @@ func (c *Comm) holdStreams(cl *call) error {
 		return nil
 	}
 	var bound, unbound int
-	var held []uintptr // the streams held, by StreamBuffer.Stream
+	var heldSpace [2]uintptr
+	held := heldSpace[:0] // the streams held, by StreamBuffer.Stream
 	hold := func(db DeviceBuffer) error {
 		if db == nil {
 			return nil
@@ -33,7 +34,7 @@ func (c *Comm) holdStreams(cl *call) error {
 		if err != nil {
 			return err
 		}
-		cl.holds = append(cl.holds, h)
+		cl.holds.add(h)
 		held = append(held, sb.Stream())
 		return nil
 	}
@@ -59,8 +60,8 @@ func (c *Comm) holdStreams(cl *call) error {
 
 // streamsReady waits for the work queued on cl's held streams before it.
 func (cl *call) streamsReady() error {
-	for _, h := range cl.holds {
-		if err := h.Ready(); err != nil {
+	for i := range cl.holds.n {
+		if err := cl.holds.at(i).Ready(); err != nil {
 			return err
 		}
 	}
@@ -69,8 +70,33 @@ func (cl *call) streamsReady() error {
 
 // releaseStreams lets cl's held streams run on.
 func (cl *call) releaseStreams() {
-	for _, h := range cl.holds {
-		h.Release()
+	for i := range cl.holds.n {
+		cl.holds.at(i).Release()
 	}
-	cl.holds = nil
+	cl.holds = streamHolds{}
+}
+
+// streamHolds are the streams a call holds: two in place (a call's send and
+// receive buffers' streams), more only for groups, so that a blocking call
+// on stream-bound buffers allocates nothing for them.
+type streamHolds struct {
+	first [2]StreamHold
+	more  []StreamHold
+	n     int
+}
+
+func (s *streamHolds) add(h StreamHold) {
+	if s.n < len(s.first) {
+		s.first[s.n] = h
+	} else {
+		s.more = append(s.more, h)
+	}
+	s.n++
+}
+
+func (s *streamHolds) at(i int) StreamHold {
+	if i < len(s.first) {
+		return s.first[i]
+	}
+	return s.more[i-len(s.first)]
 }

@@ -289,7 +289,7 @@ func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 	}
 	eng := bufs[0].Engine()
 	export := func(b *gpu.Buffer) []byte {
-		d, err := eng.Export(b.Ptr(), size)
+		d, err := eng.AppendExport(nil, b.Ptr(), size)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,14 +137,6 @@ type PointerInfo struct {
 	Size   int
 }
 
-// The CUpointer_attribute values PointerInfo reads.
-const (
-	ptrAttrMemoryType    = 2
-	ptrAttrDeviceOrdinal = 9
-	ptrAttrRangeStart    = 11
-	ptrAttrRangeSize     = 12
-)
-
 // Attr is a CUdevice_attribute.
 type Attr int
 

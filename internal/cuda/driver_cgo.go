@@ -35,7 +35,14 @@ static int c_dtoh(void *f, void *dst, uint64_t src, size_t n, void *stream) {
 	return ((int (*)(void *, uint64_t, size_t, void *))f)(dst, src, n, stream);
 }
 static int c_stream_sync(void *f, void *stream) { return ((int (*)(void *))f)(stream); }
-static int c_ipc_get(void *f, void *handle, uint64_t p) { return ((int (*)(void *, uint64_t))f)(handle, p); }
+// Results come back by value where a call is on the collectives' path: a
+// Go pointer passed to C escapes to the heap, one allocation per call.
+typedef struct { char handle[64]; int r; } ipc_get_result;
+static ipc_get_result c_ipc_get(void *f, uint64_t p) {
+	ipc_get_result res = {{0}, 0};
+	res.r = ((int (*)(void *, uint64_t))f)(res.handle, p);
+	return res;
+}
 static int c_ctx_sync(void *f) { return ((int (*)(void))f)(); }
 static int c_attr(void *f, int *v, int attr, int dev) { return ((int (*)(int *, int, int))f)(v, attr, dev); }
 static int c_stream_create(void *f, uintptr_t *s, unsigned flags) { return ((int (*)(uintptr_t *, unsigned))f)(s, flags); }
@@ -69,13 +76,24 @@ static int c_ipc_open(void *f, uint64_t *p, const void *h, unsigned flags) {
 	return ((int (*)(uint64_t *, ipc_handle, unsigned))f)(p, *(const ipc_handle *)h, flags);
 }
 static int c_dptr(void *f, uint64_t p) { return ((int (*)(uint64_t))f)(p); }
-static int c_addr_range(void *f, uint64_t *base, size_t *size, uint64_t p) {
-	return ((int (*)(uint64_t *, size_t *, uint64_t))f)(base, size, p);
+typedef struct { uint64_t base; size_t size; int r; } addr_range_result;
+static addr_range_result c_addr_range(void *f, uint64_t p) {
+	addr_range_result res = {0, 0, 0};
+	res.r = ((int (*)(uint64_t *, size_t *, uint64_t))f)(&res.base, &res.size, p);
+	return res;
 }
-// cuPointerGetAttribute writes an int, an unsigned, a CUdeviceptr or a
-// size_t, by attribute: data is 8 bytes, zeroed, read by the caller as the
-// attribute's type (little-endian, so the narrow ones read as uint32).
-static int c_ptr_attr(void *f, void *data, int attr, uint64_t p) { return ((int (*)(void *, int, uint64_t))f)(data, attr, p); }
+// cuPointerGetAttribute of the memory type (CUmemorytype, an unsigned
+// int), the device ordinal (an int), the range start (a CUdeviceptr) and
+// size (a size_t); r is the first failure.
+typedef struct { unsigned type; int device; uint64_t base; size_t size; int r; } ptr_info_result;
+static ptr_info_result c_ptr_info(void *f, uint64_t p) {
+	int (*get)(void *, int, uint64_t) = f;
+	ptr_info_result res = {0, 0, 0, 0, 0};
+	if ((res.r = get(&res.type, 2, p)) || (res.r = get(&res.device, 9, p)) || (res.r = get(&res.base, 11, p)))
+		return res;
+	res.r = get(&res.size, 12, p);
+	return res;
+}
 static int c_module_load(void *f, uintptr_t *m, const void *image) { return ((int (*)(uintptr_t *, const void *))f)(m, image); }
 static int c_module_func(void *f, uintptr_t *fn, uintptr_t m, const char *name) {
 	return ((int (*)(uintptr_t *, uintptr_t, const char *))f)(fn, m, name);
@@ -279,11 +297,12 @@ func (c *Context) CopyFromDevice(dst []byte, src DevicePtr) error {
 
 // IPCHandle returns the handle another process opens to map p's allocation.
 func (c *Context) IPCHandle(p DevicePtr) (IPCHandle, error) {
-	var h IPCHandle
+	var res C.ipc_get_result
 	err := c.do(func() error {
-		return c.d.check("cuIpcGetMemHandle", C.c_ipc_get(c.d.fn["cuIpcGetMemHandle"], unsafe.Pointer(&h[0]), C.uint64_t(p)))
+		res = C.c_ipc_get(c.d.fn["cuIpcGetMemHandle"], C.uint64_t(p))
+		return c.d.check("cuIpcGetMemHandle", res.r)
 	})
-	return h, err
+	return *(*IPCHandle)(unsafe.Pointer(&res.handle)), err
 }
 
 // Attribute returns a device attribute (cuDeviceGetAttribute), e.g.
@@ -525,31 +544,26 @@ func (c *Context) CloseIPC(p DevicePtr) error {
 // AddressRange returns the base and size of the allocation holding p: IPC
 // handles name whole allocations, so a peer adds p-base to what it opens.
 func (c *Context) AddressRange(p DevicePtr) (DevicePtr, int, error) {
-	var base C.uint64_t
-	var size C.size_t
+	var res C.addr_range_result
 	err := c.do(func() error {
-		return c.d.check("cuMemGetAddressRange_v2", C.c_addr_range(c.d.fn["cuMemGetAddressRange_v2"], &base, &size, C.uint64_t(p)))
+		res = C.c_addr_range(c.d.fn["cuMemGetAddressRange_v2"], C.uint64_t(p))
+		return c.d.check("cuMemGetAddressRange_v2", res.r)
 	})
-	return DevicePtr(base), int(size), err
+	return DevicePtr(res.base), int(res.size), err
 }
 
 // PointerInfo says what memory p is in, as the driver knows it: memory no
 // context allocated, mapped or registered is an error (CUDA_ERROR_INVALID_VALUE).
 func (c *Context) PointerInfo(p DevicePtr) (PointerInfo, error) {
-	var data [4]C.uint64_t
-	attrs := [4]C.int{ptrAttrMemoryType, ptrAttrDeviceOrdinal, ptrAttrRangeStart, ptrAttrRangeSize}
+	var res C.ptr_info_result
 	err := c.do(func() error {
-		for i, a := range attrs {
-			if err := c.d.check("cuPointerGetAttribute", C.c_ptr_attr(c.d.fn["cuPointerGetAttribute"], unsafe.Pointer(&data[i]), a, C.uint64_t(p))); err != nil {
-				return err
-			}
-		}
-		return nil
+		res = C.c_ptr_info(c.d.fn["cuPointerGetAttribute"], C.uint64_t(p))
+		return c.d.check("cuPointerGetAttribute", res.r)
 	})
 	if err != nil {
 		return PointerInfo{}, err
 	}
-	return PointerInfo{Type: MemoryType(uint32(data[0])), Device: int(int32(uint32(data[1]))), Base: DevicePtr(data[2]), Size: int(data[3])}, nil
+	return PointerInfo{Type: MemoryType(res._type), Device: int(res.device), Base: DevicePtr(res.base), Size: int(res.size)}, nil
 }
 
 // LoadModule loads a PTX (or cubin) image; the driver compiles PTX for the

@@ -55,7 +55,7 @@ type Engine struct {
 	stream  cuda.Stream
 	mod     cuda.Module
 	arch    string
-	funcs   map[string]cuda.Function
+	funcs   map[kernelKey]cuda.Function
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
 	// args is its own allocation: cgo checks that the memory passed to C
@@ -72,7 +72,7 @@ var _ comm.DeviceEngine = (*Engine)(nil)
 // ctx, on driver d.
 func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
-		args: new(kernels.ReduceArgs), funcs: map[string]cuda.Function{}, imports: map[cuda.IPCHandle]imported{}}
+		args: new(kernels.ReduceArgs), funcs: map[kernelKey]cuda.Function{}, imports: map[cuda.IPCHandle]imported{}}
 	var err error
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
 		return nil, err
@@ -106,8 +106,9 @@ const (
 	descLen   = 4 + 4 + 8 + 8 + 8 + 64
 )
 
-// Export describes n bytes at device address ptr for Import in a peer.
-func (e *Engine) Export(ptr uintptr, n int) ([]byte, error) {
+// AppendExport appends to dst a description of n bytes at device address
+// ptr for Import in a peer.
+func (e *Engine) AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error) {
 	base, size, err := e.ctx.AddressRange(cuda.DevicePtr(ptr))
 	if err != nil {
 		return nil, fmt.Errorf("nvlink: device memory at %#x: %w", ptr, err)
@@ -120,15 +121,13 @@ func (e *Engine) Export(ptr uintptr, n int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nvlink: exporting device memory at %#x: %w", ptr, err)
 	}
-	d := make([]byte, descLen)
 	le := binary.LittleEndian
-	copy(d, descMagic)
-	le.PutUint32(d[4:], e.pid)
-	le.PutUint64(d[8:], uint64(base))
-	le.PutUint64(d[16:], uint64(size))
-	le.PutUint64(d[24:], off)
-	copy(d[32:], h[:])
-	return d, nil
+	dst = append(dst, descMagic...)
+	dst = le.AppendUint32(dst, e.pid)
+	dst = le.AppendUint64(dst, uint64(base))
+	dst = le.AppendUint64(dst, uint64(size))
+	dst = le.AppendUint64(dst, off)
+	return append(dst, h[:]...), nil
 }
 
 // Import returns the address here of n bytes a peer exported. Memory of
@@ -245,14 +244,21 @@ func (e *Engine) Reduce(r *comm.DeviceReduce) error {
 	return nil
 }
 
+// kernelKey names a loaded kernel without building its entry's name,
+// which would allocate on every reduction.
+type kernelKey struct {
+	dt reduce.DType
+	op kernels.Op
+}
+
 // function returns the kernel for dt and op, loading the module first.
 func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error) {
+	if f, ok := e.funcs[kernelKey{dt, op}]; ok {
+		return f, nil
+	}
 	name, err := kernels.ReduceEntry(dt, op)
 	if err != nil {
 		return 0, err
-	}
-	if f, ok := e.funcs[name]; ok {
-		return f, nil
 	}
 	if e.closed {
 		return 0, errClosed
@@ -271,7 +277,7 @@ func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error)
 	if err != nil {
 		return 0, fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, e.arch, err)
 	}
-	e.funcs[name] = f
+	e.funcs[kernelKey{dt, op}] = f
 	return f, nil
 }
 

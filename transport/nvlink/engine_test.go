@@ -3,6 +3,7 @@
 package nvlink_test
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -55,17 +56,20 @@ func alloc(t testing.TB, ctx *cuda.Context, n int) cuda.DevicePtr {
 func TestExportImport(t *testing.T) {
 	ctx, e := engine(t)
 	p := alloc(t, ctx, 1<<16)
-	d, err := e.Export(uintptr(p)+4096, 8192)
+	d, err := e.AppendExport(nil, uintptr(p)+4096, 8192)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(d) > comm.MaxDeviceDescLen {
 		t.Fatalf("description of %d bytes, more than comm allows (%d)", len(d), comm.MaxDeviceDescLen)
 	}
+	if d2, err := e.AppendExport([]byte("xy"), uintptr(p)+4096, 8192); err != nil || string(d2[:2]) != "xy" || !bytes.Equal(d2[2:], d) {
+		t.Fatalf("AppendExport after 2 bytes: %q, %v; want xy then %q", d2, err, d)
+	}
 	if got, err := e.Import(d, 8192); err != nil || got != uintptr(p)+4096 {
 		t.Fatalf("Import in the exporting process: %#x, %v; want %#x", got, err, uintptr(p)+4096)
 	}
-	if _, err := e.Export(uintptr(p)+4096, 1<<16); !errors.Is(err, comm.ErrInvalidArgument) {
+	if _, err := e.AppendExport(nil, uintptr(p)+4096, 1<<16); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Errorf("Export past the allocation: %v", err)
 	}
 	if _, err := e.Import(d, 1<<16); err == nil || !strings.Contains(err.Error(), "run past") {
