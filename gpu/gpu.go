@@ -144,6 +144,22 @@ func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error)
 	return &Buffer{dev: d, ptr: cuda.DevicePtr(ptr), dt: dt, n: count}, nil
 }
 
+// View returns count elements of dt that start off bytes into b, as a
+// Buffer of its own (a tensor view: the same memory, not copied, not freed
+// by the view's Free). Collectives take views as they take whole buffers;
+// a view and b are in place when they start at the same address. A view
+// must not be used after b is freed.
+func (b *Buffer) View(off int, dt comm.DataType, count int) (*Buffer, error) {
+	size := b.n * b.dt.Size()
+	if !dt.Valid() || count < 0 || off < 0 || off > size || count > (size-off)/dt.Size() {
+		return nil, fmt.Errorf("%w: View of %d %v elements at byte %d of a %d-byte buffer", comm.ErrInvalidArgument, count, dt, off, size)
+	}
+	if b.ptr == 0 {
+		return nil, fmt.Errorf("%w: View of a freed buffer", comm.ErrInvalidArgument)
+	}
+	return &Buffer{dev: b.dev, ptr: b.ptr + cuda.DevicePtr(off), dt: dt, n: count}, nil
+}
+
 // DataType is the element type.
 func (b *Buffer) DataType() comm.DataType { return b.dt }
 

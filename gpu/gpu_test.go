@@ -3,6 +3,7 @@
 package gpu_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -326,4 +327,58 @@ func pinnedHost(t *testing.T, n int) []byte {
 	}
 	t.Cleanup(func() { ctx.FreeHost(h) })
 	return h
+}
+
+// A View is a range of its buffer: its copies touch only that range, and
+// ranges outside the buffer are refused.
+func TestView(t *testing.T) {
+	fakeDriver(t)
+	dev, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	b, err := dev.Alloc(comm.Uint8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.View(8, comm.Float32, 4) // bytes 8..23
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Ptr() != b.Ptr()+8 || v.Len() != 4 || v.DataType() != comm.Float32 {
+		t.Fatalf("view at %#x of %d %v; want %#x, 4 float32", v.Ptr(), v.Len(), v.DataType(), b.Ptr()+8)
+	}
+	if err := b.CopyFromHost(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.CopyFromHost(bytes.Repeat([]byte{7}, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Free(); err != nil { // a view's Free leaves the memory alone
+		t.Fatal(err)
+	}
+	got := make([]byte, 64)
+	if err := b.CopyToHost(got); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(make([]byte, 8), bytes.Repeat([]byte{7}, 16)...), make([]byte, 40)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("buffer after writing its view: %v", got)
+	}
+	if e, err := b.View(64, comm.Uint8, 0); err != nil || e.Len() != 0 {
+		t.Errorf("empty view at the end: %v", err)
+	}
+	for _, bad := range []struct {
+		off, count int
+		dt         comm.DataType
+	}{{-1, 1, comm.Uint8}, {0, 65, comm.Uint8}, {60, 2, comm.Float32}, {65, 0, comm.Uint8}, {0, -1, comm.Uint8}, {0, 1, comm.DataType(99)}} {
+		if _, err := b.View(bad.off, bad.dt, bad.count); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("View(%d, %v, %d): %v, want ErrInvalidArgument", bad.off, bad.dt, bad.count, err)
+		}
+	}
+	b.Free()
+	if _, err := b.View(0, comm.Uint8, 1); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("View of a freed buffer: %v", err)
+	}
 }

@@ -66,9 +66,9 @@ func (rs *rankState) hostBytes(r region) []byte {
 
 // buffer returns r as elements of dt for the collectives, in the memory
 // the benchmark measures.
-func (rs *rankState) buffer(dt comm.DataType, r region, role int) (comm.Buffer, error) {
+func (rs *rankState) buffer(dt comm.DataType, r region) (comm.Buffer, error) {
 	if rs.gpu != nil {
-		return rs.gpu.view(dt, r, role)
+		return rs.gpu.view(dt, r)
 	}
 	return comm.HostBytesOf(dt, rs.hostBytes(r)), nil
 }
@@ -274,12 +274,12 @@ func (rn *runner) opArgsFor(rs *rankState, p *point, send, recv region) (*opArgs
 	n, rank := rn.n, rs.rank
 	a := &opArgs{op: p.op.commOp(rank), root: p.root, next: (rank + 1) % n, prev: (rank - 1 + n) % n}
 	var err error
-	if a.send, err = rs.buffer(p.dt.dt, send, sendRole); err != nil {
+	if a.send, err = rs.buffer(p.dt.dt, send); err != nil {
 		return nil, err
 	}
 	if recv == send {
 		a.recv = a.send
-	} else if a.recv, err = rs.buffer(p.dt.dt, recv, recvRole); err != nil {
+	} else if a.recv, err = rs.buffer(p.dt.dt, recv); err != nil {
 		return nil, err
 	}
 	return a, nil
