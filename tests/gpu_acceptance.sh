@@ -15,6 +15,8 @@
 #     call async on a stream (-stream);
 #  3. device all-reduce of 256 MiB between 2 processes against a
 #     device-to-device copy in the same run (target: >= 70%);
+#  3b. gccl-perf all_reduce and all_gather on device buffers (-M device), for
+#     comparison with nccl-tests' figures on the same machine;
 #  4. the sum kernel in place for float32 and bfloat16 (compare with torch's
 #     add_ when python3 has torch: target within 10%);
 #  5. the p2p agent: host<->device against a raw pinned copy in the same run
@@ -44,6 +46,11 @@ check "$out/gccl-run" -np 2 "$out/devcheck" -count 1000003 -stream
 
 step "3. device all-reduce 256 MiB vs device-to-device copy, 2 processes"
 check "$out/gccl-run" -np 2 "$out/devcheck" -count 1031 -bench -bench-bytes $((256 << 20)) -bench-iters 20
+
+step "3b. gccl-perf on device buffers (nccl-tests' table), 2 processes"
+go build -o "$out/gccl-perf" ./cmd/gccl-perf || exit 1
+check "$out/gccl-run" -np 2 "$out/gccl-perf" all_reduce -M device -b 8 -e 256M -f 4 -c 1 -w 5 -n 20 -J "$out/perf-device.json"
+check "$out/gccl-run" -np 2 "$out/gccl-perf" all_gather -M device -b 8 -e 256M -f 4 -c 1 -w 5 -n 20
 
 step "4. sum kernel in place (float32, bfloat16), 256 MiB"
 check go test -run '^$' -bench BenchmarkSumInPlace -benchtime 50x ./transport/nvlink
