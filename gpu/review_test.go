@@ -245,6 +245,25 @@ func foreign(desc []byte, tid int, tag uint64) []byte {
 	return d
 }
 
+// elsewhere moves a description's allocation to a base of its own (the
+// i-th slot past a made-up address), so that many of them read as distinct
+// live allocations of one exporter, which never overlap.
+func elsewhere(desc []byte, i uint64) []byte {
+	d := bytes.Clone(desc)
+	size := binary.LittleEndian.Uint64(d[16:])
+	binary.LittleEndian.PutUint64(d[8:], 1<<44+i*size)
+	return d
+}
+
+// fakeMappings counts this process's mappings of fake device memory.
+func fakeMappings(t *testing.T) int {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	return strings.Count(string(maps), "memfd:fakecuda")
+}
+
 func mapped(addr uintptr) bool {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
@@ -299,7 +318,7 @@ func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 	// Fill the cache to one short of its bound (1024), then import a (the
 	// last entry) and b (which finds the cache full) as one operation does.
 	for i := 1; i < 1024; i++ {
-		if _, err := eng.Import(foreign(filler, tid, uint64(i)), size); err != nil {
+		if _, err := eng.Import(elsewhere(foreign(filler, tid, uint64(i)), uint64(i)), size); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -326,5 +345,48 @@ func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 	}
 	if got[0] != 0xA1 || got[size-1] != 0xA1 {
 		t.Fatalf("a's mapping reads %#x, want 0xa1 (closed and reused by another mapping)", got[0])
+	}
+}
+
+// A peer that frees a buffer and allocates another where it was (no caching
+// allocator) exports a new handle for the same addresses: the engine closes
+// its mapping of the freed allocation then, instead of keeping that memory
+// alive until the cache is full.
+func TestReviewFreedPeerAllocationsAreUnmapped(t *testing.T) {
+	fakeDriver(t)
+	tid := otherTID(t)
+	dev, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const size = 4096
+	b, err := dev.Alloc(comm.Uint8, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	eng := b.Engine()
+	desc, err := eng.AppendExport(nil, b.Ptr(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fakeMappings(t)
+	for gen := range uint64(5) { // five generations of the peer's buffer
+		if _, err := eng.Import(foreign(desc, tid, gen), size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fakeMappings(t) - before; got != 1 {
+		t.Fatalf("%d mappings open after 5 generations of one peer buffer, want 1 (the latest)", got)
+	}
+	// Distinct live allocations of the peer stay mapped side by side.
+	for i := range uint64(3) {
+		if _, err := eng.Import(elsewhere(foreign(desc, tid, 10+i), 1+i), size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fakeMappings(t) - before; got != 4 {
+		t.Fatalf("%d mappings open, want 4 (the latest generation and 3 other allocations)", got)
 	}
 }

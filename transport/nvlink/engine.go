@@ -36,6 +36,10 @@ const maxImports = 1024
 type imported struct {
 	ptr  cuda.DevicePtr
 	used uint64 // Import's clock at the last use
+	// The allocation in its exporter: a new one there that overlaps it
+	// means it was freed (staleImportsLocked).
+	pid        uint32
+	base, size uint64
 }
 
 // Engine is one device's engine: a stream for its work, the kernels module
@@ -155,6 +159,7 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 	e.clock++
 	m, ok := e.imports[h]
 	if !ok {
+		e.closeStaleImportsLocked(pid, base, size)
 		if len(e.imports) >= maxImports {
 			e.evictImportsLocked()
 		}
@@ -162,11 +167,26 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 		if err != nil {
 			return 0, fmt.Errorf("nvlink: opening process %d's device memory: %w", pid, err)
 		}
-		m.ptr = p
+		m = imported{ptr: p, pid: pid, base: base, size: size}
 	}
 	m.used = e.clock
 	e.imports[h] = m
 	return uintptr(uint64(m.ptr) + off), nil
+}
+
+// closeStaleImportsLocked closes the mappings of process pid's allocations
+// that overlap its allocation [base, base+size), which has a handle not
+// cached: a process's live allocations never overlap, so those were freed.
+// A mapping keeps its allocation's memory alive, so without this a peer
+// that frees and allocates buffers call after call (no caching allocator)
+// would run out of device memory long before the cache is full.
+func (e *Engine) closeStaleImportsLocked(pid uint32, base, size uint64) {
+	for h, m := range e.imports {
+		if m.pid == pid && m.base < base+size && base < m.base+m.size {
+			e.ctx.CloseIPC(m.ptr)
+			delete(e.imports, h)
+		}
+	}
 }
 
 // evictImportsLocked closes the least recently used half of the mappings.
