@@ -142,9 +142,12 @@ type Graph struct {
 	// same things.
 	Warnings []string
 
-	paths    map[[2]*Node]Path
-	count    int  // nodes added
-	overflow bool // more than maxNodes
+	// paths summarises the path between every pair of nodes, by ordinal:
+	// paths[ordinal(a)*count+ordinal(b)]. Path rebuilds the node lists.
+	paths        []pathSummary
+	firstOrdinal [numNodeTypes]int // ordinal of the first node of each type
+	count        int               // nodes added
+	overflow     bool              // more than maxNodes
 }
 
 // Bandwidths per link, GB/s, as NCCL models them (src/graph/topo.h): what a

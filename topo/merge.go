@@ -166,7 +166,7 @@ func (j *Job) InterHostPath(ha int, a *Node, hb int, b *Node) Path {
 			return 0
 		}
 		best := 0.0
-		toNIC := g.Path(n, nics[0]).BW
+		toNIC := g.summary(n, nics[0]).bw
 		for _, l := range nics[0].Links {
 			if l.Type == LinkNET {
 				best = max(best, l.BW)
@@ -209,12 +209,12 @@ func (j *Job) RingOrder(dev []*Node) ([]int, error) {
 		// so the path left inside the host keeps the fast, local hops.
 		g, cut := host.Graph, len(order)-1
 		worse := func(i, j int) bool {
-			pi := g.Path(devs[order[i]], devs[order[(i+1)%len(order)]])
-			pj := g.Path(devs[order[j]], devs[order[(j+1)%len(order)]])
-			if pi.BW != pj.BW {
-				return pi.BW < pj.BW
+			pi := g.summary(devs[order[i]], devs[order[(i+1)%len(order)]])
+			pj := g.summary(devs[order[j]], devs[order[(j+1)%len(order)]])
+			if pi.bw != pj.bw {
+				return pi.bw < pj.bw
 			}
-			return pi.Type > pj.Type
+			return pi.typ > pj.typ
 		}
 		for i := range order {
 			if worse(i, cut) {
@@ -228,9 +228,10 @@ func (j *Job) RingOrder(dev []*Node) ([]int, error) {
 	return ring, nil
 }
 
-// nodeIndex returns n's index in g, or -1 when n belongs to another graph.
+// nodeIndex returns n's index in g, or -1 when n is nil or belongs to another
+// graph.
 func (g *Graph) nodeIndex(n *Node) int {
-	if n.Type < 0 || n.Type >= numNodeTypes || n.Index >= len(g.Nodes[n.Type]) || g.Nodes[n.Type][n.Index] != n {
+	if n == nil || n.Type < 0 || n.Type >= numNodeTypes || n.Index < 0 || n.Index >= len(g.Nodes[n.Type]) || g.Nodes[n.Type][n.Index] != n {
 		return -1
 	}
 	return n.Index

@@ -2,6 +2,7 @@ package topo
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -57,55 +58,118 @@ type Path struct {
 func (p Path) Hops() int { return max(len(p.Nodes)-1, 0) }
 
 // Path returns the path from a to b. Devices of one host are always
-// connected through their CPUs; a pair with no route is PathDIS.
+// connected through their CPUs; a pair with no route is PathDIS. Nodes is
+// built afresh on each call from the stored summaries: the caller owns it.
 func (g *Graph) Path(a, b *Node) Path {
-	if p, ok := g.paths[[2]*Node{a, b}]; ok {
-		return p
+	s := g.summary(a, b)
+	if s.typ == PathDIS {
+		return Path{Type: PathDIS}
 	}
-	return Path{Type: PathDIS}
+	return Path{Type: s.typ, BW: s.bw, Nodes: g.appendPathNodes(nil, g.fabric(a), g.fabric(b)), Via: s.via}
+}
+
+// pathSummary is what computePaths keeps of the path between two nodes.
+// Keeping every path's node list instead cost O(n² × depth) memory: 33 KB
+// of XML nesting PCI bridges 60 deep made Build allocate 453 MiB.
+type pathSummary struct {
+	typ PathType
+	bw  float64
+	// prev is the node before dst on the path the search found from src
+	// (nil when dst is src), so a source's summaries form its search tree.
+	// A PXN path keeps the direct path's prev: other paths from src (to the
+	// NIC's ports) walk through it.
+	prev *Node
+	via  *Node // the peer GPU of a PXN path, else nil
+}
+
+// fabric returns the node that stands for n in the path search: NCCL models
+// all NVSwitches of a host as one vertex, here the first.
+func (g *Graph) fabric(n *Node) *Node {
+	if n.Type == NVS && len(g.Nodes[NVS]) > 0 {
+		return g.Nodes[NVS][0]
+	}
+	return n
+}
+
+// ordinal returns n's position among all nodes of g, by type and then index:
+// its row and column in g.paths.
+func (g *Graph) ordinal(n *Node) int { return g.firstOrdinal[n.Type] + n.Index }
+
+// pathRow returns the summaries of the paths from src.
+func (g *Graph) pathRow(src *Node) []pathSummary {
+	i := g.ordinal(src) * g.count
+	return g.paths[i : i+g.count]
+}
+
+// summary returns the summary of the path from a to b; PathDIS when either
+// is not a node of g. Callers that need only the class and bandwidth use it:
+// Path also builds the node list.
+func (g *Graph) summary(a, b *Node) pathSummary {
+	if g.paths == nil || g.nodeIndex(a) < 0 || g.nodeIndex(b) < 0 {
+		return pathSummary{typ: PathDIS}
+	}
+	return g.pathRow(g.fabric(a))[g.ordinal(g.fabric(b))]
+}
+
+// appendPathNodes appends the nodes of the path from src to dst, src first,
+// by walking the predecessors back from dst. src and dst are fabric
+// representatives, and dst is reachable from src.
+func (g *Graph) appendPathNodes(nodes []*Node, src, dst *Node) []*Node {
+	row := g.pathRow(src)
+	if via := row[g.ordinal(dst)].via; via != nil {
+		// PXN: over NVLink to the peer GPU, then the peer's own path to the
+		// NIC, which starts at the peer again.
+		nodes = g.appendPathNodes(nodes, src, via)
+		return g.appendPathNodes(nodes[:len(nodes)-1], via, dst)
+	}
+	start := len(nodes)
+	for n := dst; n != nil; n = row[g.ordinal(n)].prev {
+		nodes = append(nodes, n)
+		if n == src {
+			break
+		}
+	}
+	slices.Reverse(nodes[start:])
+	return nodes
 }
 
 // edge is a link of the search graph: NVSwitches merged into one fabric and
 // parallel links summed.
 type edge struct {
-	to   *Node
-	typ  LinkType
-	bw   float64
-	from *Node
+	to    *Node
+	toOrd int // ordinal of to: where the search keeps its label
+	typ   LinkType
+	bw    float64
+	from  *Node
 }
 
 // searchGraph builds the adjacency the path search walks. NCCL models all
 // NVSwitches of a node as one NVS vertex, so a GPU's bandwidth into the fabric
 // is the sum over its NVLinks (18 × 20.6 GB/s on an H100), not one switch's
-// share.
-func (g *Graph) searchGraph() map[*Node][]edge {
-	fabric := func(n *Node) *Node {
-		if n.Type == NVS && len(g.Nodes[NVS]) > 0 {
-			return g.Nodes[NVS][0]
-		}
-		return n
-	}
+// share. The edges from a node are at its ordinal.
+func (g *Graph) searchGraph() [][]edge {
 	type key struct {
 		from, to *Node
 		typ      LinkType
 	}
-	adj := map[*Node][]edge{}
-	at := map[key]int{} // index of the edge in adj[from]
+	adj := make([][]edge, g.count)
+	at := map[key]int{} // index of the edge in adj[ordinal(from)]
 	for t := range g.Nodes {
 		for _, n := range g.Nodes[t] {
-			from := fabric(n)
+			from := g.fabric(n)
+			out := &adj[g.ordinal(from)]
 			for _, l := range n.Links {
-				to := fabric(l.To)
+				to := g.fabric(l.To)
 				if to == from {
 					continue
 				}
 				k := key{from, to, l.Type}
 				if i, ok := at[k]; ok {
-					adj[from][i].bw += l.BW
+					(*out)[i].bw += l.BW
 					continue
 				}
-				at[k] = len(adj[from])
-				adj[from] = append(adj[from], edge{to: to, typ: l.Type, bw: l.BW, from: from})
+				at[k] = len(*out)
+				*out = append(*out, edge{to: to, toOrd: g.ordinal(to), typ: l.Type, bw: l.BW, from: from})
 			}
 		}
 	}
@@ -114,7 +178,7 @@ func (g *Graph) searchGraph() map[*Node][]edge {
 
 // hopType is the class a single link gives to a path: the rules of NCCL's
 // paths.cc. A NIC's link to its port counts as local.
-func hopType(e edge, src *Node) PathType {
+func hopType(e *edge, src *Node) PathType {
 	switch e.typ {
 	case LinkLOC, LinkNET:
 		return PathLOC
@@ -147,6 +211,9 @@ type label struct {
 	via  LinkType // type of the link that reached the node
 }
 
+// notReached is the hops of a label whose node the search has not reached.
+const notReached = -1
+
 func better(a, b label) bool {
 	if a.hops != b.hops {
 		return a.hops < b.hops
@@ -163,70 +230,69 @@ func better(a, b label) bool {
 // to NVLink (NVB), through a NIC only to its own port, and never through a
 // network port; an NVSwitch, like a GPU, only from NVLink to NVLink.
 func (g *Graph) computePaths() {
-	adj := g.searchGraph()
-	g.paths = map[[2]*Node]Path{}
 	var all []*Node
 	for t := range g.Nodes {
+		g.firstOrdinal[t] = len(all)
 		all = append(all, g.Nodes[t]...)
 	}
+	adj := g.searchGraph()
+	// One summary per pair, rows by source. Every NVSwitch answers for the
+	// fabric, so only the representative's row and column are filled; Path
+	// maps the others to it.
+	g.paths = make([]pathSummary, g.count*g.count)
+	for i := range g.paths {
+		g.paths[i].typ = PathDIS
+	}
+	labels := make([]label, len(all)) // by ordinal, reused for every source
+	var frontier, next []*Node
 	for _, src := range all {
-		if src.Type == NVS && src != g.Nodes[NVS][0] {
+		if g.fabric(src) != src {
 			continue // reached through the fabric's representative
 		}
-		labels := map[*Node]label{src: {bw: BWLocal, typ: PathLOC}}
-		frontier := []*Node{src}
+		for i := range labels {
+			labels[i].hops = notReached
+		}
+		labels[g.ordinal(src)] = label{bw: BWLocal, typ: PathLOC}
+		frontier = append(frontier[:0], src)
 		for len(frontier) > 0 {
-			var next []*Node
+			next = next[:0]
 			for _, u := range frontier {
-				lu := labels[u]
+				lu := labels[g.ordinal(u)]
 				if u != src && !canPassThrough(u, lu) {
 					continue
 				}
-				for _, e := range adj[u] {
-					if u != src && (u.Type == GPU || u.Type == NVS) && e.typ != LinkNVL {
+				// Past the source, a GPU or NVSwitch forwards only over
+				// NVLink, a NIC only to its ports.
+				nvlOnly := u != src && (u.Type == GPU || u.Type == NVS)
+				portsOnly := u != src && u.Type == NIC
+				edges := adj[g.ordinal(u)]
+				for i := range edges {
+					e := &edges[i]
+					old := &labels[e.toOrd]
+					seen := old.hops != notReached
+					if seen && old.hops <= lu.hops {
+						// Already reached in fewer hops: checked first, as
+						// it is most edges between fully meshed sockets.
 						continue
 					}
-					if u != src && u.Type == NIC && e.to.Type != NET {
+					if nvlOnly && e.typ != LinkNVL || portsOnly && e.to.Type != NET {
 						continue
 					}
 					cand := label{hops: lu.hops + 1, bw: min(lu.bw, e.bw), typ: max(lu.typ, hopType(e, src)), prev: u, via: e.typ}
-					old, seen := labels[e.to]
 					if !seen {
 						next = append(next, e.to)
 					}
-					if !seen || (old.hops == cand.hops && better(cand, old)) {
-						labels[e.to] = cand
+					if !seen || better(cand, *old) {
+						*old = cand
 					}
 				}
 			}
-			frontier = next
+			frontier, next = next, frontier
 		}
-		for dst, l := range labels {
-			var nodes []*Node
-			for n := dst; n != nil; n = labels[n].prev {
-				nodes = append(nodes, n)
-				if n == src {
-					break
-				}
-			}
-			for i, j := 0, len(nodes)-1; i < j; i, j = i+1, j-1 {
-				nodes[i], nodes[j] = nodes[j], nodes[i]
-			}
-			p := Path{Type: l.typ, BW: l.bw, Nodes: nodes}
-			g.paths[[2]*Node{src, dst}] = p
-		}
-	}
-	// Every NVSwitch answers for the fabric.
-	if len(g.Nodes[NVS]) > 1 {
-		rep := g.Nodes[NVS][0]
-		for _, n := range g.Nodes[NVS][1:] {
-			for _, o := range all {
-				if p, ok := g.paths[[2]*Node{rep, o}]; ok {
-					g.paths[[2]*Node{n, o}] = p
-				}
-				if p, ok := g.paths[[2]*Node{o, rep}]; ok {
-					g.paths[[2]*Node{o, n}] = p
-				}
+		row := g.pathRow(src)
+		for i, l := range labels {
+			if l.hops != notReached {
+				row[i] = pathSummary{typ: l.typ, bw: l.bw, prev: l.prev}
 			}
 		}
 	}
@@ -257,35 +323,33 @@ func (g *Graph) applyPXN() {
 	for _, t := range []NodeType{NIC, NET} {
 		for _, nic := range g.Nodes[t] {
 			for _, peer := range g.Nodes[GPU] {
-				if g.Path(peer, nic).Type <= PathPXB {
+				if g.summary(peer, nic).typ <= PathPXB {
 					relays[nic] = append(relays[nic], peer)
 				}
 			}
 		}
 	}
 	for _, gpu := range g.Nodes[GPU] {
+		row := g.pathRow(gpu)
 		for _, t := range []NodeType{NIC, NET} {
 			for _, nic := range g.Nodes[t] {
-				direct := g.Path(gpu, nic)
-				if direct.Type <= PathPXB {
+				direct := &row[g.ordinal(nic)]
+				if direct.typ <= PathPXB {
 					continue
 				}
-				best := direct
 				for _, peer := range relays[nic] {
 					if peer == gpu {
 						continue
 					}
-					toPeer, peerToNIC := g.Path(gpu, peer), g.Path(peer, nic)
-					if toPeer.Type != PathNVL || peerToNIC.Type > PathPXB {
+					toPeer, peerToNIC := g.summary(gpu, peer), g.summary(peer, nic)
+					if toPeer.typ != PathNVL || peerToNIC.typ > PathPXB {
 						continue
 					}
-					bw := min(toPeer.BW, peerToNIC.BW)
-					if best.Type != PathPXN || bw > best.BW {
-						nodes := append(append([]*Node(nil), toPeer.Nodes...), peerToNIC.Nodes[1:]...)
-						best = Path{Type: PathPXN, BW: bw, Nodes: nodes, Via: peer}
+					bw := min(toPeer.bw, peerToNIC.bw)
+					if direct.typ != PathPXN || bw > direct.bw {
+						direct.typ, direct.bw, direct.via = PathPXN, bw, peer
 					}
 				}
-				g.paths[[2]*Node{gpu, nic}] = best
 			}
 		}
 	}
@@ -295,7 +359,7 @@ func (g *Graph) applyPXN() {
 func (g *Graph) NICsAt(n *Node, t PathType) []*Node {
 	var out []*Node
 	for _, nic := range g.sortedNodes(NIC) {
-		if g.Path(n, nic).Type == t {
+		if g.summary(n, nic).typ == t {
 			out = append(out, nic)
 		}
 	}
@@ -314,7 +378,7 @@ func (g *Graph) NearestNICs(n *Node) []*Node {
 	// paths to the network ports; a NIC without ports (a PCI-only file) is
 	// as wide as its PCI path.
 	bw := func(nic *Node) float64 {
-		b, port := g.Path(n, nic).BW, 0.0
+		b, port := g.summary(n, nic).bw, 0.0
 		for _, l := range nic.Links {
 			if l.Type == LinkNET {
 				port = max(port, l.BW)
@@ -326,16 +390,16 @@ func (g *Graph) NearestNICs(n *Node) []*Node {
 		return b
 	}
 	sort.SliceStable(nics, func(i, j int) bool {
-		a, b := g.Path(n, nics[i]), g.Path(n, nics[j])
-		if a.Type != b.Type {
-			return a.Type < b.Type
+		a, b := g.summary(n, nics[i]), g.summary(n, nics[j])
+		if a.typ != b.typ {
+			return a.typ < b.typ
 		}
 		return bw(nics[i]) > bw(nics[j])
 	})
-	best, bestBW := g.Path(n, nics[0]), bw(nics[0])
+	best, bestBW := g.summary(n, nics[0]), bw(nics[0])
 	var out []*Node
 	for _, nic := range nics {
-		if g.Path(n, nic).Type == best.Type && bw(nic) == bestBW {
+		if g.summary(n, nic).typ == best.typ && bw(nic) == bestBW {
 			out = append(out, nic)
 		}
 	}

@@ -49,8 +49,8 @@ func (g *Graph) RingOrder(devs []*Node) []int {
 	for a := range devs {
 		ca := g.LocalCPU(devs[a])
 		for b := range devs {
-			p := g.Path(devs[a], devs[b])
-			f := hopFig{bw: p.BW, typ: int(p.Type)}
+			p := g.summary(devs[a], devs[b])
+			f := hopFig{bw: p.bw, typ: int(p.typ)}
 			if ca != g.LocalCPU(devs[b]) {
 				f.cross = 1
 			}
@@ -162,9 +162,9 @@ func (g *Graph) RingStats(devs []*Node, order []int) RingStats {
 	}
 	for i := range order {
 		a, b := devs[order[i]], devs[order[(i+1)%len(order)]]
-		p := g.Path(a, b)
-		s.MinBW = min(s.MinBW, p.BW)
-		s.Types = append(s.Types, p.Type)
+		p := g.summary(a, b)
+		s.MinBW = min(s.MinBW, p.bw)
+		s.Types = append(s.Types, p.typ)
 		if g.LocalCPU(a) != g.LocalCPU(b) {
 			s.NUMACrossings++
 		}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -305,6 +307,67 @@ func TestBuildHostileShapesAreCheap(t *testing.T) {
 		if d := build(c.name, c.doc); d > 4*base+100*time.Millisecond {
 			t.Errorf("%s: %d-byte document took %v to build, a star of as many devices %v", c.name, len(c.doc), d, base)
 		}
+	}
+}
+
+// Paths are kept as per-pair summaries, not node lists: a 33 KB document of
+// 8 chains of 60 nested PCI bridges, each ending in a GPU and a NIC (497
+// nodes, ~120 nodes on most of the 247,000 paths), made Build allocate
+// 453 MiB when every path stored its nodes. The summaries take n² × 32
+// bytes, 8 MiB at maxNodes, and Build needs about 9 MB in all; the 64 MiB
+// bound leaves room for runtime variance yet fails any return to storing
+// O(depth) per pair. Path must still return every node on the way.
+func TestBuildDeepPCINestingIsCheap(t *testing.T) {
+	const chains, depth = 8, 60
+	var b strings.Builder
+	b.WriteString(`<system><cpu numaid="0">`)
+	id := 0
+	busID := func() string {
+		s := fmt.Sprintf("0000:%02x:%02x.%x", id/256, (id/8)%32, id%8)
+		id++
+		return s
+	}
+	for c := 0; c < chains; c++ {
+		for i := 0; i < depth; i++ {
+			fmt.Fprintf(&b, `<pci busid="%s" class="0x060400">`, busID())
+		}
+		fmt.Fprintf(&b, `<pci busid="%s" class="0x030200"><gpu sm="80"/></pci>`, busID())
+		fmt.Fprintf(&b, `<pci busid="%s" class="0x020000"/>`, busID())
+		b.WriteString(strings.Repeat(`</pci>`, depth))
+	}
+	b.WriteString(`</cpu></system>`)
+	doc, err := ParseXML(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	g, err := Build(doc)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 64 << 20
+	if n := after.TotalAlloc - before.TotalAlloc; n > bound {
+		t.Errorf("Build of %d nodes nested %d deep allocated %d MiB, want under %d MiB", g.count, depth, n>>20, bound>>20)
+	}
+	gpu0, nic0, gpu1 := g.Nodes[GPU][0], g.Nodes[NIC][0], g.Nodes[GPU][1]
+	// linked says whether every node of p is linked to the next.
+	linked := func(p Path) bool {
+		for i := 0; i+1 < len(p.Nodes); i++ {
+			if !slices.ContainsFunc(p.Nodes[i].Links, func(l *Link) bool { return l.To == p.Nodes[i+1] }) {
+				return false
+			}
+		}
+		return true
+	}
+	if p := g.Path(gpu0, nic0); p.Type != PathPIX || len(p.Nodes) != 3 || p.Nodes[0] != gpu0 || p.Nodes[1] != gpu0.Parent || p.Nodes[2] != nic0 || !linked(p) {
+		t.Errorf("GPU0 -> NIC0: %s via %v, want PIX through their bridge", p.Type, ids(p.Nodes))
+	}
+	// Up chain 0's bridges to the CPU, down chain 1's.
+	want := 2*depth + 3
+	if p := g.Path(gpu0, gpu1); p.Type != PathPHB || len(p.Nodes) != want || p.Nodes[0] != gpu0 || p.Nodes[depth+1] != g.Nodes[CPU][0] || p.Nodes[want-1] != gpu1 || !linked(p) {
+		t.Errorf("GPU0 -> GPU1: %s over %d nodes %v, want PHB over %d from GPU0 through the CPU to GPU1", p.Type, len(p.Nodes), ids(p.Nodes), want)
 	}
 }
 
