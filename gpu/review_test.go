@@ -380,6 +380,31 @@ func TestReviewFreedPeerAllocationsAreUnmapped(t *testing.T) {
 	if got := fakeMappings(t) - before; got != 1 {
 		t.Fatalf("%d mappings open after 5 generations of one peer buffer, want 1 (the latest)", got)
 	}
+	// While a call holds a stream, closing a mapping (which may synchronize
+	// the device) waits for the last hold's release.
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bound, err := b.OnStream(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := bound.HoldStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Import(foreign(desc, tid, 5), size); err != nil {
+		t.Fatal(err)
+	}
+	if got := fakeMappings(t) - before; got != 2 {
+		t.Fatalf("%d mappings open during a hold, want 2 (the stale one closes after it)", got)
+	}
+	hold.Release()
+	if got := fakeMappings(t) - before; got != 1 {
+		t.Fatalf("%d mappings open after the hold's release, want 1", got)
+	}
 	// Distinct live allocations of the peer stay mapped side by side.
 	for i := range uint64(3) {
 		if _, err := eng.Import(elsewhere(foreign(desc, tid, 10+i), 1+i), size); err != nil {

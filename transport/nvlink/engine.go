@@ -62,6 +62,10 @@ type Engine struct {
 	funcs   map[kernelKey]cuda.Function
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
+	// closing are mappings dropped from imports while a call held a
+	// stream, closed once no call does (closeDeferred): closing a mapping
+	// may synchronize the device, and a held stream waits for the call.
+	closing []cuda.DevicePtr
 	// args is its own allocation: cgo checks that the memory passed to C
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
@@ -183,10 +187,34 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 func (e *Engine) closeStaleImportsLocked(pid uint32, base, size uint64) {
 	for h, m := range e.imports {
 		if m.pid == pid && m.base < base+size && base < m.base+m.size {
-			e.ctx.CloseIPC(m.ptr)
-			delete(e.imports, h)
+			e.dropImportLocked(h, m)
 		}
 	}
+}
+
+// dropImportLocked removes a mapping from the cache and closes it, or,
+// while a call holds a stream, leaves it for closeDeferred.
+func (e *Engine) dropImportLocked(h cuda.IPCHandle, m imported) {
+	delete(e.imports, h)
+	if e.holds.active.Load() > 0 {
+		e.closing = append(e.closing, m.ptr)
+		return
+	}
+	e.ctx.CloseIPC(m.ptr)
+}
+
+// closeDeferred closes the mappings dropped while calls held streams; the
+// last hold's Release calls it.
+func (e *Engine) closeDeferred() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.holds.active.Load() > 0 {
+		return // a new hold since
+	}
+	for _, p := range e.closing {
+		e.ctx.CloseIPC(p)
+	}
+	e.closing = e.closing[:0]
 }
 
 // evictImportsLocked closes the least recently used half of the mappings.
@@ -199,8 +227,7 @@ func (e *Engine) evictImportsLocked() {
 	cut := used[len(used)/2]
 	for h, m := range e.imports {
 		if m.used < cut {
-			e.ctx.CloseIPC(m.ptr)
-			delete(e.imports, h)
+			e.dropImportLocked(h, m)
 		}
 	}
 }
@@ -210,6 +237,10 @@ func (e *Engine) closeImportsLocked() {
 		e.ctx.CloseIPC(m.ptr)
 		delete(e.imports, h)
 	}
+	for _, p := range e.closing {
+		e.ctx.CloseIPC(p)
+	}
+	e.closing = nil
 }
 
 // kernelOp maps a comm reduction to a kernel operator and its scalar.

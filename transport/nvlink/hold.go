@@ -32,6 +32,7 @@ type holdState struct {
 	free     []int
 	retiring []*Hold // released, the stream perhaps not yet past the wait
 	events   []cuda.Event
+	active   atomic.Int32 // holds not yet released
 }
 
 // Hold is a call's claim on a stream (comm.StreamHold).
@@ -97,6 +98,7 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 		} // else the stream waits for the word, and nothing says when it is past: the slot is lost
 		return nil, fmt.Errorf("nvlink: holding a stream: %w", err)
 	}
+	h.active.Add(1)
 	return hd, nil
 }
 
@@ -112,12 +114,14 @@ func (hd *Hold) Release() {
 	}
 	h := &hd.e.holds
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.words == nil {
-		return // the engine closed, and released every hold
+	if h.words != nil { // else the engine closed, and released every hold
+		atomic.StoreUint32(h.word(hd.slot), 1)
+		h.retiring = append(h.retiring, hd)
 	}
-	atomic.StoreUint32(h.word(hd.slot), 1)
-	h.retiring = append(h.retiring, hd)
+	h.mu.Unlock()
+	if h.active.Add(-1) == 0 {
+		hd.e.closeDeferred()
+	}
 }
 
 func (h *holdState) word(slot int) *uint32 {
