@@ -11,8 +11,8 @@ import (
 )
 
 // Device collectives. When every rank of a communicator on one host passes
-// PeerDeviceBuffers, all-reduce, reduce-scatter, all-gather, broadcast and
-// reduce run on the devices, as the symmetric-memory path runs on host
+// PeerDeviceBuffers, every collective runs on the devices (an in-place
+// all-to-all excepted, below), as the symmetric-memory path runs on host
 // memory (symexec.go): each rank exports its buffers (CUDA IPC handles),
 // maps its peers' buffers, and then
 //   - all-reduce: reduces its 1/n slice of every rank's input with one
@@ -21,7 +21,12 @@ import (
 //     output;
 //   - reduce: reduces its slice into the root's output;
 //   - all-gather: copies its input into every rank's output (copy engines);
-//   - broadcast: copies the root's input into its own output.
+//   - broadcast: copies the root's input into its own output;
+//   - all-to-all: copies its input's block p into rank p's output, for
+//     every p (in place, the ranks would overwrite blocks not yet sent:
+//     every rank then runs the call through host staging);
+//   - gather: copies its input into the root's output;
+//   - scatter: copies its block of the root's input into its output.
 //
 // The same two rounds over the transport frame it: arrival carries the
 // operation and the buffer descriptions (a rank passing host buffers while
@@ -134,7 +139,8 @@ func (c *Comm) deviceCall(cl *call) bool {
 		return false
 	}
 	switch cl.coll {
-	case algo.AllReduce, algo.ReduceScatter, algo.AllGather, algo.Broadcast, algo.Reduce:
+	case algo.AllReduce, algo.ReduceScatter, algo.AllGather, algo.Broadcast, algo.Reduce,
+		algo.AllToAll, algo.Gather, algo.Scatter:
 	default:
 		return false
 	}
@@ -144,7 +150,13 @@ func (c *Comm) deviceCall(cl *call) bool {
 
 // deviceUses says which buffers a rank uses in a device collective.
 func (cl *call) deviceUses(rank int) (needIn, needOut bool) {
-	return cl.coll != algo.Broadcast || cl.root == rank, cl.coll != algo.Reduce || cl.root == rank
+	switch cl.coll {
+	case algo.Broadcast, algo.Scatter:
+		return cl.root == rank, true
+	case algo.Reduce, algo.Gather:
+		return true, cl.root == rank
+	}
+	return true, true
 }
 
 // deviceEngine returns the engine that runs this rank's share of cl, or
@@ -183,7 +195,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	esz := cl.dtype().Size()
 	me := devRecord{coll: uint8(cl.coll), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), root: uint32(cl.root)}
 	switch cl.coll {
-	case algo.Reduce, algo.AllGather:
+	case algo.Reduce, algo.AllGather, algo.Gather:
 		me.count = uint64(len(cl.in.b) / esz)
 	default:
 		me.count = uint64(len(cl.out.b) / esz)
@@ -191,9 +203,9 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	if cl.op.Kind == OpPreMulSum {
 		me.scalar = cl.op.Scalar
 	}
-	if eng == nil {
-		// This rank cannot run its share on one device: it says so, and
-		// every rank runs the call through host staging.
+	if eng == nil || cl.coll == algo.AllToAll && addrOf(cl.in.b) == addrOf(cl.out.b) {
+		// This rank cannot run its share on one device, or not in place:
+		// it says so, and every rank runs the call through host staging.
 		me.staging = true
 		needIn, needOut = false, false
 	} else if cl.holds.n == 0 {
@@ -346,20 +358,29 @@ func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
 		src := addrOf(cl.in.b)
 		for i := 0; i < n; i++ {
 			p := (r + i) % n // spread the writers over the targets
-			dst := d.peers[p].out + uintptr(r*blk)
-			if dst != src && blk > 0 {
-				if err := eng.Copy(dst, src, blk); err != nil {
-					return err
-				}
+			if err := copyIfApart(eng, d.peers[p].out+uintptr(r*blk), src, blk); err != nil {
+				return err
 			}
 		}
 		return nil
 	case algo.Broadcast:
-		src, dst := d.peers[cl.root].in, addrOf(cl.out.b)
-		if src != dst && len(cl.out.b) > 0 {
-			return eng.Copy(dst, src, len(cl.out.b))
+		return copyIfApart(eng, addrOf(cl.out.b), d.peers[cl.root].in, len(cl.out.b))
+	case algo.AllToAll:
+		blk := len(cl.in.b) / n
+		src := addrOf(cl.in.b)
+		for i := 0; i < n; i++ {
+			p := (r + i) % n
+			if err := copyIfApart(eng, d.peers[p].out+uintptr(r*blk), src+uintptr(p*blk), blk); err != nil {
+				return err
+			}
 		}
 		return nil
+	case algo.Gather:
+		blk := len(cl.in.b)
+		return copyIfApart(eng, d.peers[cl.root].out+uintptr(r*blk), addrOf(cl.in.b), blk)
+	case algo.Scatter:
+		blk := len(cl.out.b)
+		return copyIfApart(eng, addrOf(cl.out.b), d.peers[cl.root].in+uintptr(r*blk), blk)
 	}
 	red := &d.red
 	*red = DeviceReduce{DataType: cl.dtype(), Op: cl.op, Ranks: n}
@@ -390,6 +411,14 @@ func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
 	}
 	red.Count, red.In, red.Out = hi-lo, d.ins, d.outs
 	return eng.Reduce(red)
+}
+
+// copyIfApart queues a copy of n bytes unless it is empty or in place.
+func copyIfApart(eng DeviceEngine, dst, src uintptr, n int) error {
+	if dst == src || n == 0 {
+		return nil
+	}
+	return eng.Copy(dst, src, n)
 }
 
 // devRound sends the arrival record to every peer and checks theirs. It

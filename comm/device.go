@@ -29,8 +29,8 @@ type DeviceBuffer interface {
 
 // PeerDeviceBuffer is a DeviceBuffer whose memory the ranks on its host can
 // reach directly (gpu.Buffer, through CUDA IPC). When every rank of a
-// single-host communicator passes them, all-reduce, reduce-scatter,
-// all-gather, broadcast and reduce run on the devices: each rank reduces
+// single-host communicator passes them, every collective (an in-place
+// all-to-all excepted) runs on the devices: each rank reduces
 // or copies straight between the peers' device buffers with the engine's
 // kernels and copy engines, and nothing crosses to host memory (devexec.go).
 type PeerDeviceBuffer interface {

@@ -6,12 +6,11 @@
 // builds everywhere; Open reports ErrNotSupported where there is no driver.
 //
 // Buffers are comm.PeerDeviceBuffers: when every rank of a communicator on
-// one host passes them, all-reduce, reduce-scatter, all-gather, broadcast
-// and reduce run on the devices (transport/nvlink: CUDA IPC between the
-// processes, gccl's reduction kernels, copy engines), and the call returns
-// once the result is in device memory. Other calls (send/recv, all-to-all,
-// gather, scatter, jobs spanning hosts) move device data through host
-// staging (comm.DeviceBuffer). A collective waits for all work queued in
+// one host passes them, every collective runs on the devices
+// (transport/nvlink: CUDA IPC between the processes, gccl's reduction
+// kernels, copy engines), and the call returns once the result is in
+// device memory. Send/Recv, an in-place all-to-all and jobs spanning hosts
+// move device data through host staging (comm.DeviceBuffer). A collective waits for all work queued in
 // the device's context before it starts (the inputs are complete) and
 // returns after its own device work is complete; its async form completes
 // its Request then. Buffers bound to a stream (OnStream) order calls on

@@ -2,7 +2,8 @@
 // GPU memory: it joins the job from the environment (as launched by
 // gccl-run), opens GPU (local rank mod the device count), and runs
 // all-reduce (every type and op, in and out of place), reduce-scatter,
-// all-gather, broadcast, reduce and a ring of send/recv on device buffers
+// all-gather, broadcast, reduce, all-to-all, gather, scatter and a ring of
+// send/recv on device buffers
 // filled with fresh random data, checking every result against a float64
 // (or exact integer) reference computed from every rank's inputs. It prints
 // "devcheck: rank R of N ok" and whether the collectives ran on the devices
@@ -22,6 +23,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -326,7 +328,31 @@ func want(dt comm.DataType, op comm.Op, ins [][]byte, i int) (raw uint64, f, tol
 			}
 		}
 	}
-	return 0, acc, float64(2*n+2)*eps(dt)*mag + 1e-300
+	// Results below the normal range round to a fixed spacing, not a
+	// relative one: each step may be off by half of it, and a product's
+	// later factors (|x| < 2) scale an earlier step's error up.
+	steps := float64(n)
+	if op.Kind == comm.OpProd {
+		steps = math.Ldexp(1, n)
+	}
+	return 0, acc, float64(2*n+2)*eps(dt)*mag + steps*subnormal(dt) + 1e-300
+}
+
+// subnormal is the spacing of dt's values below its normal range.
+func subnormal(dt comm.DataType) float64 {
+	switch dt {
+	case comm.Float16:
+		return 0x1p-24
+	case comm.BFloat16:
+		return 0x1p-133
+	case comm.Float32:
+		return 0x1p-149
+	case comm.Float8E4M3:
+		return 0x1p-9
+	case comm.Float8E5M2:
+		return 0x1p-16
+	}
+	return 0 // float64: far below any value here
 }
 
 // compare checks out (count elements of dt) against the reduction of ins.
@@ -373,7 +399,7 @@ func (k *checker) all() error {
 				}
 			}
 		}
-		for _, f := range []func(comm.DataType) error{k.reduceScatter, k.allGather, k.broadcast, k.reduce, k.sendRecv} {
+		for _, f := range []func(comm.DataType) error{k.reduceScatter, k.allGather, k.broadcast, k.reduce, k.allToAll, k.gather, k.scatter, k.sendRecv} {
 			if err := f(dt); err != nil {
 				return err
 			}
@@ -537,6 +563,99 @@ func (k *checker) reduce(dt comm.DataType) error {
 		return nil
 	}
 	return compare("Reduce", dt, comm.Max, out, ins, k.n)
+}
+
+// allToAll sends block p of this rank's input to rank p.
+func (k *checker) allToAll(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	ins := k.encoded(dt, comm.Sum, k.n*n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := k.dev.Alloc(dt, k.n*n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	out, err := k.do(send, recv,
+		func(s, rb comm.Buffer) error { return k.c.AllToAll(k.ctx, s, rb) },
+		func(s, rb comm.Buffer) *comm.Request { return k.c.AllToAllAsync(s, rb) })
+	if err != nil {
+		return fmt.Errorf("AllToAll %v: %w", dt, err)
+	}
+	k.checks++
+	blk := k.n * dt.Size()
+	for p := range n {
+		if string(out[p*blk:(p+1)*blk]) != string(ins[p][r*blk:(r+1)*blk]) {
+			return fmt.Errorf("AllToAll %v: block %d is not block %d of rank %d's input", dt, p, r, p)
+		}
+	}
+	return nil
+}
+
+// gather collects every rank's input at the root; the other ranks'
+// receive buffers stay as they were.
+func (k *checker) gather(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	root := 1 % n
+	ins := k.encoded(dt, comm.Sum, k.n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	marker := bytes.Repeat([]byte{0x5A}, n*len(ins[0]))
+	recv, err := k.upload(dt, marker)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	out, err := k.do(send, recv,
+		func(s, rb comm.Buffer) error { return k.c.Gather(k.ctx, s, rb, root) },
+		func(s, rb comm.Buffer) *comm.Request { return k.c.GatherAsync(s, rb, root) })
+	if err != nil {
+		return fmt.Errorf("Gather %v: %w", dt, err)
+	}
+	k.checks++
+	want := string(marker)
+	if r == root {
+		want = strings.Join(stringsOf(ins), "")
+	}
+	if string(out) != want {
+		return fmt.Errorf("Gather %v to rank %d: wrong bytes on rank %d", dt, root, r)
+	}
+	return nil
+}
+
+// scatter sends block p of the root's input to rank p.
+func (k *checker) scatter(dt comm.DataType) error {
+	n, r := k.c.Size(), k.c.Rank()
+	root := n / 2
+	ins := k.encoded(dt, comm.Sum, k.n*n)
+	send, err := k.upload(dt, ins[r])
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := k.dev.Alloc(dt, k.n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	out, err := k.do(send, recv,
+		func(s, rb comm.Buffer) error { return k.c.Scatter(k.ctx, s, rb, root) },
+		func(s, rb comm.Buffer) *comm.Request { return k.c.ScatterAsync(s, rb, root) })
+	if err != nil {
+		return fmt.Errorf("Scatter %v: %w", dt, err)
+	}
+	k.checks++
+	blk := k.n * dt.Size()
+	if string(out) != string(ins[root][r*blk:(r+1)*blk]) {
+		return fmt.Errorf("Scatter %v from rank %d: wrong bytes on rank %d", dt, root, r)
+	}
+	return nil
 }
 
 // sendRecv sends this rank's input to the next rank and receives the
