@@ -384,6 +384,22 @@ func (k *checker) upload(dt comm.DataType, b []byte) (*gpu.Buffer, error) {
 	return d, nil
 }
 
+// exchange runs one call (do) on a send buffer holding in and a receive
+// buffer holding recvInit, and returns the receive buffer's contents after.
+func (k *checker) exchange(dt comm.DataType, in, recvInit []byte, blocking func(s, r comm.Buffer) error, async func(s, r comm.Buffer) *comm.Request) ([]byte, error) {
+	send, err := k.upload(dt, in)
+	if err != nil {
+		return nil, err
+	}
+	defer send.Free()
+	recv, err := k.upload(dt, recvInit)
+	if err != nil {
+		return nil, err
+	}
+	defer recv.Free()
+	return k.do(send, recv, blocking, async)
+}
+
 func download(d *gpu.Buffer) ([]byte, error) {
 	b := make([]byte, d.Len()*d.DataType().Size())
 	return b, d.CopyToHost(b)
@@ -449,17 +465,7 @@ func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
 func (k *checker) reduceScatter(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	ins := k.encoded(dt, comm.Sum, k.n*n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
-	recv, err := k.dev.Alloc(dt, k.n)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], make([]byte, k.n*dt.Size()),
 		func(s, r comm.Buffer) error { return k.c.ReduceScatter(k.ctx, s, r, comm.Sum) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceScatterAsync(s, r, comm.Sum) })
 	if err != nil {
@@ -477,17 +483,7 @@ func (k *checker) reduceScatter(dt comm.DataType) error {
 func (k *checker) allGather(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	ins := k.encoded(dt, comm.Sum, k.n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
-	recv, err := k.dev.Alloc(dt, k.n*n)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], make([]byte, n*len(ins[r])),
 		func(s, r comm.Buffer) error { return k.c.AllGather(k.ctx, s, r) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.AllGatherAsync(s, r) })
 	if err != nil {
@@ -534,22 +530,9 @@ func (k *checker) reduce(dt comm.DataType) error {
 	r := k.c.Rank()
 	const root = 0
 	ins := k.encoded(dt, comm.Max, k.n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
 	// The non-roots' receive buffers must stay as they were.
-	marker := make([]byte, len(ins[0]))
-	for i := range marker {
-		marker[i] = 0x5A
-	}
-	recv, err := k.upload(dt, marker)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	marker := bytes.Repeat([]byte{0x5A}, len(ins[0]))
+	out, err := k.exchange(dt, ins[r], marker,
 		func(s, r comm.Buffer) error { return k.c.Reduce(k.ctx, s, r, comm.Max, root) },
 		func(s, r comm.Buffer) *comm.Request { return k.c.ReduceAsync(s, r, comm.Max, root) })
 	if err != nil {
@@ -569,17 +552,7 @@ func (k *checker) reduce(dt comm.DataType) error {
 func (k *checker) allToAll(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	ins := k.encoded(dt, comm.Sum, k.n*n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
-	recv, err := k.dev.Alloc(dt, k.n*n)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], make([]byte, len(ins[r])),
 		func(s, rb comm.Buffer) error { return k.c.AllToAll(k.ctx, s, rb) },
 		func(s, rb comm.Buffer) *comm.Request { return k.c.AllToAllAsync(s, rb) })
 	if err != nil {
@@ -601,18 +574,8 @@ func (k *checker) gather(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	root := 1 % n
 	ins := k.encoded(dt, comm.Sum, k.n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
 	marker := bytes.Repeat([]byte{0x5A}, n*len(ins[0]))
-	recv, err := k.upload(dt, marker)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], marker,
 		func(s, rb comm.Buffer) error { return k.c.Gather(k.ctx, s, rb, root) },
 		func(s, rb comm.Buffer) *comm.Request { return k.c.GatherAsync(s, rb, root) })
 	if err != nil {
@@ -634,17 +597,7 @@ func (k *checker) scatter(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	root := n / 2
 	ins := k.encoded(dt, comm.Sum, k.n*n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
-	recv, err := k.dev.Alloc(dt, k.n)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], make([]byte, k.n*dt.Size()),
 		func(s, rb comm.Buffer) error { return k.c.Scatter(k.ctx, s, rb, root) },
 		func(s, rb comm.Buffer) *comm.Request { return k.c.ScatterAsync(s, rb, root) })
 	if err != nil {
@@ -663,17 +616,7 @@ func (k *checker) scatter(dt comm.DataType) error {
 func (k *checker) sendRecv(dt comm.DataType) error {
 	n, r := k.c.Size(), k.c.Rank()
 	ins := k.encoded(dt, comm.Sum, k.n)
-	send, err := k.upload(dt, ins[r])
-	if err != nil {
-		return err
-	}
-	defer send.Free()
-	recv, err := k.dev.Alloc(dt, k.n)
-	if err != nil {
-		return err
-	}
-	defer recv.Free()
-	out, err := k.do(send, recv,
+	out, err := k.exchange(dt, ins[r], make([]byte, len(ins[r])),
 		func(s, rb comm.Buffer) error {
 			return k.c.Group(k.ctx, comm.SendBuffer((r+1)%n, s), comm.RecvBuffer((r-1+n)%n, rb))
 		},
