@@ -225,23 +225,24 @@ func element(dt comm.DataType, b []byte, i int) (raw uint64, f float64) {
 	return commtest.Raw(dt, b, i), 0
 }
 
-// eps is the unit roundoff of dt.
-func eps(dt comm.DataType) float64 {
+// precision returns dt's unit roundoff and the spacing of its values below
+// its normal range (0 for float64: far below any value here).
+func precision(dt comm.DataType) (eps, subnormal float64) {
 	switch dt {
 	case comm.Float16:
-		return 0x1p-11
+		return 0x1p-11, 0x1p-24
 	case comm.BFloat16:
-		return 0x1p-8
+		return 0x1p-8, 0x1p-133
 	case comm.Float32:
-		return 0x1p-24
+		return 0x1p-24, 0x1p-149
 	case comm.Float64:
-		return 0x1p-53
+		return 0x1p-53, 0
 	case comm.Float8E4M3:
-		return 0x1p-4
+		return 0x1p-4, 0x1p-9
 	case comm.Float8E5M2:
-		return 0x1p-3
+		return 0x1p-3, 0x1p-16
 	}
-	return 0
+	return 0, 0
 }
 
 func signed(dt comm.DataType) bool {
@@ -335,24 +336,8 @@ func want(dt comm.DataType, op comm.Op, ins [][]byte, i int) (raw uint64, f, tol
 	if op.Kind == comm.OpProd {
 		steps = math.Ldexp(1, n)
 	}
-	return 0, acc, float64(2*n+2)*eps(dt)*mag + steps*subnormal(dt) + 1e-300
-}
-
-// subnormal is the spacing of dt's values below its normal range.
-func subnormal(dt comm.DataType) float64 {
-	switch dt {
-	case comm.Float16:
-		return 0x1p-24
-	case comm.BFloat16:
-		return 0x1p-133
-	case comm.Float32:
-		return 0x1p-149
-	case comm.Float8E4M3:
-		return 0x1p-9
-	case comm.Float8E5M2:
-		return 0x1p-16
-	}
-	return 0 // float64: far below any value here
+	eps, subnormal := precision(dt)
+	return 0, acc, float64(2*n+2)*eps*mag + steps*subnormal + 1e-300
 }
 
 // compare checks out (count elements of dt) against the reduction of ins.
