@@ -129,16 +129,11 @@ func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error)
 	}
 	n := uint64(count) * uint64(dt.Size())
 	info, err := d.ctx.PointerInfo(cuda.DevicePtr(ptr))
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, fmt.Errorf("%w: Wrap: %#x is not memory CUDA allocated, mapped or registered: %v", comm.ErrInvalidArgument, ptr, err)
-	case info.Type == cuda.MemoryHost:
-		return nil, fmt.Errorf("%w: Wrap: %#x is pinned host memory; pass host memory as a host buffer", comm.ErrInvalidArgument, ptr)
-	case info.Device != d.ordinal:
-		return nil, fmt.Errorf("%w: Wrap: %#x is memory of device %d, not of device %d", comm.ErrInvalidArgument, ptr, info.Device, d.ordinal)
-	case uint64(ptr)+n < uint64(ptr) || uint64(ptr)+n > uint64(info.Base)+uint64(info.Size):
-		return nil, fmt.Errorf("%w: Wrap: %d bytes at %#x run past the end of its allocation [%#x, +%d)",
-			comm.ErrInvalidArgument, n, ptr, uint64(info.Base), info.Size)
+	}
+	if err := info.CheckRange(cuda.DevicePtr(ptr), n, d.ordinal); err != nil {
+		return nil, fmt.Errorf("%w: Wrap: %v", comm.ErrInvalidArgument, err)
 	}
 	return &Buffer{dev: d, ptr: cuda.DevicePtr(ptr), dt: dt, n: count}, nil
 }

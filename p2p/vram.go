@@ -501,15 +501,12 @@ func (a *Agent) RegisterVRAM(devPtr uint64, n uint64, device int) (*Region, erro
 	if err != nil {
 		return nil, fmt.Errorf("p2p: RegisterVRAM: %#x is not device memory allocated in this process: %w", devPtr, err)
 	}
-	base, size := mem.Base, mem.Size
-	switch {
-	case mem.Type == cuda.MemoryHost:
-		return nil, fmt.Errorf("p2p: RegisterVRAM: %#x is pinned host memory: register it with RegisterMem", devPtr)
-	case mem.Device != device:
-		return nil, fmt.Errorf("p2p: RegisterVRAM: %#x is memory of device %d, not of device %d", devPtr, mem.Device, device)
-	case devPtr+n > uint64(base)+uint64(size):
-		return nil, fmt.Errorf("p2p: RegisterVRAM: %w: [%#x, +%d) runs past the end of its allocation [%#x, +%d)", ErrOutOfBounds, devPtr, n, uint64(base), size)
+	if err := mem.CheckRange(cuda.DevicePtr(devPtr), n, device); errors.Is(err, cuda.ErrOutsideAllocation) {
+		return nil, fmt.Errorf("p2p: RegisterVRAM: %w: %v", ErrOutOfBounds, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("p2p: RegisterVRAM: %v", err)
 	}
+	base := mem.Base
 	info := regionInfo{Type: VRAM, Base: devPtr, Len: n, Dev: uint32(device), Bus: a.gpu.busID(device), IPCOff: devPtr - uint64(base)}
 	if h, err := ctx.IPCHandle(base); err == nil {
 		info.IPC, info.Flags = h, regionIPC

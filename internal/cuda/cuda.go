@@ -19,6 +19,10 @@ import (
 // gccl needs.
 var ErrNotSupported = errors.New("cuda: not supported on this system")
 
+// ErrOutsideAllocation is wrapped by PointerInfo.CheckRange's error for a
+// range that runs past the allocation holding its start.
+var ErrOutsideAllocation = errors.New("runs past the end of its allocation")
+
 // Result is a CUresult, the status every driver call returns.
 type Result int
 
@@ -127,6 +131,20 @@ func (m MemoryType) String() string {
 		return "unified"
 	}
 	return fmt.Sprintf("memory type %d", uint32(m))
+}
+
+// CheckRange says why n bytes at p, which info describes, are not device
+// memory of device ordinal inside one allocation; nil when they are.
+func (info PointerInfo) CheckRange(p DevicePtr, n uint64, ordinal int) error {
+	switch {
+	case info.Type == MemoryHost:
+		return fmt.Errorf("%#x is pinned host memory", uint64(p))
+	case info.Device != ordinal:
+		return fmt.Errorf("%#x is memory of device %d, not of device %d", uint64(p), info.Device, ordinal)
+	case uint64(p)+n < uint64(p) || uint64(p)+n > uint64(info.Base)+uint64(info.Size):
+		return fmt.Errorf("%d bytes at %#x: %w [%#x, +%d)", n, uint64(p), ErrOutsideAllocation, uint64(info.Base), info.Size)
+	}
+	return nil
 }
 
 // PointerInfo is what the driver knows of an address (Context.PointerInfo).

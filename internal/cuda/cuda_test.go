@@ -49,3 +49,34 @@ func TestSymbolTable(t *testing.T) {
 		}
 	}
 }
+
+// CheckRange accepts device memory of the device inside its allocation,
+// and says why anything else is not.
+func TestPointerInfoCheckRange(t *testing.T) {
+	dev := PointerInfo{Type: MemoryDevice, Device: 1, Base: 0x1000, Size: 0x100}
+	for _, tc := range []struct {
+		info    PointerInfo
+		p       DevicePtr
+		n       uint64
+		ordinal int
+		why     string // "" when accepted
+	}{
+		{dev, 0x1000, 0x100, 1, ""},
+		{dev, 0x10f0, 0x10, 1, ""},
+		{dev, 0x10f0, 0x11, 1, "runs past the end of its allocation"},
+		{dev, 0x1000, ^uint64(0), 1, "runs past the end of its allocation"},
+		{dev, 0x1000, 1, 0, "memory of device 1, not of device 0"},
+		{PointerInfo{Type: MemoryHost, Device: 1, Base: 0x1000, Size: 0x100}, 0x1000, 1, 1, "pinned host memory"},
+	} {
+		err := tc.info.CheckRange(tc.p, tc.n, tc.ordinal)
+		switch {
+		case tc.why == "" && err != nil:
+			t.Errorf("%+v: %d bytes at %#x on device %d: %v", tc.info, tc.n, tc.p, tc.ordinal, err)
+		case tc.why != "" && (err == nil || !strings.Contains(err.Error(), tc.why)):
+			t.Errorf("%+v: %d bytes at %#x on device %d: %v, want %q", tc.info, tc.n, tc.p, tc.ordinal, err, tc.why)
+		}
+		if tc.why == "runs past the end of its allocation" && !errors.Is(err, ErrOutsideAllocation) {
+			t.Errorf("%v does not wrap ErrOutsideAllocation", err)
+		}
+	}
+}
