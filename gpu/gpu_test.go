@@ -254,16 +254,8 @@ func rankWork(c *comm.Comm, dev *gpu.Device, count int) error {
 // kernel could touch a bad address.
 func TestWrapChecksThePointer(t *testing.T) {
 	fakeDriver(t)
-	dev, err := gpu.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	b, err := dev.Alloc(comm.Float32, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
+	dev := openDevice(t, 0)
+	b := alloc(t, dev, comm.Float32, 100)
 
 	// A sub-range of an allocation, as another framework's tensor view.
 	w, err := dev.Wrap(b.Ptr()+40, comm.Float32, 90)
@@ -308,6 +300,28 @@ func TestWrapChecksThePointer(t *testing.T) {
 	}
 }
 
+// openDevice opens device ordinal, closed when t ends.
+func openDevice(t *testing.T, ordinal int) *gpu.Device {
+	t.Helper()
+	dev, err := gpu.Open(ordinal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// alloc allocates count elements of dt on dev, freed when t ends.
+func alloc(t *testing.T, dev *gpu.Device, dt comm.DataType, count int) *gpu.Buffer {
+	t.Helper()
+	b, err := dev.Alloc(dt, count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
 // pinnedHost allocates n bytes of pinned host memory, freed when t ends.
 func pinnedHost(t *testing.T, n int) []byte {
 	t.Helper()
@@ -333,15 +347,7 @@ func pinnedHost(t *testing.T, n int) []byte {
 // ranges outside the buffer are refused.
 func TestView(t *testing.T) {
 	fakeDriver(t)
-	dev, err := gpu.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	b, err := dev.Alloc(comm.Uint8, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := alloc(t, openDevice(t, 0), comm.Uint8, 64)
 	v, err := b.View(8, comm.Float32, 4) // bytes 8..23
 	if err != nil {
 		t.Fatal(err)

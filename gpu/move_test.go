@@ -35,16 +35,16 @@ func TestAllToAllGatherScatterOnDevices(t *testing.T) {
 		ctx := context.Background()
 		r := c.Rank()
 		var copies atomic.Int64 // this rank's
-		alloc := func(count int) (counted, error) {
+		newBuffer := func(count int) (counted, error) {
 			b, err := dev.Alloc(comm.Float32, count)
 			return counted{b, &copies}, err
 		}
-		in, err := alloc(n * blk)
+		in, err := newBuffer(n * blk)
 		if err != nil {
 			return err
 		}
 		defer in.Free()
-		out, err := alloc(n * blk)
+		out, err := newBuffer(n * blk)
 		if err != nil {
 			return err
 		}

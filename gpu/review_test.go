@@ -290,18 +290,11 @@ func mapped(addr uintptr) bool {
 func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 	fakeDriver(t)
 	tid := otherTID(t)
-	dev, err := gpu.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	dev := openDevice(t, 0)
 	const size = 4096
 	var bufs [4]*gpu.Buffer // filler, a, b, local
 	for i := range bufs {
-		if bufs[i], err = dev.Alloc(comm.Uint8, size); err != nil {
-			t.Fatal(err)
-		}
-		defer bufs[i].Free()
+		bufs[i] = alloc(t, dev, comm.Uint8, size)
 		if err := bufs[i].CopyFromHost(bytes.Repeat([]byte{byte(0xA0 + i)}, size)); err != nil {
 			t.Fatal(err)
 		}
@@ -355,17 +348,9 @@ func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 func TestReviewFreedPeerAllocationsAreUnmapped(t *testing.T) {
 	fakeDriver(t)
 	tid := otherTID(t)
-	dev, err := gpu.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	dev := openDevice(t, 0)
 	const size = 4096
-	b, err := dev.Alloc(comm.Uint8, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
+	b := alloc(t, dev, comm.Uint8, size)
 	eng := b.Engine()
 	desc, err := eng.AppendExport(nil, b.Ptr(), size)
 	if err != nil {

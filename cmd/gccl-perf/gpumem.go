@@ -67,13 +67,12 @@ func (r *rankInfo) onGPU(dev *gpu.Device) {
 
 // rankGPU is one rank's device memory.
 type rankGPU struct {
-	dev        *gpu.Device
 	send, recv *gpu.Buffer // maxBytes each, mirrored by rankState.send and recv
 }
 
 // newRankGPU allocates size-byte send and receive buffers on dev.
 func newRankGPU(dev *gpu.Device, size int) (*rankGPU, error) {
-	g := &rankGPU{dev: dev}
+	g := &rankGPU{}
 	for _, dst := range []**gpu.Buffer{&g.send, &g.recv} {
 		b, err := dev.Alloc(comm.Uint8, size)
 		if err != nil {

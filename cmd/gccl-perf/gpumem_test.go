@@ -90,14 +90,7 @@ func TestDeviceMemoryInProcess(t *testing.T) {
 	checkOneCleanTable(t, res.stdout, 7)
 	checkOnDevices(t, res.stderr, 2)
 
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := decodeJSONReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSONReport(t, jsonPath)
 	if rep.Memory != "device" || len(rep.Devices) != 2 || !rep.Passed {
 		t.Fatalf("JSON report: memory %q, %d devices, passed %v", rep.Memory, len(rep.Devices), rep.Passed)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"github.com/gccl/gccl/internal/units"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -199,14 +198,7 @@ func TestPlantedCorruptionIsCaught(t *testing.T) {
 	if want := footerBadPrefix + "6 FAILED"; !strings.Contains(out, want) {
 		t.Errorf("footer does not say %q:\n%s", want, out)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := decodeJSONReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSONReport(t, jsonPath)
 	if rep.Passed || rep.OutOfBounds != 6 || rep.Rows[1].InPlace.Wrong != 1 {
 		t.Errorf("JSON: passed %v, out of bounds %d, row 1 in-place wrong %d", rep.Passed, rep.OutOfBounds, rep.Rows[1].InPlace.Wrong)
 	}
@@ -219,14 +211,7 @@ func TestJSONFile(t *testing.T) {
 	if status != 0 {
 		t.Fatalf("exit status %d, stderr %s", status, errOut)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := decodeJSONReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSONReport(t, path)
 	if rep.Test != "reduce_scatter" || rep.Ranks != 3 || rep.Transport != "INPROC" || rep.Version != version ||
 		rep.Hostname != "testhost" || rep.CPUModel != "Test CPU" || rep.GoVersion != "go-test" ||
 		rep.Date != "2025-01-02T03:04:05Z" || rep.Settings.MaxBytes != 12<<10 || !rep.Passed || rep.Memory != "host" ||

@@ -142,14 +142,7 @@ func TestMultiProcessAllReduce(t *testing.T) {
 	checkDevices(t, res.stdout, 2, "SHM")
 	checkOneCleanTable(t, res.stdout, 7)
 
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := decodeJSONReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSONReport(t, jsonPath)
 	if rep.Ranks != 2 || rep.Processes != 2 || rep.Transport != "SHM" || len(rep.Devices) != 2 || len(rep.Rows) != 7 || !rep.Passed {
 		t.Errorf("JSON report: ranks %d, processes %d, transport %q, %d devices, %d rows, passed %v",
 			rep.Ranks, rep.Processes, rep.Transport, len(rep.Devices), len(rep.Rows), rep.Passed)

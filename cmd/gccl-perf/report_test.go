@@ -164,6 +164,21 @@ func TestCPUModel(t *testing.T) {
 	}
 }
 
+// readJSONReport reads and decodes the -J file at path, failing t on any
+// error.
+func readJSONReport(t *testing.T, path string) *jsonReport {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := decodeJSONReport(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // decodeJSONReport reads a -J file strictly: a field the report does not
 // define is an error.
 func decodeJSONReport(b []byte) (*jsonReport, error) {
