@@ -331,14 +331,14 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 		}
 	}
 	var err error
-	if dev {
+	if dev && !cl.isGroup { // a group's device buffers are staged as it runs
 		if err = cl.stageIn(); err != nil {
 			err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
 		}
 	}
 	if err == nil {
 		if cl.isGroup {
-			err = c.runGroup(ctx, cl.group)
+			err = c.runGroup(ctx, cl.group, dev, cl.holds.n > 0)
 		} else {
 			err = c.runCollective(ctx, cl)
 		}

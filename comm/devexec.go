@@ -123,6 +123,10 @@ type devState struct {
 	red    DeviceReduce
 	// The descriptions of this rank's buffers, built here each call.
 	inDesc, outDesc [MaxDeviceDescLen]byte
+	// Direct Send/Recv (devp2p.go): the descriptions of a group's device
+	// sends, MaxDeviceDescLen bytes per op, and whether it was logged.
+	p2pDescs  []byte
+	p2pLogged bool
 }
 
 // deviceCall reports whether cl goes through the device arrival round: a

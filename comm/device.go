@@ -10,13 +10,14 @@ import (
 // Package gpu provides them (allocated there, or wrapping another
 // framework's device pointer).
 //
-// Until gccl runs collectives on devices (CUDA IPC and reduction kernels),
-// a collective or Send/Recv on device buffers moves their data through host
-// memory: the inputs are copied to host staging buffers, the operation runs
-// on those, and the results are copied back. It is correct everywhere and
-// slow: every byte crosses PCIe twice more than with NCCL. Passing the same
-// DeviceBuffer as send and receive buffer is an in-place call; sub-ranges
-// of one device buffer are not recognized as in place.
+// A collective or Send/Recv on device buffers that are not
+// PeerDeviceBuffers (or that the devices cannot run, below) moves their
+// data through host memory: the inputs are copied to host staging
+// buffers, the operation runs on those, and the results are copied back.
+// It is correct everywhere and slow: every byte crosses PCIe twice more
+// than with NCCL. Passing the same DeviceBuffer as send and receive buffer
+// is an in-place call; sub-ranges of one device buffer are not recognized
+// as in place.
 type DeviceBuffer interface {
 	Buffer
 	// CopyToHost copies the whole buffer into dst (Len()*DataType().Size()
@@ -33,6 +34,8 @@ type DeviceBuffer interface {
 // all-to-all excepted) runs on the devices: each rank reduces
 // or copies straight between the peers' device buffers with the engine's
 // kernels and copy engines, and nothing crosses to host memory (devexec.go).
+// A Send/Recv between two of them on one host is one device-to-device
+// copy by the receiver (devp2p.go).
 type PeerDeviceBuffer interface {
 	DeviceBuffer
 	// Ptr is the buffer's device address, in the process's unified
@@ -148,9 +151,6 @@ func (v *view) staging() {
 // Reduce or Gather) must leave them as they were, and staging out writes
 // the whole buffer.
 func (cl *call) stageIn() error {
-	if cl.isGroup {
-		return groupStageIn(cl.group)
-	}
 	shared := cl.out.dev != nil && cl.out.dev == cl.in.dev
 	cl.in.staging()
 	if shared {
@@ -200,21 +200,10 @@ func groupHasDevice(ops []P2P) bool {
 	return false
 }
 
-func groupStageIn(ops []P2P) error {
-	for i := range ops {
-		ops[i].v.staging()
-		if op := &ops[i]; op.v.dev != nil && !op.recv {
-			if err := op.v.dev.CopyToHost(op.v.b); err != nil {
-				return fmt.Errorf("staging a device send buffer: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
 func groupStageOut(ops []P2P) error {
 	for i := range ops {
-		if op := &ops[i]; op.v.dev != nil && op.recv {
+		// A receive that went direct (devp2p.go) kept its device view.
+		if op := &ops[i]; op.v.dev != nil && op.recv && !op.v.addr {
 			if err := op.v.dev.CopyFromHost(op.v.b); err != nil {
 				return fmt.Errorf("copying a received device buffer back: %w", err)
 			}

@@ -167,7 +167,7 @@ func tagKindName(k uint8) string {
 	switch k {
 	case tagBarrier:
 		return "Barrier"
-	case tagP2P:
+	case tagP2P, tagP2PDesc, tagP2PAnswer:
 		return "Send/Recv"
 	case tagSymArrive, tagSymDepart:
 		return "a collective on symmetric memory"

@@ -68,7 +68,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
-	err := c.runGroup(ctx, ops)
+	err := c.runGroup(ctx, ops, false, false)
 	if err != nil {
 		var oe *OpError
 		if !errors.As(err, &oe) {
@@ -114,6 +114,10 @@ type p2pProgress struct {
 	self  int    // for a send to self: index of the matching receive
 	tag   transport.Tag
 	ended bool
+	// Direct Send/Recv of device buffers (devp2p.go).
+	dev     uint8 // devNone, devOffer, ...
+	answer  byte  // devAnswer's
+	descLen int   // devOffer's description, in Comm.dev.p2pDescs
 }
 
 // prepareGroup validates a group and numbers its messages.
@@ -157,8 +161,10 @@ func (c *Comm) prepareGroup(group []P2P) error {
 	return nil
 }
 
-// runGroup progresses every op of a group until all are done.
-func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
+// runGroup progresses every op of a group until all are done. dev says
+// the group has device buffers (prepareDeviceGroup), held that their
+// streams were waited for.
+func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 	if cap(c.p2pState) < len(ops) {
 		c.p2pState = make([]p2pProgress, len(ops))
 	}
@@ -197,13 +203,19 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 		}
 		left++
 	}
+	if dev {
+		if err := c.prepareDeviceGroup(ops, st, held); err != nil {
+			return err
+		}
+	}
 	// A send whose buffer overlaps a receive of the same group (in-place
 	// send/recv, as nccl-tests runs it) is staged first: arriving data may
-	// land before every byte has left.
+	// land before every byte has left. (A device send going direct
+	// overlaps none: prepareDeviceGroup staged those that did.)
 	staged := 0
 	for i := range ops {
 		st[i].src = ops[i].v.b
-		if !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
+		if st[i].dev == devNone && !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
 			staged += len(ops[i].v.b)
 		}
 	}
@@ -213,7 +225,7 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 		}
 		off := 0
 		for i := range ops {
-			if !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
+			if st[i].dev == devNone && !ops[i].recv && overlapsRecv(ops, ops[i].v.b) {
 				st[i].src = c.scratch[off : off+len(ops[i].v.b)]
 				copy(st[i].src, ops[i].v.b)
 				off += len(ops[i].v.b)
@@ -242,6 +254,15 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 				continue
 			}
 			op := &ops[i]
+			if s.dev != devNone {
+				x.tag = s.tag
+				moved, err := c.stepDevice(ops, st, i, &left)
+				if err != nil {
+					return x.stepErr(op.peer, s.tag, err)
+				}
+				progress = progress || moved
+				continue
+			}
 			n := min(slot, len(op.v.b)-s.done)
 			if op.recv {
 				r, err := c.receiver(op.peer)
@@ -256,6 +277,18 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P) error {
 					continue
 				}
 				x.tag = s.tag
+				if t.Kind() != tagP2P {
+					// A peer's device send (devp2p.go) reaches host
+					// receives too.
+					handled, err := c.p2pControl(ops, st, i, m, t, r, &left)
+					if err != nil {
+						return x.stepErr(op.peer, s.tag, err)
+					}
+					if handled {
+						progress = true
+						continue
+					}
+				}
 				if err := x.check(op.peer, m, n, t, s.tag); err != nil {
 					return err
 				}
@@ -305,4 +338,12 @@ func overlapsRecv(ops []P2P, b []byte) bool {
 func (x *executor) p2pErr(peer int, tag transport.Tag, err error) error {
 	x.tag = tag
 	return x.linkErr(peer, err)
+}
+
+// stepErr is p2pErr for errors that may be a check's *OpError already.
+func (x *executor) stepErr(peer int, tag transport.Tag, err error) error {
+	if oe, ok := err.(*OpError); ok {
+		return oe
+	}
+	return x.p2pErr(peer, tag, err)
 }

@@ -45,7 +45,7 @@ func f32(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[
 // Collectives and Send/Recv on device buffers across three in-process ranks:
 // in place, out of place, async, a Reduce whose non-roots' receive buffers
 // must stay as they were (all on the devices), and a ring of Send/Recv
-// (through host staging).
+// (device to device).
 func TestCollectivesOnDeviceBuffers(t *testing.T) {
 	fakeDriver(t)
 	const n, count = 3, 1000

@@ -23,6 +23,19 @@ type counted struct {
 func (b counted) CopyToHost(h []byte) error   { b.copies.Add(1); return b.Buffer.CopyToHost(h) }
 func (b counted) CopyFromHost(h []byte) error { b.copies.Add(1); return b.Buffer.CopyFromHost(h) }
 
+// onDevices runs call and fails if it made any host copy of a counted
+// buffer sharing copies.
+func onDevices(copies *atomic.Int64, what string, call func() error) error {
+	before := copies.Load()
+	if err := call(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if copies.Load() != before {
+		return fmt.Errorf("%s went through host staging (%d host copies)", what, copies.Load()-before)
+	}
+	return nil
+}
+
 // All-to-all, gather and scatter of device buffers on one host run on the
 // devices (copy engines into the peers' mapped buffers): right results, no
 // host copy. Gather and scatter pass no buffer where a rank has none, and
@@ -50,16 +63,7 @@ func TestAllToAllGatherScatterOnDevices(t *testing.T) {
 		}
 		defer out.Free()
 		mine := func(i int) float32 { return float32(r*1000 + i) }
-		onDevices := func(what string, call func() error) error {
-			before := copies.Load()
-			if err := call(); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			if copies.Load() != before {
-				return fmt.Errorf("%s went through host staging (%d host copies)", what, copies.Load()-before)
-			}
-			return nil
-		}
+		onDevices := func(what string, call func() error) error { return onDevices(&copies, what, call) }
 
 		if err := setF32(in.Buffer, mine); err != nil {
 			return err

@@ -26,8 +26,9 @@ func TestDeviceCollectivesAcrossProcesses(t *testing.T) {
 			for r := 0; r < np; r++ {
 				mustContain(t, res.out, fmt.Sprintf("devcheck: rank %d of %d ok", r, np))
 			}
-			mustContain(t, res.out, "on the devices: true")
+			mustContain(t, res.out, "on the devices: true; send/recv direct: true")
 			mustNotContain(t, res.out, "on the devices: false")
+			mustNotContain(t, res.out, "send/recv direct: false")
 		})
 	}
 }
@@ -46,8 +47,9 @@ func TestDeviceCollectivesOnStreamsAcrossProcesses(t *testing.T) {
 	for r := 0; r < 2; r++ {
 		mustContain(t, res.out, fmt.Sprintf("devcheck: rank %d of 2 ok", r))
 	}
-	mustContain(t, res.out, "on the devices: true; on a stream: true")
+	mustContain(t, res.out, "on the devices: true; send/recv direct: true; on a stream: true")
 	mustNotContain(t, res.out, "on the devices: false")
+	mustNotContain(t, res.out, "send/recv direct: false")
 }
 
 // Without a driver, devcheck says so instead of failing obscurely.

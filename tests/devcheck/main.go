@@ -53,8 +53,8 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	var onDevice atomic.Bool
-	logger := slog.New(&watch{seen: &onDevice, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	var onDevice, direct atomic.Bool
+	logger := slog.New(&watch{seen: &onDevice, direct: &direct, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
 	c, err := comm.Init(ctx, &comm.Config{Logger: logger})
 	if err != nil {
 		fail("init: %v", err)
@@ -80,8 +80,8 @@ func main() {
 	if err := k.all(); err != nil {
 		fail("rank %d: %v", c.Rank(), err)
 	}
-	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v; on a stream: %v\n",
-		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load(), *onStream)
+	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v; send/recv direct: %v; on a stream: %v\n",
+		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load(), direct.Load(), *onStream)
 	if *bench {
 		if err := k.bench(*benchBytes, *iters); err != nil {
 			fail("rank %d: bench: %v", c.Rank(), err)
@@ -108,10 +108,11 @@ func openDevice(local int) (*gpu.Device, error) {
 	return gpu.Open(local % n)
 }
 
-// watch notes comm's log line saying collectives run on the devices.
+// watch notes comm's log lines saying collectives run on the devices and
+// Send/Recv copies between device buffers directly.
 type watch struct {
-	seen *atomic.Bool
-	next slog.Handler
+	seen, direct *atomic.Bool
+	next         slog.Handler
 }
 
 func (w *watch) Enabled(ctx context.Context, l slog.Level) bool { return true }
@@ -119,13 +120,20 @@ func (w *watch) Handle(ctx context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "collectives run on the devices") {
 		w.seen.Store(true)
 	}
+	if strings.Contains(r.Message, "Send/Recv copies straight") {
+		w.direct.Store(true)
+	}
 	if w.next.Enabled(ctx, r.Level) {
 		return w.next.Handle(ctx, r)
 	}
 	return nil
 }
-func (w *watch) WithAttrs(a []slog.Attr) slog.Handler { return &watch{w.seen, w.next.WithAttrs(a)} }
-func (w *watch) WithGroup(g string) slog.Handler      { return &watch{w.seen, w.next.WithGroup(g)} }
+func (w *watch) WithAttrs(a []slog.Attr) slog.Handler {
+	return &watch{w.seen, w.direct, w.next.WithAttrs(a)}
+}
+func (w *watch) WithGroup(g string) slog.Handler {
+	return &watch{w.seen, w.direct, w.next.WithGroup(g)}
+}
 
 type checker struct {
 	c      *comm.Comm
