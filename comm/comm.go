@@ -106,6 +106,7 @@ type Comm struct {
 	scratch   []byte // staging for in-place all-to-all
 	barrier   [2]byte
 	p2pState  []p2pProgress
+	groupOps  []P2P // a blocking group's copy of its ops, when it has device buffers
 
 	async asyncState
 	boot  *bootstrap.Client // multi-process communicators only

@@ -52,15 +52,21 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		return err
 	}
 	if groupHasDevice(ops) {
-		// Device buffers are staged, and their streams held, by run.
-		cl := &call{isGroup: true, group: append([]P2P(nil), ops...)}
-		if err := c.holdStreams(cl); err != nil {
-			return err
+		// Device buffers are staged, and their streams held, by run, which
+		// changes the ops' views: it runs on a copy, in space kept for the
+		// next call.
+		cl := call{isGroup: true, group: append(c.groupOps[:0], ops...)}
+		c.groupOps = cl.group[:0]
+		err := c.holdStreams(&cl)
+		if err == nil {
+			if c.async.pending.Load() > 0 {
+				err = c.waitQueued(ctx, &cl)
+			} else {
+				err = c.run(ctx, &cl)
+			}
 		}
-		if c.async.pending.Load() > 0 {
-			return c.waitQueued(ctx, cl)
-		}
-		return c.run(ctx, cl)
+		clear(cl.group) // the caller's buffers are not kept alive
+		return err
 	}
 	if c.async.pending.Load() > 0 {
 		return c.waitQueued(ctx, &call{isGroup: true, group: append([]P2P(nil), ops...)})

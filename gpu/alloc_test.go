@@ -13,7 +13,8 @@ import (
 	"github.com/gccl/gccl/gpu"
 )
 
-// A device collective in steady state allocates nothing on the Go heap, as
+// A device collective (a Send/Recv ring included) in steady state
+// allocates nothing on the Go heap, as
 // the host collectives do; on stream-bound buffers, each rank allocates one
 // hold (nvlink.Hold, never reused, so that a stale Release cannot let a
 // later call's stream run early). Rank 0 counts with testing.AllocsPerRun
@@ -37,6 +38,10 @@ func TestDeviceCollectivesAllocateNothing(t *testing.T) {
 		{"AllGather", func(c *comm.Comm, in, _, big comm.Buffer) error { return c.AllGather(ctx, in, big) }},
 		{"Broadcast", func(c *comm.Comm, in, out, _ comm.Buffer) error { return c.Broadcast(ctx, in, out, 1) }},
 		{"Reduce", func(c *comm.Comm, in, out, _ comm.Buffer) error { return c.Reduce(ctx, in, out, comm.Sum, 2) }},
+		{"Send/Recv ring", func(c *comm.Comm, in, out, _ comm.Buffer) error {
+			r := c.Rank()
+			return c.Group(ctx, comm.SendBuffer((r+1)%n, in), comm.RecvBuffer((r+n-1)%n, out))
+		}},
 	}
 	// The same calls ordered on a stream (OnStream).
 	for _, o := range ops[:len(ops):len(ops)] {
