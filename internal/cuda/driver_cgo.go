@@ -247,6 +247,10 @@ func (c *Context) do(f func() error) error {
 	return f()
 }
 
+// Do runs f with the context current on a locked OS thread, for libraries
+// that use the calling thread's context (cuFile).
+func (c *Context) Do(f func() error) error { return c.do(f) }
+
 // Release drops the primary context.
 func (c *Context) Release() error {
 	return c.d.check("cuDevicePrimaryCtxRelease_v2", C.c_ctx_release(c.d.fn["cuDevicePrimaryCtxRelease_v2"], c.dev))

@@ -37,6 +37,7 @@ func (d *Driver) PCIBusID(int) (string, error)                       { return ""
 func (d *Driver) Retain(int) (*Context, error)                       { return nil, ErrNotSupported }
 func (d *Driver) Close() error                                       { return nil }
 func (c *Context) Release() error                                    { return ErrNotSupported }
+func (c *Context) Do(func() error) error                             { return ErrNotSupported }
 func (c *Context) Alloc(int) (DevicePtr, error)                      { return 0, ErrNotSupported }
 func (c *Context) Free(DevicePtr) error                              { return ErrNotSupported }
 func (c *Context) CopyToDevice(DevicePtr, []byte) error              { return ErrNotSupported }

@@ -25,46 +25,64 @@ func dir() string {
 // the processes of a multi-process test and repeated tests share one build.
 func Build(t testing.TB, flags ...string) string {
 	t.Helper()
+	kern := filepath.Join(filepath.Dir(dir()), "kernels")
+	args := []string{"-I", kern}
+	if _, err := os.Stat(filepath.Join(kern, "hostemu.c")); err == nil {
+		args = append(args, "-DGCCL_HOSTEMU")
+	}
+	return build(t, "fakecuda", filepath.Join(dir(), "testdata", "fakecuda.c"),
+		[]string{filepath.Join(kern, "hostemu.c"), filepath.Join(kern, "hostemu.h"),
+			filepath.Join(kern, "reduce.cu"), filepath.Join(kern, "gccl_kernels.h")},
+		append(args, flags...))
+}
+
+// build compiles src (which includes deps) into a shared library named
+// after name and the hash of the sources and flags, once.
+func build(t testing.TB, name, src string, deps, flags []string) string {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skip("gcc is not installed: cannot build the fake CUDA driver")
+		t.Skip("gcc is not installed: cannot build the fake " + name + " library")
 	}
-	src := filepath.Join(dir(), "testdata", "fakecuda.c")
-	kern := filepath.Join(filepath.Dir(dir()), "kernels")
 	h := sha256.New()
-	for _, f := range []string{src, filepath.Join(kern, "hostemu.c"), filepath.Join(kern, "hostemu.h"),
-		filepath.Join(kern, "reduce.cu"), filepath.Join(kern, "gccl_kernels.h")} {
+	for _, f := range append([]string{src}, deps...) {
 		b, err := os.ReadFile(f)
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
 		h.Write(b)
 	}
-	args := []string{"-shared", "-fPIC", "-O2", "-I", kern}
-	if _, err := os.Stat(filepath.Join(kern, "hostemu.c")); err == nil {
-		args = append(args, "-DGCCL_HOSTEMU")
-	}
-	args = append(args, flags...)
+	args := append([]string{"-shared", "-fPIC", "-O2"}, flags...)
 	for _, a := range args {
 		h.Write([]byte(a + "\x00"))
 	}
-	lib := filepath.Join(os.TempDir(), "gccl-fakecuda-"+hex.EncodeToString(h.Sum(nil))[:16]+".so")
+	lib := filepath.Join(os.TempDir(), "gccl-"+name+"-"+hex.EncodeToString(h.Sum(nil))[:16]+".so")
 	if _, err := os.Stat(lib); err == nil {
 		return lib
 	}
-	tmp, err := os.CreateTemp(os.TempDir(), "gccl-fakecuda-*.so")
+	tmp, err := os.CreateTemp(os.TempDir(), "gccl-"+name+"-*.so")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	if out, err := exec.Command(gcc, append(args, "-o", tmp.Name(), src)...).CombinedOutput(); err != nil {
-		t.Fatalf("building the fake CUDA driver: %v\n%s", err, out)
+	if out, err := exec.Command(gcc, append(args, "-o", tmp.Name(), src, "-ldl")...).CombinedOutput(); err != nil {
+		t.Fatalf("building the fake %s library: %v\n%s", name, err, out)
 	}
 	if err := os.Rename(tmp.Name(), lib); err != nil {
 		t.Fatal(err)
 	}
 	return lib
+}
+
+// FakeCuFile builds the fake cuFile library (internal/cufile/testdata/
+// fakecufile.c: file I/O straight into the fake driver's device memory,
+// refused without a current context) and makes cufile.Load use it for the
+// rest of t (GCCL_CUFILE_LIBRARY).
+func FakeCuFile(t testing.TB) {
+	t.Helper()
+	src := filepath.Join(filepath.Dir(dir()), "cufile", "testdata", "fakecufile.c")
+	t.Setenv("GCCL_CUFILE_LIBRARY", build(t, "fakecufile", src, nil, nil))
 }
 
 // Fake builds the fake driver and makes the loader use it for the rest of

@@ -246,6 +246,9 @@ CUresult cuDeviceGetPCIBusId(char *buf, int len, int dev) { snprintf(buf, len, "
 CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &ctxs[dev]; return OK; }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return OK; }
 CUresult cuCtxSetCurrent(void *ctx) { cur = ctx; return OK; }
+// Not one of gccl's entry points: the fake cuFile library (internal/cufile)
+// asks it, as the real one needs a current context.
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = cur; return OK; }
 
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
 	if (!cur) return INVALID_CONTEXT;
