@@ -67,6 +67,12 @@ type Config struct {
 	InlineLimit int
 	// SHMDir is where Alloc creates segments (empty: /dev/shm).
 	SHMDir string
+	// GDS moves VRAM<->FILE transfers with NVIDIA's cuFile library
+	// (GPUDirect Storage, libcufile.so.0) instead of pinned bounce buffers
+	// (also GCCL_P2P_GDS=1). Where the library does not load, or refuses a
+	// file, the transfer bounces as without it (logged once). Off by
+	// default until it has run on GPU hardware (docs/HARDWARE.md).
+	GDS bool
 	// Logger receives the agent's records (nil: GCCL_DEBUG, subsystem P2P).
 	Logger *slog.Logger
 }
@@ -77,6 +83,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if os.Getenv("GCCL_P2P_PVM_DISABLE") == "1" {
 		c.DisablePVM = true
+	}
+	if os.Getenv("GCCL_P2P_GDS") == "1" {
+		c.GDS = true
 	}
 	if os.Getenv("GCCL_P2P_CUDAIPC_DISABLE") == "1" || c.DisableSHM {
 		c.DisableCUDAIPC = true

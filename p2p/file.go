@@ -33,9 +33,11 @@ type fileHandle struct {
 	f      *os.File
 	direct *os.File
 	owns   bool
+	gds    gdsFile // its cuFile registration (Config.GDS)
 }
 
 func (h *fileHandle) close() error {
+	h.gds.deregister() // before its descriptor closes
 	var err error
 	if h.direct != nil {
 		err = h.direct.Close()

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cufile"
 )
 
 // bounceSize is the size of each of a CUDA slot's two pinned bounce
@@ -35,6 +36,10 @@ type gpuState struct {
 	slots  []*cudaSlot
 	pins   map[uintptr]hostPin
 	warned bool
+	// cuFile (Config.GDS), loaded on first use: the library or why not.
+	gds       *cufile.Library
+	gdsErr    error
+	gdsLoaded bool
 }
 
 // cudaSlot is a stream of one device, two events to wait on its work and,
@@ -443,6 +448,9 @@ func (g *gpuState) close() error {
 		s.destroy()
 	}
 	var err error
+	if g.gds != nil {
+		err = g.gds.Close() // the file regions deregistered theirs
+	}
 	for _, c := range g.ctxs {
 		err = errors.Join(err, c.Release())
 	}
@@ -715,6 +723,11 @@ func (g *gpuState) toDeviceFrom(rd io.Reader, dev int, dst, n uint64) (devErr, e
 // one chunk (on the file pool, FileQueueDepth blocks at once) overlaps the
 // device copy of the next.
 func (r *Request) fileVRAM(s *segment) error {
+	if r.a.cfg.GDS {
+		if done, err := r.gdsVRAM(s); done {
+			return err
+		}
+	}
 	sl, err := r.a.gpu.slot(s.local.vram.dev)
 	if err != nil {
 		return fmt.Errorf("p2p: %v of VRAM and a file: %w", r.op, err)

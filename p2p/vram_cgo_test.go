@@ -15,6 +15,7 @@ import (
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // The tests of VRAM regions run against the fake CUDA driver
@@ -281,56 +282,93 @@ func TestVRAMLocal(t *testing.T) {
 
 // TestVRAMFile moves VRAM to and from a FILE region of the agent through
 // pinned bounce buffers, in chunks, aligned and not, with O_DIRECT and
-// without.
+// without; and the same through cuFile (GDS, the fake library), which the
+// agent logs.
 func TestVRAMFile(t *testing.T) {
 	ctx := fakeGPU(t)
+	cudatest.FakeCuFile(t)
 	dir := t.TempDir()
-	for _, direct := range []bool{false, true} {
-		for _, unaligned := range []bool{false, true} {
-			name := fmt.Sprintf("direct=%v,unaligned=%v", direct, unaligned)
-			t.Run(name, func(t *testing.T) {
-				a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 256 << 10, FileQueueDepth: 3})
-				const size = 2*bounceSize + 3<<20 + 8192
-				fr, err := a.RegisterFile(filepath.Join(dir, strings.ReplaceAll(name, ",", "-")), FileOptions{Length: size, Create: true, Direct: direct})
-				if err != nil {
-					t.Fatal(err)
-				}
-				d := devAlloc(t, ctx[0], size, 5)
-				v, err := a.RegisterVRAM(uint64(d), size, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				descs := func(r *Region) []Desc {
-					if unaligned {
-						return []Desc{r.Desc(3, 5000), r.Desc(5003, size-5003-7)}
+	for _, gds := range []bool{false, true} {
+		for _, direct := range []bool{false, true} {
+			for _, unaligned := range []bool{false, true} {
+				name := fmt.Sprintf("gds=%v,direct=%v,unaligned=%v", gds, direct, unaligned)
+				t.Run(name, func(t *testing.T) {
+					var log testutil.SyncBuffer
+					a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 256 << 10, FileQueueDepth: 3, GDS: gds,
+						Logger: slog.New(slog.NewTextHandler(&log, nil))})
+					const size = 2*bounceSize + 3<<20 + 8192
+					fr, err := a.RegisterFile(filepath.Join(dir, strings.ReplaceAll(name, ",", "-")), FileOptions{Length: size, Create: true, Direct: direct})
+					if err != nil {
+						t.Fatal(err)
 					}
-					return []Desc{r.Desc(0, 4096), r.Desc(8192, size-8192)}
-				}
-				xfer(t, a, Write, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), &RequestOptions{Notif: []byte("saved")}, BackendFile)
-				onDisk, _ := os.ReadFile(fr.file.f.Name())
-				want := pattern(size, 5)
-				for _, ds := range descs(v) {
-					off := ds.Addr - v.Addr()
-					if !bytes.Equal(onDisk[off:off+ds.Len], want[off:off+ds.Len]) {
-						t.Fatalf("file bytes at %d differ", off)
+					d := devAlloc(t, ctx[0], size, 5)
+					v, err := a.RegisterVRAM(uint64(d), size, 0)
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-				if n := a.GetNotifs(); len(n["a"]) != 1 {
-					t.Fatalf("notifications %q", n)
-				}
-				if err := ctx[0].CopyToDevice(d, make([]byte, size)); err != nil {
-					t.Fatal(err)
-				}
-				xfer(t, a, Read, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), nil, BackendFile)
-				got := devRead(t, ctx[0], d, size)
-				for _, ds := range descs(v) {
-					off := ds.Addr - v.Addr()
-					if !bytes.Equal(got[off:off+ds.Len], want[off:off+ds.Len]) {
-						t.Fatalf("read back bytes at %d differ", off)
+					descs := func(r *Region) []Desc {
+						if unaligned {
+							return []Desc{r.Desc(3, 5000), r.Desc(5003, size-5003-7)}
+						}
+						return []Desc{r.Desc(0, 4096), r.Desc(8192, size-8192)}
 					}
-				}
-			})
+					xfer(t, a, Write, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), &RequestOptions{Notif: []byte("saved")}, BackendFile)
+					onDisk, _ := os.ReadFile(fr.file.f.Name())
+					want := pattern(size, 5)
+					for _, ds := range descs(v) {
+						off := ds.Addr - v.Addr()
+						if !bytes.Equal(onDisk[off:off+ds.Len], want[off:off+ds.Len]) {
+							t.Fatalf("file bytes at %d differ", off)
+						}
+					}
+					if n := a.GetNotifs(); len(n["a"]) != 1 {
+						t.Fatalf("notifications %q", n)
+					}
+					if err := ctx[0].CopyToDevice(d, make([]byte, size)); err != nil {
+						t.Fatal(err)
+					}
+					xfer(t, a, Read, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), nil, BackendFile)
+					got := devRead(t, ctx[0], d, size)
+					for _, ds := range descs(v) {
+						off := ds.Addr - v.Addr()
+						if !bytes.Equal(got[off:off+ds.Len], want[off:off+ds.Len]) {
+							t.Fatalf("read back bytes at %d differ", off)
+						}
+					}
+					if viaCuFile := strings.Contains(log.String(), "through cuFile"); viaCuFile != gds {
+						t.Errorf("the agent logged cuFile: %v, want %v:\n%s", viaCuFile, gds, log.String())
+					}
+				})
+			}
 		}
+	}
+}
+
+// With GDS asked for and no cuFile library, VRAM<->FILE transfers bounce
+// as without it, and the agent says why once.
+func TestVRAMFileGDSWithoutLibrary(t *testing.T) {
+	ctx := fakeGPU(t)
+	t.Setenv("GCCL_CUFILE_LIBRARY", filepath.Join(t.TempDir(), "libcufile.so.0"))
+	var log testutil.SyncBuffer
+	a := newAgent(t, "a", Config{ListenAddr: "-", GDS: true, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	const size = 1 << 20
+	fr, err := a.RegisterFile(filepath.Join(t.TempDir(), "f"), FileOptions{Length: size, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devAlloc(t, ctx[0], size, 9)
+	v, err := a.RegisterVRAM(uint64(d), size, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		xfer(t, a, Write, one(VRAM, v.Desc(0, size)), "a", one(FILE, fr.Desc(0, size)), nil, BackendFile)
+	}
+	if onDisk, _ := os.ReadFile(fr.file.f.Name()); !bytes.Equal(onDisk, pattern(size, 9)) {
+		t.Fatal("file bytes differ")
+	}
+	if n := strings.Count(log.String(), "bounce through pinned host memory"); n != 1 {
+		t.Errorf("the fallback was logged %d times, want once:\n%s", n, log.String())
 	}
 }
 
