@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/gccl/gccl/comm"
@@ -91,10 +90,10 @@ func (k *checker) allocSym(large int) error {
 func (k *checker) tick() {
 	if k.c.Rank() == k.victim {
 		if k.n == k.dieAt {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			killSelf()
 		}
 		if k.n == k.stallAt {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopSelf()
 		}
 	}
 	k.n++
