@@ -425,7 +425,8 @@ func (c *Client) Abort(ctx context.Context, reason string) error {
 // the Client from Join closes the connection and every Client split from it;
 // on the serving rank it then waits until the other ranks left (at most
 // Config.Timeout) and stops the rendezvous. Closing a Client from Split
-// only closes its Lost channel. Close is idempotent.
+// only closes its Lost channel. Close is idempotent. A rendezvous that is
+// gone is not an error of Close.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
@@ -445,7 +446,12 @@ func (c *Client) Close() error {
 	if s.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.Timeout, leaveTimeout))
 		if _, lerr := s.rpc.Leave(ctx, &pb.LeaveRequest{Rank: s.rank}); lerr != nil {
-			err = s.callError(ctx, c.describe("close"), lerr)
+			// A rendezvous already gone (stopped, its host dead) has no
+			// job left to tell: that is not a failure to close, whether or
+			// not this client had noticed yet.
+			if err = s.callError(ctx, c.describe("close"), lerr); errors.Is(err, ErrRendezvousLost) {
+				err = nil
+			}
 		}
 		cancel()
 	}

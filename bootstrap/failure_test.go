@@ -186,6 +186,8 @@ func TestNoGoroutineLeaks(t *testing.T) {
 	if err := <-pending; !errors.Is(err, ErrRendezvousLost) {
 		t.Fatalf("Get pending at Stop: %v, want ErrRendezvousLost", err)
 	}
+	// Closed at once, before every client noticed the stop: Close must
+	// not fail on the rendezvous being gone (it did, now and then, in CI).
 	closeAll(t, clients)
 
 	check()
