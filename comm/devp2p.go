@@ -220,12 +220,9 @@ func (c *Comm) p2pControl(ops []P2P, st []p2pProgress, i int, m []byte, t transp
 	switch {
 	case t.Kind() == tagP2PAnswer:
 		return true, c.takeAnswer(ops, st, op.peer, m, t, r, left)
-	case t.Kind() == tagP2PDesc && s.done == 0 && t.Seq() == s.tag.Seq():
-		if len(m) != p2pDescLen {
-			return true, c.exec.check(op.peer, m, p2pDescLen, t, t)
-		}
-		if n := binary.LittleEndian.Uint64(m); n != uint64(len(op.v.b)) {
-			return true, lengthMismatch(op, n)
+	case t.Kind() == tagP2PDesc && s.done == 0:
+		if _, err := c.readDesc(op, s, m, t); err != nil {
+			return true, err
 		}
 		r.Release()
 		s.dev, s.answer = devAnswer, p2pSendData
@@ -234,26 +231,36 @@ func (c *Comm) p2pControl(ops []P2P, st []p2pProgress, i int, m []byte, t transp
 	return false, nil
 }
 
-// copyDirect maps the sender's buffer its description m names and copies
-// it into op's device buffer, waiting for the copy.
-func (c *Comm) copyDirect(op *P2P, s *p2pProgress, m []byte, t transport.Tag) error {
+// readDesc checks a sender's description message m against receive op
+// and returns the description of the sender's buffer in it.
+func (c *Comm) readDesc(op *P2P, s *p2pProgress, m []byte, t transport.Tag) ([]byte, error) {
 	if t.Seq() != s.tag.Seq() {
-		return c.exec.check(op.peer, m, len(m), transport.MakeTag(tagP2P, t.Seq()), s.tag)
+		return nil, c.exec.check(op.peer, m, len(m), transport.MakeTag(tagP2P, t.Seq()), s.tag)
 	}
 	if len(m) != p2pDescLen {
-		return c.exec.check(op.peer, m, p2pDescLen, t, t)
+		return nil, c.exec.check(op.peer, m, p2pDescLen, t, t)
 	}
 	le := binary.LittleEndian
 	if n := le.Uint64(m); n != uint64(len(op.v.b)) {
-		return lengthMismatch(op, n)
+		return nil, fmt.Errorf("%w: peer sends %d bytes, the receive buffer holds %d (counts differ between ranks)", ErrMismatch, n, len(op.v.b))
 	}
 	dl := int(le.Uint16(m[8:]))
 	if dl > MaxDeviceDescLen {
-		return fmt.Errorf("%w: a device buffer description of %d bytes", ErrMismatch, dl)
+		return nil, fmt.Errorf("%w: a device buffer description of %d bytes", ErrMismatch, dl)
+	}
+	return m[p2pDescHeader : p2pDescHeader+dl], nil
+}
+
+// copyDirect maps the sender's buffer its description message m names and
+// copies it into op's device buffer, waiting for the copy.
+func (c *Comm) copyDirect(op *P2P, s *p2pProgress, m []byte, t transport.Tag) error {
+	desc, err := c.readDesc(op, s, m, t)
+	if err != nil {
+		return err
 	}
 	eng := op.v.dev.(PeerDeviceBuffer).Engine()
 	c.logDirectP2P(eng)
-	src, err := eng.Import(m[p2pDescHeader:p2pDescHeader+dl], len(op.v.b))
+	src, err := eng.Import(desc, len(op.v.b))
 	if err != nil {
 		return fmt.Errorf("mapping the peer's device send buffer: %w", err)
 	}
@@ -261,10 +268,6 @@ func (c *Comm) copyDirect(op *P2P, s *p2pProgress, m []byte, t transport.Tag) er
 		return err
 	}
 	return eng.Wait()
-}
-
-func lengthMismatch(op *P2P, n uint64) error {
-	return fmt.Errorf("%w: peer sends %d bytes, the receive buffer holds %d (counts differ between ranks)", ErrMismatch, n, len(op.v.b))
 }
 
 // takeAnswer gives a receiver's answer m to the group's device send to
