@@ -15,6 +15,7 @@ import (
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cufile"
 	"github.com/gccl/gccl/internal/testutil"
 )
 
@@ -42,6 +43,23 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 	}
 	t.Cleanup(func() { d.Close() }) // after the agents (cleanups run last first)
 	return ctxs
+}
+
+// oneGPU makes the loader use the fake driver for the rest of t, or the
+// installed one with GCCL_TEST_REAL_GPU=1, and returns device 0's context.
+func oneGPU(t testing.TB) *cuda.Context {
+	t.Helper()
+	cudatest.Driver(t, "-UGCCL_HOSTEMU")
+	d, err := cuda.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := d.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return ctx
 }
 
 // devAlloc allocates n bytes on ctx's device filled with fill(seed).
@@ -283,16 +301,28 @@ func TestVRAMLocal(t *testing.T) {
 // TestVRAMFile moves VRAM to and from a FILE region of the agent through
 // pinned bounce buffers, in chunks, aligned and not, with O_DIRECT and
 // without; and the same through cuFile (GDS, the fake library), which the
-// agent logs.
+// agent logs. With GCCL_TEST_REAL_GPU=1 it runs on the installed driver
+// and libcufile (tests/gpu_acceptance.sh, step 6).
 func TestVRAMFile(t *testing.T) {
-	ctx := fakeGPU(t)
-	cudatest.FakeCuFile(t)
+	ctx := oneGPU(t)
+	cudatest.CuFile(t)
+	var noCuFile error
+	if cudatest.RealGPU() {
+		if lib, err := cufile.Load(); err != nil {
+			noCuFile = err
+		} else {
+			lib.Close()
+		}
+	}
 	dir := t.TempDir()
 	for _, gds := range []bool{false, true} {
 		for _, direct := range []bool{false, true} {
 			for _, unaligned := range []bool{false, true} {
 				name := fmt.Sprintf("gds=%v,direct=%v,unaligned=%v", gds, direct, unaligned)
 				t.Run(name, func(t *testing.T) {
+					if gds && noCuFile != nil {
+						t.Skipf("no usable cuFile here: %v", noCuFile)
+					}
 					var log testutil.SyncBuffer
 					a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 256 << 10, FileQueueDepth: 3, GDS: gds,
 						Logger: slog.New(slog.NewTextHandler(&log, nil))})
@@ -301,7 +331,7 @@ func TestVRAMFile(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					d := devAlloc(t, ctx[0], size, 5)
+					d := devAlloc(t, ctx, size, 5)
 					v, err := a.RegisterVRAM(uint64(d), size, 0)
 					if err != nil {
 						t.Fatal(err)
@@ -324,11 +354,11 @@ func TestVRAMFile(t *testing.T) {
 					if n := a.GetNotifs(); len(n["a"]) != 1 {
 						t.Fatalf("notifications %q", n)
 					}
-					if err := ctx[0].CopyToDevice(d, make([]byte, size)); err != nil {
+					if err := ctx.CopyToDevice(d, make([]byte, size)); err != nil {
 						t.Fatal(err)
 					}
 					xfer(t, a, Read, one(VRAM, descs(v)...), "a", one(FILE, descs(fr)...), nil, BackendFile)
-					got := devRead(t, ctx[0], d, size)
+					got := devRead(t, ctx, d, size)
 					for _, ds := range descs(v) {
 						off := ds.Addr - v.Addr()
 						if !bytes.Equal(got[off:off+ds.Len], want[off:off+ds.Len]) {

@@ -34,10 +34,11 @@ func TestLoadWithoutDriver(t *testing.T) {
 	}
 }
 
-// device opens the fake driver's device 0 and allocates n bytes on it.
+// device opens device 0 of the fake driver (of the installed one with
+// GCCL_TEST_REAL_GPU=1) and allocates n bytes on it.
 func device(t *testing.T, n int) (*cuda.Context, cuda.DevicePtr) {
 	t.Helper()
-	cudatest.Fake(t)
+	cudatest.Driver(t)
 	d, err := cuda.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -58,12 +59,16 @@ func device(t *testing.T, n int) (*cuda.Context, cuda.DevicePtr) {
 
 // Bytes move between a file and device memory both ways, at offsets; a
 // read past the end returns what there is; an unregistrable descriptor
-// and a failing read are errors.
+// and a failing read are errors. With GCCL_TEST_REAL_GPU=1 this runs on
+// the installed driver and libcufile (tests/gpu_acceptance.sh, step 6).
 func TestReadWrite(t *testing.T) {
 	const n = 1 << 16
 	ctx, dev := device(t, n)
-	cudatest.FakeCuFile(t)
+	cudatest.CuFile(t)
 	lib, err := cufile.Load()
+	if cudatest.RealGPU() && errors.Is(err, cuda.ErrNotSupported) {
+		t.Skipf("no usable cuFile here: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,10 @@ func build(t testing.TB, name, src string, deps, flags []string) string {
 	if err != nil {
 		t.Skip("gcc is not installed: cannot build the fake " + name + " library")
 	}
+	if _, err := os.Stat(src); err != nil {
+		// A test binary built on another machine (tests/gpu_bundle.sh).
+		t.Skipf("the fake %s library's source is not here: %v", name, err)
+	}
 	h := sha256.New()
 	for _, f := range append([]string{src}, deps...) {
 		b, err := os.ReadFile(f)
@@ -98,12 +102,23 @@ func Fake(t testing.TB, flags ...string) {
 func RealGPU() bool { return os.Getenv("GCCL_TEST_REAL_GPU") == "1" }
 
 // Driver makes the tests of GPU paths use the real driver when RealGPU,
-// else the fake one (Fake). Tests of the fake's own behaviour use Fake.
-func Driver(t testing.TB) {
+// else the fake one built with flags (Fake). Tests of the fake's own
+// behaviour use Fake.
+func Driver(t testing.TB, flags ...string) {
 	t.Helper()
 	if RealGPU() {
 		t.Setenv("GCCL_CUDA_LIBRARY", "")
 		return
 	}
-	Fake(t)
+	Fake(t, flags...)
+}
+
+// CuFile makes the tests of cuFile paths use the installed libcufile when
+// RealGPU (or the one GCCL_CUFILE_LIBRARY already names: a GPU machine may
+// have it only in a Python package), else the fake one (FakeCuFile).
+func CuFile(t testing.TB) {
+	t.Helper()
+	if !RealGPU() {
+		FakeCuFile(t)
+	}
 }

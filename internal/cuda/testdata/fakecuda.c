@@ -230,8 +230,14 @@ CUresult cuGetErrorName(CUresult r, const char **s) {
 	}
 	return INVALID_VALUE; // unknown to this fake: the binding falls back to its table
 }
-CUresult cuDeviceGetCount(int *n) { if (!inited) return NOT_INITIALIZED; *n = 2; return OK; }
-CUresult cuDeviceGet(int *d, int ordinal) { if (ordinal < 0 || ordinal >= 2) return INVALID_DEVICE; *d = ordinal; return OK; }
+// devices is how many GPUs the fake has: 2, or 1 with FAKECUDA_DEVICES=1
+// (to rehearse what runs on a one-GPU machine).
+static int devices(void) {
+	const char *n = getenv("FAKECUDA_DEVICES");
+	return n && n[0] == '1' && !n[1] ? 1 : 2;
+}
+CUresult cuDeviceGetCount(int *n) { if (!inited) return NOT_INITIALIZED; *n = devices(); return OK; }
+CUresult cuDeviceGet(int *d, int ordinal) { if (ordinal < 0 || ordinal >= devices()) return INVALID_DEVICE; *d = ordinal; return OK; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
 	switch (attr) {
 	case 16: *v = 4; break;  // multiprocessors

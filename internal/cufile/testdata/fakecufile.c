@@ -52,11 +52,11 @@ CUfileError_t cuFileHandleRegister(void **fh, CUfileDescr_t *d) {
 
 void cuFileHandleDeregister(void *fh) { free(fh); }
 
-// has_context asks the fake driver (already loaded by the process) for
-// the calling thread's context.
+// has_context asks the fake driver (already loaded by the process, from
+// GCCL_CUDA_LIBRARY or as libcuda.so.1) for the calling thread's context.
 static int has_context(void) {
 	const char *path = getenv("GCCL_CUDA_LIBRARY");
-	if (!path || !path[0]) return 0;
+	if (!path || !path[0]) path = "libcuda.so.1";
 	void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
 	if (!lib) return 0;
 	int (*get)(void **) = (int (*)(void **))dlsym(lib, "cuCtxGetCurrent");
