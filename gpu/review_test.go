@@ -18,6 +18,7 @@ import (
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
 )
 
 // devF32 sets or reads a float32 device buffer through the host.
@@ -165,6 +166,11 @@ func reviewShapes(c *comm.Comm, dev *gpu.Device) error {
 // runs the call through host staging, and it succeeds.
 func TestReviewMixedEngines(t *testing.T) {
 	fakeDriver(t)
+	if d1, err := gpu.Open(1); err != nil {
+		t.Skipf("needs a second device: %v", err)
+	} else {
+		d1.Close()
+	}
 	const n, count = 3, 300
 	errs := runRanks(t, n, nil, func(c *comm.Comm, dev *gpu.Device) error {
 		ctx := context.Background()
@@ -288,7 +294,9 @@ func mapped(addr uintptr) bool {
 // a mapping it returned for the operation under way: a device collective
 // imports its peers' buffers one after another and then reads all of them.
 func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
-	fakeDriver(t)
+	// The fake driver even on a GPU machine: the test passes off its own
+	// exports as another process's by rewriting the fake's handles.
+	cudatest.Fake(t)
 	tid := otherTID(t)
 	dev := openDevice(t, 0)
 	const size = 4096
@@ -346,7 +354,9 @@ func TestReviewImportCacheKeepsRecentMappings(t *testing.T) {
 // its mapping of the freed allocation then, instead of keeping that memory
 // alive until the cache is full.
 func TestReviewFreedPeerAllocationsAreUnmapped(t *testing.T) {
-	fakeDriver(t)
+	// The fake driver even on a GPU machine: the test passes off its own
+	// exports as another process's by rewriting the fake's handles.
+	cudatest.Fake(t)
 	tid := otherTID(t)
 	dev := openDevice(t, 0)
 	const size = 4096

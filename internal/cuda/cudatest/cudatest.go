@@ -46,7 +46,7 @@ func build(t testing.TB, name, src string, deps, flags []string) string {
 	}
 	if _, err := os.Stat(src); err != nil {
 		// A test binary built on another machine (tests/gpu_bundle.sh).
-		t.Skipf("the fake %s library's source is not here: %v", name, err)
+		t.Skipf("cannot build the fake %s library, its source is not here: %v", name, err)
 	}
 	h := sha256.New()
 	for _, f := range append([]string{src}, deps...) {
