@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # Runs every GPU path of gccl on the GPU(s) of this machine, as issue "GPU
 # memory" asks, and prints the figures for docs/HARDWARE.md and
-# docs/PERFORMANCE.md. Needs the NVIDIA driver (libcuda.so.1) and Go; no CUDA
-# toolkit. Usage, from the repository root:
+# docs/PERFORMANCE.md. Needs the NVIDIA driver (libcuda.so.1), and Go with
+# gcc unless -b gives binaries built elsewhere; no CUDA toolkit. Usage, from
+# the repository root:
 #
-#	tests/gpu_acceptance.sh [outdir]
+#	tests/gpu_acceptance.sh [-b BUNDLE] [-s "STEPS"] [-rehearse] [OUTDIR]
 #
-# Steps (each prints "=== step"):
-#  1. the driver binding, the engine's kernels (every type and op, from the
-#     embedded PTX) and stream holds, the gpu package's collectives (stream
-#     ordering included), on the real driver;
+#  -b BUNDLE  run the binaries of BUNDLE (tests/gpu_bundle.sh: a tar.xz, or
+#             the directory of its -d) instead of building them with Go;
+#  -s STEPS   run only these steps (default: "1 2 3 3b 4 5 6");
+#  -rehearse  run on the fake driver (internal/cuda/testdata/fakecuda.c,
+#             built with gcc and loaded as libcuda.so.1, one device) and the
+#             fake libcufile, at smaller sizes: it checks this script and
+#             the binaries on a machine without a GPU; its figures mean
+#             nothing.
+#
+# OUTDIR (default /tmp/gccl-gpu) receives the JSON of step 3b and the
+# cuFile log; the binaries go to a temporary directory, not OUTDIR.
+#
+# Steps (each prints "=== step"; a summary of all ends the output):
+#  1. the engine's descriptions, kernels (every type and op, from the
+#     embedded PTX) and stream holds, and the gpu package's collectives
+#     (stream ordering included), on the real driver;
 #  2. devcheck across 2 and 4 processes (every type and op, float64
-#     reference, on the devices through CUDA IPC), and across 2 with every
-#     call async on a stream (-stream);
+#     reference, on the devices through CUDA IPC; send/recv device to
+#     device), and across 2 with every call async on a stream (-stream);
 #  3. device all-reduce of 256 MiB between 2 processes against a
 #     device-to-device copy in the same run (target: >= 70%);
 #  3b. gccl-perf all_reduce and all_gather on device buffers (-M device), for
@@ -20,42 +33,128 @@
 #  4. the sum kernel in place for float32 and bfloat16 (compare with torch's
 #     add_ when python3 has torch: target within 10%);
 #  5. the p2p agent: host<->device against a raw pinned copy in the same run
-#     (target: >= 90%), and VRAM to another process's VRAM over cudaipc.
+#     (target: >= 90%), and VRAM to another process's VRAM over cudaipc;
+#  6. cuFile (GPUDirect Storage, or its compatibility mode without
+#     nvidia-fs): the binding and the agent's VRAM<->FILE with GDS on and
+#     off, on the installed libcufile (or the one in python3's nvidia-cufile
+#     package).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
+
+bundle= steps="1 2 3 3b 4 5 6" rehearse=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	-b) bundle=$2; shift 2 ;;
+	-s) steps=$2; shift 2 ;;
+	-rehearse) rehearse=1; shift ;;
+	-*) echo "usage: $0 [-b BUNDLE] [-s STEPS] [-rehearse] [OUTDIR]" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
 out=${1:-/tmp/gccl-gpu}
 mkdir -p "$out"
-export GCCL_TEST_REAL_GPU=1 GOFLAGS="${GOFLAGS:-} -count=1"
-fail=0
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bin=$work/bin
+export GCCL_TEST_REAL_GPU=1
+
+# Sizes: the issue's on a GPU; smaller in a rehearsal, where the fake
+# driver's kernels run on the CPU.
+count=1000003 big=$((256 << 20)) bigh=256M iters=20 sumx=50x
+if [ $rehearse = 1 ]; then
+	count=100003 big=$((16 << 20)) bigh=16M iters=3 sumx=2x
+fi
+
+failed=() passed=()
 step() { echo; echo "=== $*"; }
-check() { "$@" || { echo "FAILED: $*"; fail=1; }; }
+check() {
+	echo "+ $*"
+	if "$@"; then passed+=("$cur: $*"); else echo "FAILED: $*"; failed+=("$cur: $*"); fi
+}
+# expect N PATTERN CMD... is check CMD..., which must also print N lines
+# matching PATTERN (a test or benchmark that ran, not one filtered out or
+# skipped; every rank's report).
+expect() {
+	local n=$1 pat=$2; shift 2
+	echo "+ $*"
+	local log=$work/expect.log
+	"$@" 2>&1 | tee "$log"
+	local rc=${PIPESTATUS[0]} got
+	got=$(grep -cE -- "$pat" "$log")
+	if [ "$rc" = 0 ] && [ "$got" -ge "$n" ]; then passed+=("$cur: $*"); return; fi
+	[ "$rc" = 0 ] && echo "FAILED: $* printed $got lines matching '$pat', want $n" || echo "FAILED: $*"
+	failed+=("$cur: $*")
+}
+wanted() { [[ " $steps " == *" $1 "* ]]; }
+# gotest PKG ARGS runs PKG's test binary in PKG's directory, where its
+# testdata is.
+gotest() { local pkg=$1; shift; (cd "$root/$pkg" && "$bin/$(basename "$pkg").test" -test.count=1 -test.timeout=5m "$@"); }
 
-nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
-go version
+if [ -n "$bundle" ]; then
+	mkdir -p "$bin"
+	if [ -d "$bundle" ]; then
+		cp -r "$bundle"/. "$bin"/
+	else
+		unxz() { if command -v xz >/dev/null; then xz -dc "$1"; else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi; }
+		unxz "$bundle" | tar -C "$bin" -xf - || { echo "cannot unpack $bundle"; exit 1; }
+	fi
+	echo "binaries from $bundle, commit $(cat "$bin/COMMIT" 2>/dev/null | tr '\n' ' ')"
+else
+	tests/gpu_bundle.sh -d "$bin" || { echo "building the binaries failed"; exit 1; }
+fi
 
-step "1. driver binding, kernels, gpu collectives on the real driver"
-check go test -v -run 'TestExportImport|TestReduceEveryKernel|Hold' ./transport/nvlink
-check go test -v ./gpu
+if [ $rehearse = 1 ]; then
+	echo "REHEARSAL on the fake driver: the results check the script, the figures mean nothing"
+	fake=$work/fakelib
+	mkdir -p "$fake"
+	gcc -shared -fPIC -O2 -I internal/kernels -DGCCL_HOSTEMU -o "$fake/libcuda.so.1" internal/cuda/testdata/fakecuda.c -ldl &&
+		gcc -shared -fPIC -O2 -o "$fake/libcufile.so.0" internal/cufile/testdata/fakecufile.c -ldl ||
+		{ echo "building the fake libraries failed"; exit 1; }
+	export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_DEVICES=1
+else
+	nvidia-smi 2>/dev/null || echo "(no nvidia-smi)"
+fi
+uname -a
+command -v go >/dev/null && go version
 
-step "2. devcheck, 2 and 4 processes"
-go build -o "$out/gccl-run" ./cmd/gccl-run && go build -o "$out/devcheck" ./tests/devcheck || exit 1
-for np in 2 4; do
-	check "$out/gccl-run" -np $np "$out/devcheck" -count 1000003
-done
-check "$out/gccl-run" -np 2 "$out/devcheck" -count 1000003 -stream
+cur=1
+if wanted 1; then
+	step "1. engine, kernels, holds, gpu collectives on the driver"
+	expect 1 '^--- PASS: TestReduceEveryKernel' gotest transport/nvlink -test.v -test.run 'TestExportImport|TestReduceEveryKernel|Hold'
+	expect 1 '^--- PASS: TestCollectivesOnDeviceBuffers' gotest gpu -test.v
+fi
 
-step "3. device all-reduce 256 MiB vs device-to-device copy, 2 processes"
-check "$out/gccl-run" -np 2 "$out/devcheck" -count 1031 -bench -bench-bytes $((256 << 20)) -bench-iters 20
+cur=2
+if wanted 2; then
+	step "2. devcheck, 2 and 4 processes"
+	direct='ok .* on the devices: true; send/recv direct: true'
+	for np in 2 4; do
+		expect $np "$direct" "$bin/gccl-run" -np $np "$bin/devcheck" -count $count
+	done
+	expect 2 "$direct; on a stream: true" "$bin/gccl-run" -np 2 "$bin/devcheck" -count $count -stream
+fi
 
-step "3b. gccl-perf on device buffers (nccl-tests' table), 2 processes"
-go build -o "$out/gccl-perf" ./cmd/gccl-perf || exit 1
-check "$out/gccl-run" -np 2 "$out/gccl-perf" all_reduce -M device -b 8 -e 256M -f 4 -c 1 -w 5 -n 20 -J "$out/perf-device.json"
-check "$out/gccl-run" -np 2 "$out/gccl-perf" all_gather -M device -b 8 -e 256M -f 4 -c 1 -w 5 -n 20
+cur=3
+if wanted 3; then
+	step "3. device all-reduce of $bigh vs device-to-device copy, 2 processes"
+	expect 2 'busbw .* of the copy' "$bin/gccl-run" -np 2 "$bin/devcheck" -count 1031 -bench -bench-bytes $big -bench-iters $iters
+fi
 
-step "4. sum kernel in place (float32, bfloat16), 256 MiB"
-check go test -run '^$' -bench BenchmarkSumInPlace -benchtime 50x ./transport/nvlink
-if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-	python3 - <<'PY'
+cur=3b
+if wanted 3b; then
+	step "3b. gccl-perf on device buffers (nccl-tests' table), 2 processes"
+	check "$bin/gccl-run" -np 2 "$bin/gccl-perf" all_reduce -M device -b 8 -e $bigh -f 4 -c 1 -w 5 -n $iters -J "$out/perf-device.json"
+	check "$bin/gccl-run" -np 2 "$bin/gccl-perf" all_gather -M device -b 8 -e $bigh -f 4 -c 1 -w 5 -n $iters
+fi
+
+cur=4
+if wanted 4; then
+	step "4. sum kernel in place (float32, bfloat16), 256 MiB"
+	expect 1 '^BenchmarkSumInPlace/bfloat16' gotest transport/nvlink -test.run '^$' -test.bench BenchmarkSumInPlace -test.benchtime $sumx
+	if [ $rehearse = 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+		python3 - <<'PY'
 import torch
 for dt in (torch.float32, torch.bfloat16):
     n = (256 << 20) // torch.tensor([], dtype=dt).element_size()
@@ -68,13 +167,40 @@ for dt in (torch.float32, torch.bfloat16):
     t = s.elapsed_time(e) / 50 / 1e3
     print(f"torch add_ {dt}: {3 * (256 << 20) / t / 1e6:.1f} MB/s (same bytes as BenchmarkSumInPlace)")
 PY
-else
-	echo "(no torch with CUDA: compare BenchmarkSumInPlace with a torch a.add_(b) of 256 MiB by hand)"
+	else
+		echo "(no torch with CUDA: compare BenchmarkSumInPlace with a torch a.add_(b) of 256 MiB by hand)"
+	fi
 fi
 
-step "5. p2p agent: host<->device and cudaipc"
-check go run ./cmd/gccl-p2pbench -gpu -dev 0 -b 1M -e 256M -f 4 -n 20 -w 3
+cur=5
+if wanted 5; then
+	step "5. p2p agent: host<->device and cudaipc"
+	check "$bin/gccl-p2pbench" -gpu -dev 0 -b 1M -e $bigh -f 4 -n $iters -w 3
+fi
+
+cur=6
+if wanted 6; then
+	step "6. cuFile: the binding, and the agent's VRAM<->FILE with GDS on and off"
+	if [ $rehearse = 0 ] && [ -z "${GCCL_CUFILE_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcufile\.so\.0'; then
+		# PyTorch's CUDA wheels bring libcufile in the nvidia-cufile package.
+		lib=$(python3 -c 'import nvidia.cufile as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+		if [ -n "$lib" ] && [ -e "$lib/libcufile.so.0" ]; then
+			export GCCL_CUFILE_LIBRARY=$lib/libcufile.so.0
+		fi
+	fi
+	echo "libcufile: ${GCCL_CUFILE_LIBRARY:-libcufile.so.0, found by the dynamic loader}"
+	lsmod 2>/dev/null | grep -q '^nvidia_fs' && echo "nvidia-fs is loaded: GDS proper" ||
+		echo "nvidia-fs is not loaded: cuFile runs in its compatibility mode (POSIX I/O through bounce buffers)"
+	# Compatibility mode allowed, the library's log in OUTDIR.
+	printf '{"logging": {"dir": "%s", "level": "ERROR"}, "properties": {"allow_compat_mode": true}}\n' "$out" >"$out/cufile.json"
+	export CUFILE_ENV_PATH_JSON=$out/cufile.json
+	expect 1 '^--- (PASS|SKIP): TestReadWrite' gotest internal/cufile -test.v -test.run 'TestReadWrite$'
+	expect 1 '^--- PASS: TestVRAMFile' gotest p2p -test.v -test.run 'TestVRAMFile$'
+fi
 
 echo
-if [ $fail = 0 ]; then echo "gpu acceptance: all steps passed"; else echo "gpu acceptance: some steps FAILED"; fi
-exit $fail
+echo "=== summary"
+for p in "${passed[@]}"; do echo "passed  $p"; done
+for f in "${failed[@]}"; do echo "FAILED  $f"; done
+if [ ${#failed[@]} = 0 ]; then echo "gpu acceptance: all steps passed"; else echo "gpu acceptance: ${#failed[@]} checks FAILED"; fi
+[ ${#failed[@]} = 0 ]
