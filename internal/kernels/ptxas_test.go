@@ -1,0 +1,83 @@
+package kernels
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// ptxas returns NVIDIA's PTX assembler (GCCL_PTXAS, else ptxas on PATH), or
+// skips t. CI fetches it from Debian's nvidia-cuda-toolkit (.ci/ptxas.sh);
+// no GPU is needed to run it.
+func ptxas(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GCCL_PTXAS"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Skip("ptxas not found (set GCCL_PTXAS; .ci/ptxas.sh fetches one)")
+	}
+	return p
+}
+
+var (
+	ptxasEntryRE = regexp.MustCompile(`Compiling entry function '(\w+)' for '(sm_\d+)'`)
+	ptxasSpillRE = regexp.MustCompile(`(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
+	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers`)
+)
+
+// TestPTXAssembles assembles every embedded PTX file for its architecture
+// with ptxas, as the driver's JIT compiler will on a GPU: it must accept
+// every kernel, and no kernel may use a stack frame or spill registers to
+// local memory (the kernels are meant to make one pass over memory).
+// It logs the register counts, which bound how many threads an SM holds.
+func TestPTXAssembles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("assembling every architecture takes tens of seconds")
+	}
+	bin := ptxas(t)
+	want := len(allDTypes) * len(allOps)
+	for _, arch := range Architectures() {
+		t.Run(arch, func(t *testing.T) {
+			t.Parallel()
+			b, err := ptxFS.ReadFile("ptx/" + arch + ".ptx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			src := filepath.Join(dir, arch+".ptx")
+			if err := os.WriteFile(src, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "-arch="+arch, "-O3", "-v", "-o", filepath.Join(dir, arch+".cubin"), src).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ptxas -arch=%s: %v\n%s", arch, err, out)
+			}
+			entries := ptxasEntryRE.FindAllSubmatch(out, -1)
+			for _, m := range entries {
+				if string(m[2]) != arch {
+					t.Errorf("ptxas compiled %s for %s, want %s", m[1], m[2], arch)
+				}
+			}
+			spills := ptxasSpillRE.FindAllSubmatch(out, -1)
+			regs := ptxasRegsRE.FindAllSubmatch(out, -1)
+			if len(entries) != want || len(spills) != want || len(regs) != want {
+				t.Fatalf("ptxas reported %d entries, %d frames and %d register counts, want %d of each:\n%s",
+					len(entries), len(spills), len(regs), want, out)
+			}
+			lo, hi := 1<<30, 0
+			for i, m := range spills {
+				if string(m[1]) != "0" || string(m[2]) != "0" || string(m[3]) != "0" {
+					t.Errorf("%s: %s", entries[i][1], m[0])
+				}
+				r, _ := strconv.Atoi(string(regs[i][1]))
+				lo, hi = min(lo, r), max(hi, r)
+			}
+			t.Logf("%s: %d kernels, %d-%d registers per thread", arch, want, lo, hi)
+		})
+	}
+}
