@@ -5,10 +5,12 @@
 #
 # It builds sm_70 sm_75 sm_80 sm_86 sm_89 sm_90, or only the archs named.
 # With nvcc on PATH, nvcc builds them all; otherwise clang's NVPTX backend
-# does, with no CUDA headers or libraries: $CLANG (default clang) for
-# sm_70-sm_86, and $CLANG_NEW (default clang-19) for sm_89 and sm_90, which
-# need clang 16 or newer (Debian 12's clang is 14). The committed files
-# were built by clang 14 and clang 19 (apt-get install clang clang-19).
+# does, with no CUDA headers or libraries: $CLANG (default clang-19; sm_89
+# and sm_90 need clang 16 or newer, and Debian 12's plain clang is 14).
+# The committed files were built by clang 19 (apt-get install clang-19).
+# (Until 2026-11-22 sm_70-sm_86 came from clang 14, whose code moved the
+# 16-byte vectors of 1- and 2-byte types in 4- and 8-byte loads; clang 19's
+# loads them in one, and uses fewer registers.)
 # FMA contraction is off so that products are rounded before they are
 # added, as on the host. The output depends only on reduce.cu,
 # gccl_kernels.h and the compiler's version, which the first line of each
@@ -47,11 +49,8 @@ for arch in $archs; do
 		nvcc -ptx --gpu-architecture="compute_${arch#sm_}" -O3 --fmad=false \
 			-o "$tmp/$arch.ptx" reduce.cu
 	else
-		case $arch in
-		sm_89 | sm_90) cc=${CLANG_NEW:-clang-19} ;;
-		*) cc=${CLANG:-clang} ;;
-		esac
-		command -v "$cc" >/dev/null 2>&1 || { echo "build.sh: neither nvcc nor $cc (for $arch) on PATH" >&2; exit 1; }
+		cc=${CLANG:-clang-19}
+		command -v "$cc" >/dev/null 2>&1 || { echo "build.sh: neither nvcc nor $cc on PATH" >&2; exit 1; }
 		version=$("$cc" --version | head -n 1)
 		"$cc" -x cuda -nocudainc -nocudalib --cuda-gpu-arch="$arch" \
 			--cuda-device-only -O3 -ffp-contract=off -S \

@@ -224,9 +224,13 @@ func TestPTXUpToDate(t *testing.T) {
 	if _, err := exec.LookPath("nvcc"); err == nil {
 		t.Skip("nvcc is on PATH, so build.sh would use it instead of clang")
 	}
-	clang, err := exec.LookPath("clang")
+	name := os.Getenv("CLANG") // as build.sh chooses
+	if name == "" {
+		name = "clang-19"
+	}
+	clang, err := exec.LookPath(name)
 	if err != nil {
-		t.Skip("clang is not on PATH; cannot check that ptx/ is up to date")
+		t.Skipf("%s is not on PATH; cannot check that ptx/ is up to date", name)
 	}
 	out, err := exec.Command(clang, "--version").Output()
 	if err != nil {

@@ -78,6 +78,56 @@ func TestPTXAssembles(t *testing.T) {
 				lo, hi = min(lo, r), max(hi, r)
 			}
 			t.Logf("%s: %d kernels, %d-%d registers per thread", arch, want, lo, hi)
+			checkVectorized(t, filepath.Join(filepath.Dir(bin), "nvdisasm"), filepath.Join(dir, arch+".cubin"))
 		})
+	}
+}
+
+var (
+	sassFunctionRE = regexp.MustCompile(`(?m)^\.text\.(\w+):`)
+	sassLoad128RE  = regexp.MustCompile(`LDG\.E[.A-Z0-9]*\.128`)
+	sassStore128RE = regexp.MustCompile(`STG\.E[.A-Z0-9]*\.128`)
+)
+
+// checkVectorized disassembles cubin with nvdisasm (beside ptxas, else on
+// PATH; the check is skipped without one) and requires every kernel's
+// machine code to load 16 bytes at a time, and to store 16 bytes at a time
+// for elements of 2 bytes or more. (For 1-byte elements clang's code
+// stores each vector as four 4-byte words; whether that costs bandwidth is
+// for a GPU to show, docs/PERFORMANCE.md.)
+func checkVectorized(t *testing.T, nvdisasm, cubin string) {
+	t.Helper()
+	if _, err := os.Stat(nvdisasm); err != nil {
+		if nvdisasm, err = exec.LookPath("nvdisasm"); err != nil {
+			t.Log("nvdisasm not found: the machine code's loads and stores were not checked")
+			return
+		}
+	}
+	out, err := exec.Command(nvdisasm, cubin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvdisasm: %v\n%s", err, out)
+	}
+	code := map[string][]byte{}
+	fns := sassFunctionRE.FindAllSubmatchIndex(out, -1)
+	for i, m := range fns {
+		end := len(out)
+		if i+1 < len(fns) {
+			end = fns[i+1][0]
+		}
+		code[string(out[m[2]:m[3]])] = out[m[1]:end]
+	}
+	for _, dt := range allDTypes {
+		for _, op := range allOps {
+			name, _ := ReduceEntry(dt, op)
+			sass, ok := code[name]
+			switch {
+			case !ok:
+				t.Errorf("nvdisasm shows no function %s", name)
+			case !sassLoad128RE.Match(sass):
+				t.Errorf("%s: no 16-byte load (LDG.E.128) in its machine code", name)
+			case dt.Size() > 1 && !sassStore128RE.Match(sass):
+				t.Errorf("%s: no 16-byte store (STG.E.128) in its machine code", name)
+			}
+		}
 	}
 }
