@@ -627,7 +627,13 @@ func (k *checker) sendRecv(dt comm.DataType) error {
 }
 
 // bench times a device-to-device copy and the device all-reduce of the
-// same bytes in the same run.
+// same bytes in the same run. The copy is timed twice: by each rank alone
+// (the others wait), which is the GPU's copy bandwidth, and by every rank
+// at once, which shares the GPU(s) as the all-reduce's ranks do. Ranks on
+// one GPU share its memory: an all-reduce of N bytes between n of them
+// must read and write n*N bytes there, a copy N, so its bus bandwidth is
+// at most 2(n-1)/n^2 of the lone copy's (50% for 2 ranks) and about 2(n-1)/n
+// of the shared copy's.
 func (k *checker) bench(bytes, iters int) error {
 	count := bytes / 4
 	a, err := k.dev.Alloc(comm.Float32, count)
@@ -640,7 +646,22 @@ func (k *checker) bench(bytes, iters int) error {
 		return err
 	}
 	defer b.Free()
-	copyTime, err := timeIt(iters, func() error { return k.dev.Copy(b, a) })
+	copyOnce := func() error { return k.dev.Copy(b, a) }
+	var alone time.Duration
+	for r := 0; r < k.c.Size(); r++ {
+		if err := k.c.Barrier(k.ctx); err != nil {
+			return err
+		}
+		if r == k.c.Rank() {
+			if alone, err = timeIt(iters, copyOnce); err != nil {
+				return err
+			}
+		}
+	}
+	if err := k.c.Barrier(k.ctx); err != nil {
+		return err
+	}
+	shared, err := timeIt(iters, copyOnce)
 	if err != nil {
 		return err
 	}
@@ -652,10 +673,11 @@ func (k *checker) bench(bytes, iters int) error {
 		return err
 	}
 	n := float64(k.c.Size())
-	copyBW := float64(bytes) / copyTime.Seconds() / 1e9
-	busBW := float64(bytes) * 2 * (n - 1) / n / arTime.Seconds() / 1e9
-	fmt.Printf("devcheck: rank %d: %d bytes: device copy %.1f GB/s (%v); all_reduce %v, busbw %.1f GB/s = %.0f%% of the copy\n",
-		k.c.Rank(), bytes, copyBW, copyTime, arTime, busBW, 100*busBW/copyBW)
+	gbs := func(t time.Duration) float64 { return float64(bytes) / t.Seconds() / 1e9 }
+	busBW := gbs(arTime) * 2 * (n - 1) / n
+	fmt.Printf("devcheck: rank %d: %d bytes: device copy alone %.1f GB/s (%v), on every rank at once %.1f GB/s (%v); "+
+		"all_reduce %v, busbw %.1f GB/s = %.0f%% of the copy alone, %.0f%% of the copy at once\n",
+		k.c.Rank(), bytes, gbs(alone), alone, gbs(shared), shared, arTime, busBW, 100*busBW/gbs(alone), 100*busBW/gbs(shared))
 	return nil
 }
 
