@@ -17,7 +17,7 @@ mkdir -p "$cache/lists/partial" "$cache/deb"
 cat >"$cache/sources.list" <<'SRC'
 deb http://deb.debian.org/debian bookworm non-free
 SRC
-o=(-o "Dir::Etc::SourceList=$cache/sources.list" -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$cache/lists")
+o=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$cache/sources.list" -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$cache/lists")
 apt-get "${o[@]}" update -qq >&2
 (cd "$cache/deb" && apt-get "${o[@]}" download -qq nvidia-cuda-toolkit >&2)
 dpkg-deb --fsys-tarfile "$cache"/deb/nvidia-cuda-toolkit_*.deb | tar -C "$cache" -xf - ./usr/bin/ptxas ./usr/bin/nvdisasm
