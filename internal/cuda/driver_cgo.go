@@ -138,13 +138,34 @@ type IPCHandle [64]byte
 
 // Load opens the driver, resolves every entry point gccl uses and
 // initializes it (cuInit). Its error wraps ErrNotSupported when the library
-// is absent or incomplete, and is an *Error when cuInit fails (no device,
-// for one).
+// is absent or incomplete, or when cuInit fails (no GPU, or the driver's
+// kernel module not loaded), which is then also an *Error, with the
+// driver's result.
 func Load() (*Driver, error) {
 	path := os.Getenv("GCCL_CUDA_LIBRARY")
 	if path == "" {
 		path = DefaultLibrary
 	}
+	d, err := open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.check("cuInit", C.c_init(d.fn["cuInit"], 0)); err != nil {
+		C.g_close(d.lib)
+		return nil, fmt.Errorf("%w: %s loaded, but it cannot initialize (no GPU here, or its kernel module is not loaded): %w", ErrNotSupported, path, err)
+	}
+	var v C.int
+	if err := d.check("cuDriverGetVersion", C.c_int_out(d.fn["cuDriverGetVersion"], &v)); err != nil {
+		C.g_close(d.lib)
+		return nil, err
+	}
+	d.version = int(v)
+	return d, nil
+}
+
+// open loads the library at path and resolves every entry point gccl
+// uses, without initializing the driver.
+func open(path string) (*Driver, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var cerr *C.char
@@ -163,17 +184,17 @@ func Load() (*Driver, error) {
 		}
 		d.fn[name] = p
 	}
-	if err := d.check("cuInit", C.c_init(d.fn["cuInit"], 0)); err != nil {
-		C.g_close(lib)
-		return nil, err
-	}
-	var v C.int
-	if err := d.check("cuDriverGetVersion", C.c_int_out(d.fn["cuDriverGetVersion"], &v)); err != nil {
-		C.g_close(lib)
-		return nil, err
-	}
-	d.version = int(v)
 	return d, nil
+}
+
+// errorName asks the driver for r's name (cuGetErrorName, which needs no
+// cuInit).
+func (d *Driver) errorName(r Result) (string, bool) {
+	var s *C.char
+	if C.c_err_name(d.fn["cuGetErrorName"], C.int(r), &s) != 0 || s == nil {
+		return "", false
+	}
+	return C.GoString(s), true
 }
 
 // check turns a result into nil or an *Error named by the driver.
@@ -182,10 +203,9 @@ func (d *Driver) check(call string, r C.int) error {
 		return nil
 	}
 	res := Result(r)
-	name := res.Name()
-	var s *C.char
-	if f := d.fn["cuGetErrorName"]; f != nil && C.c_err_name(f, r, &s) == 0 && s != nil {
-		name = C.GoString(s)
+	name, ok := d.errorName(res)
+	if !ok {
+		name = res.Name()
 	}
 	return &Error{Call: call, Result: res, Name: name}
 }

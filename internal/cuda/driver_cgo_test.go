@@ -115,6 +115,9 @@ func TestFakeDriverNoDevice(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Call != "cuInit" || ce.Result != ErrNoDevice || ce.Name != "CUDA_ERROR_NO_DEVICE" {
 		t.Fatalf("Load: %v", err)
 	}
+	if !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Load without a device: %v, want ErrNotSupported too", err)
+	}
 }
 
 // A driver without an entry point gccl needs is refused at Load, by name.
@@ -374,4 +377,43 @@ func TestFakeDriverStreamsAreAsynchronous(t *testing.T) {
 	if err := ctx.WaitValue32(s1, wp+1, 1, WaitEQ); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
 		t.Errorf("WaitValue32 on a misaligned word: %v", err)
 	}
+}
+
+// TestInstalledDriverLibrary checks gccl's declarations against a real
+// driver library, GCCL_TEST_DRIVER_LIBRARY (CI fetches Debian's libcuda1
+// with .ci/nvidia-tools.sh; no GPU is needed): every entry point gccl uses
+// resolves, the driver names every result as gccl's table does, and Load
+// either succeeds (a GPU is here) or fails with ErrNotSupported and the
+// driver's result.
+func TestInstalledDriverLibrary(t *testing.T) {
+	path := os.Getenv("GCCL_TEST_DRIVER_LIBRARY")
+	if path == "" {
+		t.Skip("GCCL_TEST_DRIVER_LIBRARY names no driver library (.ci/nvidia-tools.sh fetches one)")
+	}
+	d, err := open(path)
+	if err != nil {
+		t.Fatalf("resolving gccl's entry points in %s: %v", path, err)
+	}
+	defer d.Close()
+	for r, want := range resultNames {
+		got, ok := d.errorName(r)
+		if !ok {
+			t.Errorf("the driver cannot name result %d (gccl calls it %s)", r, want)
+		} else if got != want {
+			t.Errorf("the driver calls result %d %s, gccl %s", r, got, want)
+		}
+	}
+	t.Setenv("GCCL_CUDA_LIBRARY", path)
+	ld, err := Load()
+	if err == nil {
+		n, _ := ld.DeviceCount()
+		t.Logf("driver %d with %d devices", ld.Version(), n)
+		ld.Close()
+		return
+	}
+	var ce *Error
+	if !errors.Is(err, ErrNotSupported) || !errors.As(err, &ce) || ce.Call != "cuInit" {
+		t.Fatalf("Load without a usable GPU: %v, want ErrNotSupported and cuInit's *Error", err)
+	}
+	t.Logf("no usable GPU: %v", err)
 }

@@ -14,7 +14,7 @@
 # FMA contraction is off so that products are rounded before they are
 # added, as on the host. The output depends only on reduce.cu,
 # gccl_kernels.h and the compiler's version, which the first line of each
-# file records. `GCCL_PTXAS=$(.ci/ptxas.sh) go test -run TestPTXAssembles
+# file records. `eval "$(.ci/nvidia-tools.sh)"; go test -run TestPTXAssembles
 # ./internal/kernels` then assembles them with NVIDIA's ptxas (no GPU
 # needed): every kernel must assemble without spilling.
 set -eu

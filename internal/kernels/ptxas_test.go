@@ -10,7 +10,7 @@ import (
 )
 
 // ptxas returns NVIDIA's PTX assembler (GCCL_PTXAS, else ptxas on PATH), or
-// skips t. CI fetches it from Debian's nvidia-cuda-toolkit (.ci/ptxas.sh);
+// skips t. CI fetches it from Debian's nvidia-cuda-toolkit (.ci/nvidia-tools.sh);
 // no GPU is needed to run it.
 func ptxas(t *testing.T) string {
 	t.Helper()
@@ -19,7 +19,7 @@ func ptxas(t *testing.T) string {
 	}
 	p, err := exec.LookPath("ptxas")
 	if err != nil {
-		t.Skip("ptxas not found (set GCCL_PTXAS; .ci/ptxas.sh fetches one)")
+		t.Skip("ptxas not found (set GCCL_PTXAS; .ci/nvidia-tools.sh fetches one)")
 	}
 	return p
 }
