@@ -40,6 +40,21 @@ func TestOpenWithoutDriver(t *testing.T) {
 	}
 }
 
+// A driver with no GPU (cuInit fails) is not supported either, so that a
+// program can fall back to host memory on such a machine.
+func TestOpenWithoutDevice(t *testing.T) {
+	cudatest.Fake(t)
+	t.Setenv("FAKECUDA_NO_DEVICE", "1")
+	d, err := gpu.Open(0)
+	if err == nil {
+		d.Close()
+		t.Fatal("Open succeeded on a driver without devices")
+	}
+	if !errors.Is(err, gpu.ErrNotSupported) || !strings.Contains(err.Error(), "CUDA_ERROR_NO_DEVICE") {
+		t.Fatalf("Open without a device: %v, want ErrNotSupported naming CUDA_ERROR_NO_DEVICE", err)
+	}
+}
+
 func f32(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4) }
 
 // Collectives and Send/Recv on device buffers across three in-process ranks:
