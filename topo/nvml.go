@@ -5,6 +5,7 @@ package topo
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -16,10 +17,17 @@ type nvmlSource struct {
 	lib nvml.Interface
 }
 
+// newNVMLSource loads NVML: libnvidia-ml.so.1, or the library that
+// GCCL_NVML_LIBRARY names.
 func newNVMLSource() (GPUSource, error) {
-	lib := nvml.New()
+	path := os.Getenv("GCCL_NVML_LIBRARY")
+	var opts []nvml.LibraryOption
+	if path != "" {
+		opts = append(opts, nvml.WithLibraryPath(path))
+	}
+	lib := nvml.New(opts...)
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("%s", nvmlError(lib, ret))
+		return nil, fmt.Errorf("%s", nvmlError(lib, ret, path))
 	}
 	return nvmlSource{lib: lib}, nil
 }
@@ -29,8 +37,11 @@ func (s nvmlSource) GPUs() ([]GPUDevice, error) {
 	return gpusFromNVML(s.lib)
 }
 
-func nvmlError(lib nvml.Interface, ret nvml.Return) string {
+func nvmlError(lib nvml.Interface, ret nvml.Return, path string) string {
 	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+		if path != "" {
+			return path + " not found"
+		}
 		return "libnvidia-ml.so.1 not found (no NVIDIA driver)"
 	}
 	return lib.ErrorString(ret)

@@ -4,6 +4,9 @@ package topo
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -140,5 +143,34 @@ func TestNVMLErrors(t *testing.T) {
 	s = mockServer(gpus.A100_SXM4_40GB, 0, 0, nil)
 	if _, err := gpusFromNVML(s); err == nil {
 		t.Error("no error for zero GPUs")
+	}
+}
+
+// TestInstalledNVMLLibrary loads a real NVML, GCCL_TEST_NVML_LIBRARY (CI
+// fetches Debian's libnvidia-ml1 with .ci/nvidia-tools.sh): on a GPU
+// machine it lists the GPUs; without one, or without the driver's kernel
+// module, Init fails with NVML's own reason, not "not found".
+func TestInstalledNVMLLibrary(t *testing.T) {
+	path := os.Getenv("GCCL_TEST_NVML_LIBRARY")
+	if path == "" {
+		t.Skip("GCCL_TEST_NVML_LIBRARY names no NVML library (.ci/nvidia-tools.sh fetches one)")
+	}
+	t.Setenv("GCCL_NVML_LIBRARY", path)
+	src, err := newNVMLSource()
+	if err == nil {
+		gpus, err := src.GPUs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("NVML lists %d GPUs", len(gpus))
+		return
+	}
+	if strings.Contains(err.Error(), "not found") {
+		t.Fatalf("NVML at %s did not load: %v", path, err)
+	}
+	t.Logf("NVML loaded; no GPU to list: %v", err)
+	t.Setenv("GCCL_NVML_LIBRARY", filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))
+	if _, err := newNVMLSource(); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("a missing NVML: %v, want \"not found\"", err)
 	}
 }
