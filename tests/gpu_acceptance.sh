@@ -54,6 +54,12 @@ while [ $# -gt 0 ]; do
 	*) break ;;
 	esac
 done
+for s in $steps; do
+	case " 1 2 3 3b 4 5 6 " in
+	*" $s "*) ;;
+	*) echo "$0: no step $s (the steps are 1 2 3 3b 4 5 6)" >&2; exit 2 ;;
+	esac
+done
 out=${1:-/tmp/gccl-gpu}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
