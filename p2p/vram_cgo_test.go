@@ -31,18 +31,7 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 	// Without the host kernels: the p2p tests launch none, and so do not
 	// depend on internal/kernels building.
 	cudatest.Fake(t, "-UGCCL_HOSTEMU")
-	d, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ctxs [2]*cuda.Context
-	for i := range ctxs {
-		if ctxs[i], err = d.Retain(i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { d.Close() }) // after the agents (cleanups run last first)
-	return ctxs
+	return [2]*cuda.Context(retainDevices(t, 2))
 }
 
 // oneGPU makes the loader use the fake driver for the rest of t, or the
@@ -50,16 +39,25 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 func oneGPU(t testing.TB) *cuda.Context {
 	t.Helper()
 	cudatest.Driver(t, "-UGCCL_HOSTEMU")
+	return retainDevices(t, 1)[0]
+}
+
+// retainDevices loads the driver and retains the contexts of its first n
+// devices; the driver closes when t ends.
+func retainDevices(t testing.TB, n int) []*cuda.Context {
+	t.Helper()
 	d, err := cuda.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
+	ctxs := make([]*cuda.Context, n)
+	for i := range ctxs {
+		if ctxs[i], err = d.Retain(i); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { d.Close() })
-	return ctx
+	t.Cleanup(func() { d.Close() }) // after the agents (cleanups run last first)
+	return ctxs
 }
 
 // devAlloc allocates n bytes on ctx's device filled with fill(seed).
