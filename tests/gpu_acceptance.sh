@@ -32,8 +32,9 @@
 #     copy, docs/PERFORMANCE.md);
 #  3b. gccl-perf all_reduce and all_gather on device buffers (-M device), for
 #     comparison with nccl-tests' figures on the same machine;
-#  4. the sum kernel in place for float32 and bfloat16 (compare with torch's
-#     add_ when python3 has torch: target within 10%);
+#  4. the sum kernel in place for float32 and bfloat16, beside a
+#     device-to-device copy of the same buffers (compare with torch's add_
+#     when python3 has torch: target within 10%);
 #  5. the p2p agent: host<->device against a raw pinned copy in the same run
 #     (target: >= 90%), and VRAM to another process's VRAM over cudaipc;
 #  6. cuFile (GPUDirect Storage, or its compatibility mode without
@@ -157,7 +158,11 @@ fi
 cur=4
 if wanted 4; then
 	step "4. sum kernel in place (float32, bfloat16), 256 MiB"
-	expect 1 '^BenchmarkSumInPlace/bfloat16' gotest transport/nvlink -test.run '^$' -test.bench BenchmarkSumInPlace -test.benchtime $sumx
+	expect 3 '^BenchmarkSumInPlace/(copy|float32|bfloat16)' gotest transport/nvlink -test.run '^$' -test.bench BenchmarkSumInPlace -test.benchtime $sumx
+	# Each kernel's bandwidth beside the device-to-device copy's, timed in
+	# the same run: what memory allows a kernel streaming through it.
+	awk '$1 ~ /^BenchmarkSumInPlace\// && $NF == "MB/s" { split($1, n, "[/-]"); bw[n[2]] = $(NF-1) }
+		END { for (k in bw) if (k != "copy" && bw["copy"] > 0) printf "sum kernel %s: %.0f MB/s, %.0f%% of the copy (%.0f MB/s)\n", k, bw[k], 100 * bw[k] / bw["copy"], bw["copy"] }' "$work/expect.log"
 	if [ $rehearse = 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 		python3 - <<'PY'
 import torch

@@ -192,42 +192,53 @@ func roundTo(dt comm.DataType, v float64) float64 {
 
 // The sum kernel in place (a += b), the operation torch's in-place add
 // does, for float32 and bfloat16 over 256 MiB: bytes moved are 3 per
-// byte of a (two reads, one write). Meaningful on a GPU only
-// (GCCL_TEST_REAL_GPU=1; tests/gpu_acceptance.sh step 4 runs it beside
-// torch's add_); on the fake driver it times the CPU emulation of 1 MiB.
+// byte of a (two reads, one write). Beside them, "copy" times a
+// device-to-device copy (cuMemcpyDtoDAsync) of the same buffers on the same
+// stream, 2 bytes moved per byte of a: the bandwidth of the memory, which a
+// kernel that streams through it (this one, or torch's) cannot beat by
+// much. Meaningful on a GPU only (GCCL_TEST_REAL_GPU=1;
+// tests/gpu_acceptance.sh step 4 runs it beside torch's add_ and prints
+// each kernel's share of the copy); on the fake driver it times the CPU
+// emulation of 1 MiB.
 func BenchmarkSumInPlace(b *testing.B) {
+	size := 256 << 20
+	if !cudatest.RealGPU() {
+		size = 1 << 20
+	}
+	ctx, e := engine(b)
+	a, x := alloc(b, ctx, size), alloc(b, ctx, size)
+	// Zeros: no NaN or subnormal slows one kernel and not another.
+	for _, p := range []cuda.DevicePtr{a, x} {
+		if err := ctx.CopyToDevice(p, make([]byte, size)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(b *testing.B, bytes int, queue func() error) {
+		if err := queue(); err != nil { // loads the module, warms the copy
+			b.Fatal(err)
+		}
+		if err := e.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(bytes))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := queue(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := e.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("copy", func(b *testing.B) {
+		run(b, 2*size, func() error { return e.Copy(uintptr(a), uintptr(x), size) })
+	})
 	for _, dt := range []comm.DataType{comm.Float32, comm.BFloat16} {
+		red := &comm.DeviceReduce{DataType: dt, Op: comm.Sum, Ranks: 2, Count: size / dt.Size(),
+			In: []uintptr{uintptr(a), uintptr(x)}, Out: []uintptr{uintptr(a)}}
 		b.Run(dt.String(), func(b *testing.B) {
-			size := 256 << 20
-			if !cudatest.RealGPU() {
-				size = 1 << 20
-			}
-			ctx, e := engine(b)
-			a, x := alloc(b, ctx, size), alloc(b, ctx, size)
-			// Zeros: no NaN or subnormal slows one kernel and not another.
-			for _, p := range []cuda.DevicePtr{a, x} {
-				if err := ctx.CopyToDevice(p, make([]byte, size)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			red := &comm.DeviceReduce{DataType: dt, Op: comm.Sum, Ranks: 2, Count: size / dt.Size(),
-				In: []uintptr{uintptr(a), uintptr(x)}, Out: []uintptr{uintptr(a)}}
-			if err := e.Reduce(red); err != nil { // loads the module
-				b.Fatal(err)
-			}
-			if err := e.Wait(); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(3 * size))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := e.Reduce(red); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := e.Wait(); err != nil {
-				b.Fatal(err)
-			}
+			run(b, 3*size, func() error { return e.Reduce(red) })
 		})
 	}
 }
