@@ -87,10 +87,16 @@ func TestReduceEntry(t *testing.T) {
 var (
 	entryRE  = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(\s*\n\s*\.param \.align 8 \.b8 (\w+)\[(\d+)\]\s*\n\s*\)`)
 	targetRE = regexp.MustCompile(`(?m)^\.target (sm_\d+)\s*$`)
+	// A floating-point mad (integer mads, mad.lo, round nothing).
+	floatMadRE = regexp.MustCompile(`\tmad\.(rn|rz|rm|rp|f16|bf16|f32|f64|ftz|sat)`)
+	// Subnormals flushed (.ftz) or an approximate operation (.approx).
+	inexactFloatRE = regexp.MustCompile(`\.(ftz|approx)\b[.\w]*`)
 )
 
 // TestPTXEntries checks every embedded PTX: its target is its file name, it
-// defines exactly the 72 entries, each with one 152-byte parameter.
+// defines exactly the 72 entries, each with one 152-byte parameter, and its
+// floating point rounds as the host's does (no contraction, no flushing of
+// subnormals, no approximate operation).
 func TestPTXEntries(t *testing.T) {
 	archs := Architectures()
 	if len(archs) == 0 || archs[0] != "sm_70" {
@@ -132,8 +138,12 @@ func TestPTXEntries(t *testing.T) {
 		for name := range entries {
 			t.Errorf("%s.ptx: unexpected entry %s", arch, name)
 		}
-		if strings.Contains(text, "\tfma.") {
+		if strings.Contains(text, "\tfma.") || floatMadRE.MatchString(text) {
 			t.Errorf("%s.ptx: has fused multiply-adds; build.sh turns contraction off to round like the host", arch)
+		}
+		// The host keeps subnormals and divides exactly; so must the GPU.
+		if m := inexactFloatRE.FindString(text); m != "" {
+			t.Errorf("%s.ptx: has %q (flushes subnormals to zero or rounds approximately), unlike the host", arch, m)
 		}
 		if strings.Contains(text, ".local") {
 			t.Errorf("%s.ptx: uses local memory (a register array spilled)", arch)
