@@ -9,8 +9,8 @@
 # With -d the binaries go into DIR; otherwise into BUNDLE, a tar.xz
 # (default .gpu/bundle.tar.xz; .gitignore keeps .gpu out of git). The
 # bundle's binaries are linux/amd64 with cgo, stripped, built with -trimpath; each
-# embeds the kernels' PTX (about 12 MB), which xz -9 stores once (about
-# 10 MB for the whole bundle). On the GPU machine, from the repository root:
+# embeds the kernels' PTX (2.4 MB), which xz -9 stores once. On the GPU
+# machine, from the repository root:
 #
 #	tests/gpu_acceptance.sh -b .gpu/bundle.tar.xz OUTDIR
 set -euo pipefail

@@ -42,15 +42,17 @@
  * vectors and a scalar loop does the tail; otherwise everything goes through
  * the scalar loop. One pass over memory.
  *
- * Building: build.sh regenerates ptx/sm_XX.ptx (sm_70 sm_75 sm_80 sm_86
- * sm_89 sm_90) with nvcc when it is on PATH, otherwise with clang 19's NVPTX
- * backend and no CUDA headers or libraries. This file is also valid C:
- * hostemu.c includes it, with the thread and block indices replaced by
- * thread-local variables, to run the very same code on the CPU (the fake
- * CUDA driver of the tests). The PTX has been assembled by NVIDIA's ptxas
- * and its machine code read with nvdisasm (TestPTXAssembles), and the C has
- * been run on the host against a reference, but the PTX has never run on a
- * GPU where it was written.
+ * Building: build.sh compiles the PTX of sm_70 sm_75 sm_80 sm_86 sm_89 and
+ * sm_90 with nvcc when it is on PATH, otherwise with clang 19's NVPTX
+ * backend and no CUDA headers or libraries, and writes ptx/reduce.ptx and
+ * ptx/targets (one copy: the six differ only in .version and .target).
+ *
+ * This file is also valid C: hostemu.c includes it, with the thread and
+ * block indices replaced by thread-local variables, to run the very same
+ * code on the CPU (the fake CUDA driver of the tests). The PTX has been
+ * assembled by NVIDIA's ptxas and its machine code read with nvdisasm
+ * (TestPTXAssembles), and the C has been run on the host against a
+ * reference, but the PTX has never run on a GPU where it was written.
  */
 #include "gccl_kernels.h"
 
