@@ -63,6 +63,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gccl/gccl/internal/reduce"
 )
@@ -142,64 +143,134 @@ type ptxArch struct {
 	version string // its PTX ISA version, "7.1"
 }
 
-// ptxArchs lists the architectures, lowest first; ptxHead and ptxTail are
-// ptxSource before its .version line and after its .target line.
-var ptxArchs, ptxHead, ptxTail = func() ([]ptxArch, string, string) {
-	var archs []ptxArch
-	for _, line := range strings.Split(strings.TrimSpace(ptxTargets), "\n") {
+// embeddedPTX is ptxSource taken apart: head (up to its .version line) and
+// preamble (after its .target line, up to the first kernel) are what every
+// module starts with, and kernels[dt] is the text of dt's kernels, one
+// per Op. Each kernel's text runs from the "// .globl NAME" comment before
+// its .entry to the next one.
+type embeddedPTX struct {
+	archs    []ptxArch
+	head     string
+	preamble string
+	kernels  [maxDType + 1]string
+}
+
+const maxDType = reduce.Float8E5M2
+
+// parsedPTX parses the embedded PTX at its first use, not at every
+// program's start.
+var parsedPTX = sync.OnceValues(func() (*embeddedPTX, error) { return parsePTX(ptxSource, ptxTargets) })
+
+func parsePTX(source, targets string) (*embeddedPTX, error) {
+	p := &embeddedPTX{}
+	for _, line := range strings.Split(strings.TrimSpace(targets), "\n") {
 		name, version, ok := strings.Cut(line, " ")
 		digits, isSM := strings.CutPrefix(name, "sm_")
 		cc, err := strconv.Atoi(digits)
-		if !ok || !isSM || err != nil || cc <= 0 || version == "" || len(archs) > 0 && cc <= archs[len(archs)-1].cc {
-			panic("kernels: ptx/targets: bad line " + strconv.Quote(line))
+		if !ok || !isSM || err != nil || cc <= 0 || version == "" || len(p.archs) > 0 && cc <= p.archs[len(p.archs)-1].cc {
+			return nil, fmt.Errorf("kernels: ptx/targets: bad line %q", line)
 		}
-		archs = append(archs, ptxArch{cc, name, version})
+		p.archs = append(p.archs, ptxArch{cc, name, version})
 	}
-	if len(archs) == 0 {
-		panic("kernels: ptx/targets lists no architecture")
+	if len(p.archs) == 0 {
+		return nil, errors.New("kernels: ptx/targets lists no architecture")
 	}
-	header := "\n.version " + archs[0].version + "\n.target " + archs[0].name + "\n"
-	i := strings.Index(ptxSource, header)
-	if i < 0 || strings.Count(ptxSource, "\n.version ") != 1 || strings.Count(ptxSource, "\n.target ") != 1 {
-		panic("kernels: ptx/reduce.ptx does not have the one .version and .target of " + archs[0].name)
+	header := "\n.version " + p.archs[0].version + "\n.target " + p.archs[0].name + "\n"
+	i := strings.Index(source, header)
+	if i < 0 || strings.Count(source, "\n.version ") != 1 || strings.Count(source, "\n.target ") != 1 {
+		return nil, fmt.Errorf("kernels: ptx/reduce.ptx does not have the one .version and .target of %s", p.archs[0].name)
 	}
-	return archs, ptxSource[:i+1], ptxSource[i+len(header):]
-}()
+	p.head, source = source[:i+1], source[i+len(header):]
+	const globl = "\t// .globl\t"
+	first := strings.Index(source, globl)
+	if first < 0 {
+		return nil, errors.New("kernels: ptx/reduce.ptx has no kernel")
+	}
+	p.preamble, source = source[:first], source[first:]
+	texts := map[string]string{}
+	for source != "" {
+		next := strings.Index(source[len(globl):], globl)
+		text := source
+		if next >= 0 {
+			text, source = source[:len(globl)+next], source[len(globl)+next:]
+		} else {
+			source = ""
+		}
+		name := text[len(globl):]
+		name = name[:strings.IndexAny(name, " \t\n")]
+		if strings.Count(text, ".entry ") != 1 || !strings.Contains(text, "\n.visible .entry "+name+"(") {
+			return nil, fmt.Errorf("kernels: ptx/reduce.ptx: the text of %s is not one entry of that name", name)
+		}
+		texts[name] = text
+	}
+	for dt := reduce.Int8; dt <= maxDType; dt++ {
+		for op := OpSum; op <= OpSumDiv; op++ {
+			name, _ := ReduceEntry(dt, op)
+			text, ok := texts[name]
+			if !ok {
+				return nil, fmt.Errorf("kernels: ptx/reduce.ptx has no kernel %s", name)
+			}
+			p.kernels[dt] += text
+			delete(texts, name)
+		}
+	}
+	if len(texts) != 0 {
+		return nil, fmt.Errorf("kernels: ptx/reduce.ptx has kernels of no known type and operator (%d)", len(texts))
+	}
+	return p, nil
+}
 
 // ErrUnsupportedDevice is returned (wrapped) by PTX for a device older than
 // every embedded architecture.
 var ErrUnsupportedDevice = errors.New("kernels: device too old for gccl's GPU kernels")
 
-// PTX returns the PTX of the highest embedded architecture that a device of
-// compute capability major.minor can run, and that architecture's name
-// ("sm_86"). The driver JIT-compiles it for the device. ptx is a fresh
-// copy and is not NUL-terminated: cuModuleLoadData wants PTX text with a
-// terminating NUL, so append one before loading it.
-func PTX(major, minor int) (arch string, ptx []byte, err error) {
+// PTX returns the PTX of dt's kernels, one per Op, for the highest embedded
+// architecture that a device of compute capability major.minor can run, and
+// that architecture's name ("sm_86"). The driver JIT-compiles a module when
+// it loads it, and one type's kernels are a twelfth of the work: NVIDIA's
+// ptxas 11.8 takes 0.3 s for float32's on sm_90 and 4.7 s for all 72, on
+// the 2-vCPU CI machine (docs/PERFORMANCE.md). ptx is a fresh copy and is not
+// NUL-terminated: cuModuleLoadData wants PTX text with a terminating NUL,
+// so append one before loading it.
+func PTX(major, minor int, dt reduce.DType) (arch string, ptx []byte, err error) {
 	if major < 0 || minor < 0 || minor > 9 {
 		return "", nil, fmt.Errorf("kernels: invalid compute capability %d.%d", major, minor)
 	}
+	if !dt.Valid() {
+		return "", nil, fmt.Errorf("kernels: invalid data type %v", dt)
+	}
+	p, err := parsedPTX()
+	if err != nil {
+		return "", nil, err
+	}
 	cc := major*10 + minor
-	for i := len(ptxArchs) - 1; i >= 0; i-- {
-		if a := ptxArchs[i]; a.cc <= cc {
-			return a.name, a.ptx(), nil
+	for i := len(p.archs) - 1; i >= 0; i-- {
+		if a := p.archs[i]; a.cc <= cc {
+			return a.name, p.module(a, p.kernels[dt]), nil
 		}
 	}
-	return "", nil, fmt.Errorf("%w: compute capability %d.%d, the oldest supported is %s", ErrUnsupportedDevice, major, minor, ptxArchs[0].name)
+	return "", nil, fmt.Errorf("%w: compute capability %d.%d, the oldest supported is %s", ErrUnsupportedDevice, major, minor, p.archs[0].name)
 }
 
-// ptx returns a's PTX as the compiler wrote it.
-func (a ptxArch) ptx() []byte {
-	b := make([]byte, 0, len(ptxHead)+len(ptxTail)+64)
-	b = append(b, ptxHead...)
+// module returns the PTX of kernels for a, as the compiler wrote it but
+// for the kernels left out.
+func (p *embeddedPTX) module(a ptxArch, kernels string) []byte {
+	b := make([]byte, 0, len(p.head)+len(p.preamble)+len(kernels)+64)
+	b = append(b, p.head...)
 	b = append(b, ".version "+a.version+"\n.target "+a.name+"\n"...)
-	return append(b, ptxTail...)
+	b = append(b, p.preamble...)
+	return append(b, kernels...)
 }
 
-// Architectures lists the embedded PTX architectures, lowest first.
+// Architectures lists the embedded PTX architectures, lowest first (none
+// if the embedded PTX is malformed, which the tests rule out).
 func Architectures() []string {
-	names := make([]string, len(ptxArchs))
-	for i, a := range ptxArchs {
+	p, err := parsedPTX()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(p.archs))
+	for i, a := range p.archs {
 		names[i] = a.name
 	}
 	return names

@@ -93,68 +93,136 @@ var (
 	inexactFloatRE = regexp.MustCompile(`\.(ftz|approx)\b[.\w]*`)
 )
 
-// archPTX returns the embedded PTX of arch, as PTX makes it.
+// parsed returns the parsed embedded PTX.
+func parsed(t *testing.T) *embeddedPTX {
+	t.Helper()
+	p, err := parsedPTX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// archPTX returns the embedded PTX of arch with every kernel: the modules
+// PTX returns, together.
 func archPTX(t *testing.T, arch string) []byte {
 	t.Helper()
-	for _, a := range ptxArchs {
+	p := parsed(t)
+	for _, a := range p.archs {
 		if a.name == arch {
-			return a.ptx()
+			return p.module(a, strings.Join(p.kernels[:], ""))
 		}
 	}
 	t.Fatalf("no embedded PTX for %s", arch)
 	return nil
 }
 
-// TestPTXEntries checks the PTX of every embedded architecture: it targets
-// that architecture, it defines exactly the 72 entries, each with one
-// 152-byte parameter, and its floating point rounds as the host's does (no
-// contraction, no flushing of subnormals, no approximate operation).
+// TestPTXEntries checks every module PTX returns, for every embedded
+// architecture and type: it targets that architecture, it defines exactly
+// the type's 6 entries, each with one 152-byte parameter, and its floating
+// point rounds as the host's does (no contraction, no flushing of
+// subnormals, no approximate operation). Together the modules hold all of
+// ptx/reduce.ptx.
 func TestPTXEntries(t *testing.T) {
 	archs := Architectures()
 	if len(archs) == 0 || archs[0] != "sm_70" {
 		t.Fatalf("Architectures() = %v, want sm_70 first", archs)
 	}
-	for _, arch := range archs {
-		text := string(archPTX(t, arch))
-		targets := targetRE.FindAllStringSubmatch(text, -1)
-		if len(targets) != 1 || targets[0][1] != arch {
-			t.Errorf("%s.ptx: .target lines %v, want one naming %s", arch, targets, arch)
-		}
-		entries := map[string]bool{}
-		for _, m := range entryRE.FindAllStringSubmatch(text, -1) {
-			name, param, size := m[1], m[2], m[3]
-			entries[name] = true
-			if param != name+"_param_0" {
-				t.Errorf("%s.ptx: entry %s has parameter %s", arch, name, param)
-			}
-			if size != fmt.Sprint(unsafe.Sizeof(ReduceArgs{})) {
-				t.Errorf("%s.ptx: entry %s takes %s bytes, ReduceArgs is %d", arch, name, size, unsafe.Sizeof(ReduceArgs{}))
-			}
-		}
-		if n := strings.Count(text, ".entry "); n != len(entries) {
-			t.Errorf("%s.ptx: %d .entry lines, %d parsed", arch, n, len(entries))
-		}
+	p := parsed(t)
+	kernelBytes := 0
+	for _, text := range p.kernels {
+		kernelBytes += len(text)
+	}
+	header := len(".version " + p.archs[0].version + "\n.target " + p.archs[0].name + "\n")
+	if n := len(p.head) + header + len(p.preamble) + kernelBytes; n != len(ptxSource) {
+		t.Errorf("the modules hold %d bytes of ptx/reduce.ptx's %d", n, len(ptxSource))
+	}
+	for _, a := range p.archs {
 		for _, dt := range allDTypes {
-			for _, op := range allOps {
-				name, _ := ReduceEntry(dt, op)
-				if !entries[name] {
-					t.Errorf("%s.ptx: no .visible .entry %s", arch, name)
-				}
-				delete(entries, name)
+			arch, ptx, err := PTX(a.cc/10, a.cc%10, dt)
+			if err != nil || arch != a.name {
+				t.Fatalf("PTX(%d, %d, %v) = %s, %v; want %s", a.cc/10, a.cc%10, dt, arch, err, a.name)
 			}
+			checkModule(t, arch, dt, string(ptx))
 		}
-		for name := range entries {
-			t.Errorf("%s.ptx: unexpected entry %s", arch, name)
+	}
+}
+
+func checkModule(t *testing.T, arch string, dt reduce.DType, text string) {
+	t.Helper()
+	where := arch + " " + dt.String()
+	targets := targetRE.FindAllStringSubmatch(text, -1)
+	if len(targets) != 1 || targets[0][1] != arch {
+		t.Errorf("%s: .target lines %v, want one naming %s", where, targets, arch)
+	}
+	entries := map[string]bool{}
+	for _, m := range entryRE.FindAllStringSubmatch(text, -1) {
+		name, param, size := m[1], m[2], m[3]
+		entries[name] = true
+		if param != name+"_param_0" {
+			t.Errorf("%s: entry %s has parameter %s", where, name, param)
 		}
-		if strings.Contains(text, "\tfma.") || floatMadRE.MatchString(text) {
-			t.Errorf("%s.ptx: has fused multiply-adds; build.sh turns contraction off to round like the host", arch)
+		if size != fmt.Sprint(unsafe.Sizeof(ReduceArgs{})) {
+			t.Errorf("%s: entry %s takes %s bytes, ReduceArgs is %d", where, name, size, unsafe.Sizeof(ReduceArgs{}))
 		}
-		// The host keeps subnormals and divides exactly; so must the GPU.
-		if m := inexactFloatRE.FindString(text); m != "" {
-			t.Errorf("%s.ptx: has %q (flushes subnormals to zero or rounds approximately), unlike the host", arch, m)
+	}
+	if n := strings.Count(text, ".entry "); n != len(entries) {
+		t.Errorf("%s: %d .entry lines, %d parsed", where, n, len(entries))
+	}
+	for _, op := range allOps {
+		name, _ := ReduceEntry(dt, op)
+		if !entries[name] {
+			t.Errorf("%s: no .visible .entry %s", where, name)
 		}
-		if strings.Contains(text, ".local") {
-			t.Errorf("%s.ptx: uses local memory (a register array spilled)", arch)
+		delete(entries, name)
+	}
+	for name := range entries {
+		t.Errorf("%s: unexpected entry %s", where, name)
+	}
+	if strings.Contains(text, "\tfma.") || floatMadRE.MatchString(text) {
+		t.Errorf("%s: has fused multiply-adds; build.sh turns contraction off to round like the host", where)
+	}
+	// The host keeps subnormals and divides exactly; so must the GPU.
+	if m := inexactFloatRE.FindString(text); m != "" {
+		t.Errorf("%s: has %q (flushes subnormals to zero or rounds approximately), unlike the host", where, m)
+	}
+	if strings.Contains(text, ".local") {
+		t.Errorf("%s: uses local memory (a register array spilled)", where)
+	}
+}
+
+// TestParsePTXRefuses: embedded PTX that is not as build.sh writes it
+// is an error, not a wrong module.
+func TestParsePTXRefuses(t *testing.T) {
+	entry := func(name string) string {
+		return "\t// .globl\t" + name + "\n.visible .entry " + name + "(\n)\n{\n}\n"
+	}
+	var all strings.Builder
+	for _, dt := range allDTypes {
+		for _, op := range allOps {
+			name, _ := ReduceEntry(dt, op)
+			all.WriteString(entry(name))
+		}
+	}
+	good := "// c\n.version 6.0\n.target sm_70\n.address_size 64\n\n" + all.String()
+	if _, err := parsePTX(good, "sm_70 6.0\nsm_90 7.8\n"); err != nil {
+		t.Fatalf("a well-formed source: %v", err)
+	}
+	cases := []struct{ why, source, targets string }{
+		{"no targets", good, ""},
+		{"a target without version", good, "sm_70\n"},
+		{"not an sm_ name", good, "compute_70 6.0\n"},
+		{"targets out of order", good, "sm_90 7.8\nsm_70 6.0\n"},
+		{"the source is not the first target's", good, "sm_75 6.3\n"},
+		{"two .target lines", good + ".target sm_80\n", "sm_70 6.0\n"},
+		{"no kernels", "// c\n.version 6.0\n.target sm_70\n", "sm_70 6.0\n"},
+		{"a kernel missing", strings.Replace(good, entry("gccl_reduce_int8_sum"), "", 1), "sm_70 6.0\n"},
+		{"an unknown kernel", good + entry("gccl_reduce_int8_xor"), "sm_70 6.0\n"},
+		{"a kernel's text with two entries", good + ".visible .entry gccl_reduce_int8_sum(\n)\n", "sm_70 6.0\n"},
+	}
+	for _, c := range cases {
+		if _, err := parsePTX(c.source, c.targets); err == nil {
+			t.Errorf("%s: parsed", c.why)
 		}
 	}
 }
@@ -172,7 +240,7 @@ func TestPTXSelection(t *testing.T) {
 	}
 	for _, c := range cases {
 		want := c.want
-		arch, ptx, err := PTX(c.major, c.minor)
+		arch, ptx, err := PTX(c.major, c.minor, reduce.BFloat16)
 		if err != nil {
 			t.Errorf("PTX(%d, %d): %v", c.major, c.minor, err)
 			continue
@@ -185,14 +253,17 @@ func TestPTXSelection(t *testing.T) {
 		}
 	}
 	for _, c := range [][2]int{{6, 1}, {5, 0}, {0, 0}} {
-		if arch, _, err := PTX(c[0], c[1]); !errors.Is(err, ErrUnsupportedDevice) {
+		if arch, _, err := PTX(c[0], c[1], reduce.Float32); !errors.Is(err, ErrUnsupportedDevice) {
 			t.Errorf("PTX(%d, %d) = %q, %v; want ErrUnsupportedDevice", c[0], c[1], arch, err)
 		} else if !strings.Contains(err.Error(), "sm_70") {
 			t.Errorf("PTX(%d, %d): error %q does not name sm_70", c[0], c[1], err)
 		}
 	}
-	if _, _, err := PTX(8, 10); err == nil {
+	if _, _, err := PTX(8, 10, reduce.Float32); err == nil {
 		t.Error("PTX(8, 10) succeeded")
+	}
+	if _, _, err := PTX(9, 0, reduce.DType(0)); err == nil {
+		t.Error("PTX of DType(0) succeeded")
 	}
 }
 
@@ -257,7 +328,8 @@ func TestPTXUpToDate(t *testing.T) {
 		t.Skipf("the committed PTX comes from %q, this clang is %q", version, strings.TrimSpace(have))
 	}
 	dir := t.TempDir()
-	lo, hi := ptxArchs[0], ptxArchs[len(ptxArchs)-1]
+	archs := parsed(t).archs
+	lo, hi := archs[0], archs[len(archs)-1]
 	cmd := exec.Command("sh", "build.sh", "-o", dir, lo.name, hi.name)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, out)

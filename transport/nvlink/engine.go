@@ -42,8 +42,9 @@ type imported struct {
 	base, size uint64
 }
 
-// Engine is one device's engine: a stream for its work, the kernels module
-// (loaded at the first reduction), and the peers' allocations mapped here.
+// Engine is one device's engine: a stream for its work, the kernels
+// (a module per element type, loaded at its first reduction), and the
+// peers' allocations mapped here.
 // Its methods are safe for concurrent use; ranks sharing a device share its
 // stream.
 type Engine struct {
@@ -57,8 +58,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	stream  cuda.Stream
-	mod     cuda.Module
-	arch    string
+	mods    map[reduce.DType]module // the kernels of each type, loaded at its first reduction
 	funcs   map[kernelKey]cuda.Function
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
@@ -80,7 +80,8 @@ var _ comm.DeviceEngine = (*Engine)(nil)
 // ctx, on driver d.
 func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
-		args: new(kernels.ReduceArgs), funcs: map[kernelKey]cuda.Function{}, imports: map[cuda.IPCHandle]imported{}}
+		args: new(kernels.ReduceArgs), mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{},
+		imports: map[cuda.IPCHandle]imported{}}
 	var err error
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
 		return nil, err
@@ -302,7 +303,15 @@ type kernelKey struct {
 	op kernels.Op
 }
 
-// function returns the kernel for dt and op, loading the module first.
+// module is a loaded module of gccl's kernels.
+type module struct {
+	mod  cuda.Module
+	arch string // the PTX's architecture, "sm_90"
+}
+
+// function returns the kernel for dt and op, loading dt's module first.
+// (The driver JIT-compiles a module as it loads it: a twelfth of the
+// kernels takes a twelfth of the time.)
 func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error) {
 	if f, ok := e.funcs[kernelKey{dt, op}]; ok {
 		return f, nil
@@ -314,19 +323,22 @@ func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error)
 	if e.closed {
 		return 0, errClosed
 	}
-	if e.mod == 0 {
-		arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor)
+	m, ok := e.mods[dt]
+	if !ok {
+		arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor, dt)
 		if err != nil {
 			return 0, err
 		}
-		if e.mod, err = e.ctx.LoadModule(ptx); err != nil {
-			return 0, fmt.Errorf("nvlink: loading gccl's %s kernels: %w", arch, err)
+		mod, err := e.ctx.LoadModule(ptx)
+		if err != nil {
+			return 0, fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
 		}
-		e.arch = arch
+		m = module{mod, arch}
+		e.mods[dt] = m
 	}
-	f, err := e.ctx.Function(e.mod, name)
+	f, err := e.ctx.Function(m.mod, name)
 	if err != nil {
-		return 0, fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, e.arch, err)
+		return 0, fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, m.arch, err)
 	}
 	e.funcs[kernelKey{dt, op}] = f
 	return f, nil
@@ -357,7 +369,7 @@ func (e *Engine) isClosed() bool {
 }
 
 // Close releases the streams calls still hold, and closes the peers'
-// mappings, the module and the stream.
+// mappings, the modules and the stream.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -372,10 +384,11 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closeImportsLocked()
-	if e.mod != 0 {
-		if uerr := e.ctx.UnloadModule(e.mod); err == nil {
+	for dt, m := range e.mods {
+		if uerr := e.ctx.UnloadModule(m.mod); err == nil {
 			err = uerr
 		}
+		delete(e.mods, dt)
 	}
 	if serr := e.ctx.DestroyStream(e.stream); err == nil {
 		err = serr
