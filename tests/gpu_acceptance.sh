@@ -21,8 +21,9 @@
 #
 # Steps (each prints "=== step"; a summary of all ends the output):
 #  1. the engine's descriptions, kernels (every type and op, from the
-#     embedded PTX) and stream holds, and the gpu package's collectives
-#     (stream ordering included), on the real driver;
+#     embedded PTX; each type's first reduction timed without the JIT
+#     cache) and stream holds, and the gpu package's collectives (stream
+#     ordering included), on the real driver;
 #  2. devcheck across 2 and 4 processes (every type and op, float64
 #     reference, on the devices through CUDA IPC; send/recv device to
 #     device), and across 2 with every call async on a stream (-stream);
@@ -127,7 +128,11 @@ command -v go >/dev/null && go version
 cur=1
 if wanted 1; then
 	step "1. engine, kernels, holds, gpu collectives on the driver"
+	# Without the driver's JIT cache, the log's "first reduction" lines time
+	# the compilation of each type's kernels, as in a fresh container.
+	export CUDA_CACHE_DISABLE=1
 	expect 1 '^--- PASS: TestReduceEveryKernel' gotest transport/nvlink -test.v -test.run 'TestExportImport|TestReduceEveryKernel|Hold'
+	unset CUDA_CACHE_DISABLE
 	expect 1 '^--- PASS: TestCollectivesOnDeviceBuffers' gotest gpu -test.v
 fi
 
