@@ -17,8 +17,8 @@ import (
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
 	"github.com/gccl/gccl/internal/commtest"
-	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/internal/testutil"
 )
 
@@ -340,16 +340,8 @@ func alloc(t *testing.T, dev *gpu.Device, dt comm.DataType, count int) *gpu.Buff
 // pinnedHost allocates n bytes of pinned host memory, freed when t ends.
 func pinnedHost(t *testing.T, n int) []byte {
 	t.Helper()
-	drv, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Close() })
-	ctx, err := drv.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Release() })
+	_, ctxs := devtest.Retain(t, 1)
+	ctx := ctxs[0]
 	h, err := ctx.AllocHost(n)
 	if err != nil {
 		t.Fatal(err)

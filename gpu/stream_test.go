@@ -18,6 +18,7 @@ import (
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/internal/testutil"
 )
 
@@ -218,16 +219,8 @@ func testCallsOrderedOnStreams(t *testing.T, streamDelay, engineDelay string) {
 // (a call on unbound buffers waits for the whole device).
 func TestStreamCallDoesNotWaitForOtherStreams(t *testing.T) {
 	fakeDriver(t)
-	drv, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	cctx, err := drv.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cctx.Release()
+	_, ctxs := devtest.Retain(t, 1)
+	cctx := ctxs[0]
 	other, err := cctx.NewStream()
 	if err != nil {
 		t.Fatal(err)

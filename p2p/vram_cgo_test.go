@@ -15,6 +15,7 @@ import (
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/internal/cufile"
 	"github.com/gccl/gccl/internal/testutil"
 )
@@ -31,7 +32,8 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 	// Without the host kernels: the p2p tests launch none, and so do not
 	// depend on internal/kernels building.
 	cudatest.Fake(t, "-UGCCL_HOSTEMU")
-	return [2]*cuda.Context(retainDevices(t, 2))
+	_, ctxs := devtest.Retain(t, 2)
+	return [2]*cuda.Context(ctxs)
 }
 
 // oneGPU makes the loader use the fake driver for the rest of t, or the
@@ -39,25 +41,8 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 func oneGPU(t testing.TB) *cuda.Context {
 	t.Helper()
 	cudatest.Driver(t, "-UGCCL_HOSTEMU")
-	return retainDevices(t, 1)[0]
-}
-
-// retainDevices loads the driver and retains the contexts of its first n
-// devices; the driver closes when t ends.
-func retainDevices(t testing.TB, n int) []*cuda.Context {
-	t.Helper()
-	d, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxs := make([]*cuda.Context, n)
-	for i := range ctxs {
-		if ctxs[i], err = d.Retain(i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { d.Close() }) // after the agents (cleanups run last first)
-	return ctxs
+	_, ctxs := devtest.Retain(t, 1)
+	return ctxs[0]
 }
 
 // devAlloc allocates n bytes on ctx's device filled with fill(seed).

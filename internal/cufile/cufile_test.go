@@ -12,6 +12,7 @@ import (
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/internal/cufile"
 )
 
@@ -39,16 +40,8 @@ func TestLoadWithoutDriver(t *testing.T) {
 func device(t *testing.T, n int) (*cuda.Context, cuda.DevicePtr) {
 	t.Helper()
 	cudatest.Driver(t)
-	d, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Release() })
+	_, ctxs := devtest.Retain(t, 1)
+	ctx := ctxs[0]
 	p, err := ctx.Alloc(n)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/gccl/gccl/internal/commtest"
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/transport/nvlink"
 )
 
@@ -23,19 +24,8 @@ import (
 func engine(t testing.TB) (*cuda.Context, *nvlink.Engine) {
 	t.Helper()
 	cudatest.Driver(t)
-	d, err := cuda.Load()
-	if err != nil && cudatest.RealGPU() {
-		t.Fatalf("GCCL_TEST_REAL_GPU=1 and no CUDA driver: %v", err)
-	}
-	if err != nil {
-		t.Skipf("no CUDA driver: %v", err) // the fake needs cgo
-	}
-	t.Cleanup(func() { d.Close() })
-	ctx, err := d.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Release() })
+	d, ctxs := devtest.Retain(t, 1)
+	ctx := ctxs[0]
 	bus, _ := d.PCIBusID(0)
 	e, err := nvlink.NewEngine(d, ctx, 0, bus)
 	if err != nil {
