@@ -196,8 +196,11 @@ func parsePTX(source, targets string) (*embeddedPTX, error) {
 		} else {
 			source = ""
 		}
-		name := text[len(globl):]
-		name = name[:strings.IndexAny(name, " \t\n")]
+		line, _, _ := strings.Cut(text[len(globl):], "\n")
+		name := "(none)"
+		if f := strings.Fields(line); len(f) > 0 {
+			name = f[0]
+		}
 		if strings.Count(text, ".entry ") != 1 || !strings.Contains(text, "\n.visible .entry "+name+"(") {
 			return nil, fmt.Errorf("kernels: ptx/reduce.ptx: the text of %s is not one entry of that name", name)
 		}

@@ -219,6 +219,7 @@ func TestParsePTXRefuses(t *testing.T) {
 		{"a kernel missing", strings.Replace(good, entry("gccl_reduce_int8_sum"), "", 1), "sm_70 6.0\n"},
 		{"an unknown kernel", good + entry("gccl_reduce_int8_xor"), "sm_70 6.0\n"},
 		{"a kernel's text with two entries", good + ".visible .entry gccl_reduce_int8_sum(\n)\n", "sm_70 6.0\n"},
+		{"a .globl comment naming nothing", good + "\t// .globl\t", "sm_70 6.0\n"},
 	}
 	for _, c := range cases {
 		if _, err := parsePTX(c.source, c.targets); err == nil {
