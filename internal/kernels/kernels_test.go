@@ -463,3 +463,23 @@ func writeConversions(t *testing.T, path string, seed uint64) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzParsePTX: no source or target list makes parsePTX panic, and what it
+// accepts has every kernel (go test runs the seeds; go test -fuzz
+// FuzzParsePTX ./internal/kernels searches further).
+func FuzzParsePTX(f *testing.F) {
+	f.Add(ptxSource[:4096], ptxTargets)
+	f.Add("\n.version 6.0\n.target sm_70\n\t// .globl\t", "sm_70 6.0")
+	f.Add("\n.version 6.0\n.target sm_70\n\t// .globl\tx\n.visible .entry x(", "sm_70 6.0\nsm_90 7.8")
+	f.Fuzz(func(t *testing.T, source, targets string) {
+		p, err := parsePTX(source, targets)
+		if err != nil {
+			return
+		}
+		for _, dt := range allDTypes {
+			if n := strings.Count(p.kernels[dt], ".entry "); n != len(allOps) {
+				t.Fatalf("accepted, with %d entries for %v", n, dt)
+			}
+		}
+	})
+}
