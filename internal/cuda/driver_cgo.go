@@ -256,9 +256,11 @@ func (d *Driver) Retain(ordinal int) (*Context, error) {
 	return &Context{d: d, dev: dev, ctx: ctx}, nil
 }
 
-// do runs f with the context current on a locked OS thread: the driver
+// Do runs f with the context current on a locked OS thread: the driver
 // keeps the current context per thread, and goroutines move between them.
-func (c *Context) do(f func() error) error {
+// gccl's own calls go through it, and so do those of libraries that use
+// the calling thread's context (cuFile).
+func (c *Context) Do(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := c.d.check("cuCtxSetCurrent", C.c_ctx_set(c.d.fn["cuCtxSetCurrent"], c.ctx)); err != nil {
@@ -266,10 +268,6 @@ func (c *Context) do(f func() error) error {
 	}
 	return f()
 }
-
-// Do runs f with the context current on a locked OS thread, for libraries
-// that use the calling thread's context (cuFile).
-func (c *Context) Do(f func() error) error { return c.do(f) }
 
 // Release drops the primary context.
 func (c *Context) Release() error {
@@ -282,7 +280,7 @@ func (c *Context) Alloc(n int) (DevicePtr, error) {
 		return 0, &Error{Call: "cuMemAlloc_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
 	}
 	var p C.uint64_t
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		return c.d.check("cuMemAlloc_v2", C.c_mem_alloc(c.d.fn["cuMemAlloc_v2"], &p, C.size_t(n)))
 	})
 	return DevicePtr(p), err
@@ -290,7 +288,7 @@ func (c *Context) Alloc(n int) (DevicePtr, error) {
 
 // Free frees device memory from Alloc.
 func (c *Context) Free(p DevicePtr) error {
-	return c.do(func() error { return c.d.check("cuMemFree_v2", C.c_mem_free(c.d.fn["cuMemFree_v2"], C.uint64_t(p))) })
+	return c.Do(func() error { return c.d.check("cuMemFree_v2", C.c_mem_free(c.d.fn["cuMemFree_v2"], C.uint64_t(p))) })
 }
 
 // CopyToDevice copies src to device address dst and waits for the copy.
@@ -298,7 +296,7 @@ func (c *Context) CopyToDevice(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		if err := c.d.check("cuMemcpyHtoDAsync_v2", C.c_htod(c.d.fn["cuMemcpyHtoDAsync_v2"], C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), nil)); err != nil {
 			return err
 		}
@@ -311,7 +309,7 @@ func (c *Context) CopyFromDevice(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		if err := c.d.check("cuMemcpyDtoHAsync_v2", C.c_dtoh(c.d.fn["cuMemcpyDtoHAsync_v2"], unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst)), nil)); err != nil {
 			return err
 		}
@@ -322,7 +320,7 @@ func (c *Context) CopyFromDevice(dst []byte, src DevicePtr) error {
 // IPCHandle returns the handle another process opens to map p's allocation.
 func (c *Context) IPCHandle(p DevicePtr) (IPCHandle, error) {
 	var res C.ipc_get_result
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		res = C.c_ipc_get(c.d.fn["cuIpcGetMemHandle"], C.uint64_t(p))
 		return c.d.check("cuIpcGetMemHandle", res.r)
 	})
@@ -345,27 +343,27 @@ func (d *Driver) Attribute(ordinal int, attr Attr) (int, error) {
 
 // Synchronize waits for all work in the context (cuCtxSynchronize).
 func (c *Context) Synchronize() error {
-	return c.do(func() error { return c.d.check("cuCtxSynchronize", C.c_ctx_sync(c.d.fn["cuCtxSynchronize"])) })
+	return c.Do(func() error { return c.d.check("cuCtxSynchronize", C.c_ctx_sync(c.d.fn["cuCtxSynchronize"])) })
 }
 
 // NewStream creates a stream that does not synchronize with the legacy
 // default stream (CU_STREAM_NON_BLOCKING).
 func (c *Context) NewStream() (Stream, error) {
 	var s C.uintptr_t
-	err := c.do(func() error { return c.d.check("cuStreamCreate", C.c_stream_create(c.d.fn["cuStreamCreate"], &s, 1)) })
+	err := c.Do(func() error { return c.d.check("cuStreamCreate", C.c_stream_create(c.d.fn["cuStreamCreate"], &s, 1)) })
 	return Stream(s), err
 }
 
 // DestroyStream destroys a stream from NewStream.
 func (c *Context) DestroyStream(s Stream) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuStreamDestroy_v2", C.c_handle(c.d.fn["cuStreamDestroy_v2"], C.uintptr_t(s)))
 	})
 }
 
 // SyncStream waits for the work queued on s.
 func (c *Context) SyncStream(s Stream) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuStreamSynchronize", C.c_handle(c.d.fn["cuStreamSynchronize"], C.uintptr_t(s)))
 	})
 }
@@ -374,27 +372,27 @@ func (c *Context) SyncStream(s Stream) error {
 // cheap kind used for ordering.
 func (c *Context) NewEvent() (Event, error) {
 	var e C.uintptr_t
-	err := c.do(func() error { return c.d.check("cuEventCreate", C.c_event_create(c.d.fn["cuEventCreate"], &e, 2)) })
+	err := c.Do(func() error { return c.d.check("cuEventCreate", C.c_event_create(c.d.fn["cuEventCreate"], &e, 2)) })
 	return Event(e), err
 }
 
 // DestroyEvent destroys an event from NewEvent.
 func (c *Context) DestroyEvent(e Event) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuEventDestroy_v2", C.c_handle(c.d.fn["cuEventDestroy_v2"], C.uintptr_t(e)))
 	})
 }
 
 // RecordEvent records e at the current end of s.
 func (c *Context) RecordEvent(e Event, s Stream) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuEventRecord", C.c_event_record(c.d.fn["cuEventRecord"], C.uintptr_t(e), C.uintptr_t(s)))
 	})
 }
 
 // SyncEvent waits until the work before e's record is complete.
 func (c *Context) SyncEvent(e Event) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuEventSynchronize", C.c_handle(c.d.fn["cuEventSynchronize"], C.uintptr_t(e)))
 	})
 }
@@ -403,7 +401,7 @@ func (c *Context) SyncEvent(e Event) error {
 // waiting.
 func (c *Context) EventDone(e Event) (bool, error) {
 	var r C.int
-	if err := c.do(func() error { r = C.c_handle(c.d.fn["cuEventQuery"], C.uintptr_t(e)); return nil }); err != nil {
+	if err := c.Do(func() error { r = C.c_handle(c.d.fn["cuEventQuery"], C.uintptr_t(e)); return nil }); err != nil {
 		return false, err
 	}
 	if Result(r) == ErrNotReady {
@@ -414,7 +412,7 @@ func (c *Context) EventDone(e Event) (bool, error) {
 
 // StreamWaitEvent makes work queued on s after this call wait for e.
 func (c *Context) StreamWaitEvent(s Stream, e Event) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuStreamWaitEvent", C.c_stream_wait_event(c.d.fn["cuStreamWaitEvent"], C.uintptr_t(s), C.uintptr_t(e)))
 	})
 }
@@ -425,7 +423,7 @@ func (c *Context) CopyAsync(dst, src DevicePtr, n int, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemcpyDtoDAsync_v2", C.c_dtod(c.d.fn["cuMemcpyDtoDAsync_v2"], C.uint64_t(dst), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
 	})
 }
@@ -436,7 +434,7 @@ func (c *Context) CopyToDeviceAsync(dst DevicePtr, src []byte, s Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemcpyHtoDAsync_v2", C.c_htod_s(c.d.fn["cuMemcpyHtoDAsync_v2"], C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), C.uintptr_t(s)))
 	})
 }
@@ -447,7 +445,7 @@ func (c *Context) CopyFromDeviceAsync(dst []byte, src DevicePtr, s Stream) error
 	if len(dst) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemcpyDtoHAsync_v2", C.c_dtoh_s(c.d.fn["cuMemcpyDtoHAsync_v2"], unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst)), C.uintptr_t(s)))
 	})
 }
@@ -457,7 +455,7 @@ func (c *Context) MemsetAsync(dst DevicePtr, v byte, n int, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemsetD8Async", C.c_memset8(c.d.fn["cuMemsetD8Async"], C.uint64_t(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
 	})
 }
@@ -470,7 +468,7 @@ func (c *Context) AllocHost(n int) ([]byte, error) {
 		return nil, &Error{Call: "cuMemAllocHost_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
 	}
 	var p unsafe.Pointer
-	if err := c.do(func() error {
+	if err := c.Do(func() error {
 		return c.d.check("cuMemAllocHost_v2", C.c_alloc_host(c.d.fn["cuMemAllocHost_v2"], &p, C.size_t(n)))
 	}); err != nil {
 		return nil, err
@@ -488,7 +486,7 @@ func (c *Context) AllocHostMapped(n int) ([]byte, DevicePtr, error) {
 	}
 	var p unsafe.Pointer
 	var d C.uint64_t
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		if err := c.d.check("cuMemHostAlloc", C.c_host_alloc(c.d.fn["cuMemHostAlloc"], &p, C.size_t(n), 3)); err != nil {
 			return err
 		}
@@ -509,7 +507,7 @@ func (c *Context) AllocHostMapped(n int) ([]byte, DevicePtr, error) {
 // (cuStreamWaitValue32_v2). p is typically AllocHostMapped memory that the
 // host writes.
 func (c *Context) WaitValue32(s Stream, p DevicePtr, v uint32, cond WaitCond) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuStreamWaitValue32_v2", C.c_wait_value(c.d.fn["cuStreamWaitValue32_v2"], C.uintptr_t(s), C.uint64_t(p), C.uint32_t(v), C.uint(cond)))
 	})
 }
@@ -519,7 +517,7 @@ func (c *Context) FreeHost(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemFreeHost", C.c_host_ptr(c.d.fn["cuMemFreeHost"], unsafe.Pointer(&b[0])))
 	})
 }
@@ -531,7 +529,7 @@ func (c *Context) HostRegister(b []byte) error {
 	if len(b) == 0 {
 		return &Error{Call: "cuMemHostRegister_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemHostRegister_v2", C.c_host_register(c.d.fn["cuMemHostRegister_v2"], unsafe.Pointer(&b[0]), C.size_t(len(b)), 1))
 	})
 }
@@ -541,7 +539,7 @@ func (c *Context) HostUnregister(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuMemHostUnregister", C.c_host_ptr(c.d.fn["cuMemHostUnregister"], unsafe.Pointer(&b[0])))
 	})
 }
@@ -552,7 +550,7 @@ func (c *Context) HostUnregister(b []byte) error {
 // driver refuses handles from this same process.
 func (c *Context) OpenIPC(h IPCHandle) (DevicePtr, error) {
 	var p C.uint64_t
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		return c.d.check("cuIpcOpenMemHandle_v2", C.c_ipc_open(c.d.fn["cuIpcOpenMemHandle_v2"], &p, unsafe.Pointer(&h[0]), 1))
 	})
 	return DevicePtr(p), err
@@ -560,7 +558,7 @@ func (c *Context) OpenIPC(h IPCHandle) (DevicePtr, error) {
 
 // CloseIPC unmaps memory from OpenIPC.
 func (c *Context) CloseIPC(p DevicePtr) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuIpcCloseMemHandle", C.c_dptr(c.d.fn["cuIpcCloseMemHandle"], C.uint64_t(p)))
 	})
 }
@@ -569,7 +567,7 @@ func (c *Context) CloseIPC(p DevicePtr) error {
 // handles name whole allocations, so a peer adds p-base to what it opens.
 func (c *Context) AddressRange(p DevicePtr) (DevicePtr, int, error) {
 	var res C.addr_range_result
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		res = C.c_addr_range(c.d.fn["cuMemGetAddressRange_v2"], C.uint64_t(p))
 		return c.d.check("cuMemGetAddressRange_v2", res.r)
 	})
@@ -580,7 +578,7 @@ func (c *Context) AddressRange(p DevicePtr) (DevicePtr, int, error) {
 // context allocated, mapped or registered is an error (CUDA_ERROR_INVALID_VALUE).
 func (c *Context) PointerInfo(p DevicePtr) (PointerInfo, error) {
 	var res C.ptr_info_result
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		res = C.c_ptr_info(c.d.fn["cuPointerGetAttribute"], C.uint64_t(p))
 		return c.d.check("cuPointerGetAttribute", res.r)
 	})
@@ -599,7 +597,7 @@ func (c *Context) LoadModule(image []byte) (Module, error) {
 	img := C.CBytes(append(image[:len(image):len(image)], 0)) // PTX must end in NUL
 	defer C.free(img)
 	var m C.uintptr_t
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		return c.d.check("cuModuleLoadData", C.c_module_load(c.d.fn["cuModuleLoadData"], &m, img))
 	})
 	return Module(m), err
@@ -607,7 +605,7 @@ func (c *Context) LoadModule(image []byte) (Module, error) {
 
 // UnloadModule unloads a module from LoadModule.
 func (c *Context) UnloadModule(m Module) error {
-	return c.do(func() error { return c.d.check("cuModuleUnload", C.c_handle(c.d.fn["cuModuleUnload"], C.uintptr_t(m))) })
+	return c.Do(func() error { return c.d.check("cuModuleUnload", C.c_handle(c.d.fn["cuModuleUnload"], C.uintptr_t(m))) })
 }
 
 // Function looks up a kernel of m by name.
@@ -615,7 +613,7 @@ func (c *Context) Function(m Module, name string) (Function, error) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var f C.uintptr_t
-	err := c.do(func() error {
+	err := c.Do(func() error {
 		return c.d.check("cuModuleGetFunction", C.c_module_func(c.d.fn["cuModuleGetFunction"], &f, C.uintptr_t(m), cname))
 	})
 	return Function(f), err
@@ -625,7 +623,7 @@ func (c *Context) Function(m Module, name string) (Function, error) {
 // points to the kernel's single parameter, a struct passed by value that
 // holds no Go pointers; the driver copies it before Launch returns.
 func (c *Context) Launch(f Function, grid, block uint32, s Stream, arg unsafe.Pointer) error {
-	return c.do(func() error {
+	return c.Do(func() error {
 		return c.d.check("cuLaunchKernel", C.c_launch(c.d.fn["cuLaunchKernel"], C.uintptr_t(f), C.uint(grid), C.uint(block), C.uintptr_t(s), arg))
 	})
 }
