@@ -3,21 +3,12 @@
 package cuda
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 // Trampolines: the driver's entry points are function pointers from dlsym,
 // called with the C signatures cuda.h declares (CUresult is an int, CUdevice
 // an int, CUdeviceptr a 64-bit integer, handles are pointers).
-static void *g_open(const char *path, const char **err) {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) *err = dlerror();
-	return h;
-}
-static void *g_sym(void *h, const char *name) { return dlsym(h, name); }
-static int g_close(void *h) { return dlclose(h); }
 static int c_init(void *f, unsigned flags) { return ((int (*)(unsigned))f)(flags); }
 static int c_int_out(void *f, int *out) { return ((int (*)(int *))f)(out); }
 static int c_err_name(void *f, int r, const char **s) { return ((int (*)(int, const char **))f)(r, s); }
@@ -115,6 +106,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/gccl/gccl/internal/dl"
 )
 
 // DefaultLibrary is the driver library Load opens unless GCCL_CUDA_LIBRARY
@@ -124,7 +117,7 @@ const DefaultLibrary = "libcuda.so.1"
 // Driver is the loaded driver library.
 type Driver struct {
 	mu      sync.Mutex
-	lib     unsafe.Pointer
+	lib     *dl.Library
 	fn      map[string]unsafe.Pointer
 	version int
 }
@@ -151,12 +144,12 @@ func Load() (*Driver, error) {
 		return nil, err
 	}
 	if err := d.check("cuInit", C.c_init(d.fn["cuInit"], 0)); err != nil {
-		C.g_close(d.lib)
+		d.lib.Close()
 		return nil, fmt.Errorf("%w: %s loaded, but it cannot initialize (no GPU here, or its kernel module is not loaded): %w", ErrNotSupported, path, err)
 	}
 	var v C.int
 	if err := d.check("cuDriverGetVersion", C.c_int_out(d.fn["cuDriverGetVersion"], &v)); err != nil {
-		C.g_close(d.lib)
+		d.lib.Close()
 		return nil, err
 	}
 	d.version = int(v)
@@ -166,20 +159,15 @@ func Load() (*Driver, error) {
 // open loads the library at path and resolves every entry point gccl
 // uses, without initializing the driver.
 func open(path string) (*Driver, error) {
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var cerr *C.char
-	lib := C.g_open(cpath, &cerr)
-	if lib == nil {
-		return nil, fmt.Errorf("%w: cannot load %s (no NVIDIA driver?): %s", ErrNotSupported, path, C.GoString(cerr))
+	lib, err := dl.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot load %s (no NVIDIA driver?): %v", ErrNotSupported, path, err)
 	}
 	d := &Driver{lib: lib, fn: map[string]unsafe.Pointer{}}
 	for _, name := range symbols {
-		cname := C.CString(name)
-		p := C.g_sym(lib, cname)
-		C.free(unsafe.Pointer(cname))
+		p := lib.Sym(name)
 		if p == nil {
-			C.g_close(lib)
+			lib.Close()
 			return nil, fmt.Errorf("%w: %s has no %s (a driver older than gccl needs?)", ErrNotSupported, path, name)
 		}
 		d.fn[name] = p
@@ -636,7 +624,7 @@ func (d *Driver) Close() error {
 	if d.lib == nil {
 		return nil
 	}
-	C.g_close(d.lib)
+	d.lib.Close()
 	d.lib, d.fn = nil, nil
 	return nil
 }

@@ -3,11 +3,8 @@
 package cufile
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <sys/types.h>
 
 // cufile.h's types, declared here so that no header is needed to build.
@@ -18,13 +15,6 @@ typedef struct {
 	const void *fs_ops;
 } cufile_descr;
 
-static void *f_open(const char *path, const char **err) {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) *err = dlerror();
-	return h;
-}
-static void *f_sym(void *h, const char *name) { return dlsym(h, name); }
-static int f_close(void *h) { return dlclose(h); }
 static cufile_error f_void(void *f) { return ((cufile_error (*)(void))f)(); }
 typedef struct { void *handle; cufile_error e; } register_result;
 static register_result f_register(void *f, int fd) {
@@ -54,11 +44,12 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/dl"
 )
 
 // Library is the loaded library, its driver open.
 type Library struct {
-	lib  unsafe.Pointer
+	lib  *dl.Library
 	fn   map[string]unsafe.Pointer
 	mu   sync.Mutex
 	done bool
@@ -74,33 +65,25 @@ func Load() (*Library, error) {
 	if path == "" {
 		path = DefaultLibrary
 	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var cerr *C.char
-	lib := C.f_open(cpath, &cerr)
-	if lib == nil {
-		return nil, fmt.Errorf("%w: cannot load %s (GPUDirect Storage not installed?): %s", cuda.ErrNotSupported, path, C.GoString(cerr))
+	lib, err := dl.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot load %s (GPUDirect Storage not installed?): %v", cuda.ErrNotSupported, path, err)
 	}
 	l := &Library{lib: lib, fn: map[string]unsafe.Pointer{}}
-	sym := func(name string) unsafe.Pointer {
-		cname := C.CString(name)
-		defer C.free(unsafe.Pointer(cname))
-		return C.f_sym(lib, cname)
-	}
 	for _, name := range symbols {
-		if l.fn[name] = sym(name); l.fn[name] == nil {
-			C.f_close(lib)
+		if l.fn[name] = lib.Sym(name); l.fn[name] == nil {
+			lib.Close()
 			return nil, fmt.Errorf("%w: %s has no %s", cuda.ErrNotSupported, path, name)
 		}
 	}
-	if l.fn["close"] = sym("cuFileDriverClose_v2"); l.fn["close"] == nil {
-		if l.fn["close"] = sym("cuFileDriverClose"); l.fn["close"] == nil {
-			C.f_close(lib)
+	if l.fn["close"] = lib.Sym("cuFileDriverClose_v2"); l.fn["close"] == nil {
+		if l.fn["close"] = lib.Sym("cuFileDriverClose"); l.fn["close"] == nil {
+			lib.Close()
 			return nil, fmt.Errorf("%w: %s has no cuFileDriverClose", cuda.ErrNotSupported, path)
 		}
 	}
 	if err := check("cuFileDriverOpen", C.f_void(l.fn["cuFileDriverOpen"])); err != nil {
-		C.f_close(lib)
+		lib.Close()
 		return nil, fmt.Errorf("%w: %w", cuda.ErrNotSupported, err)
 	}
 	return l, nil
@@ -122,7 +105,7 @@ func (l *Library) Close() error {
 	}
 	l.done = true
 	err := check("cuFileDriverClose", C.f_void(l.fn["close"]))
-	C.f_close(l.lib)
+	l.lib.Close()
 	return err
 }
 
