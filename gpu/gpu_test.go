@@ -340,8 +340,7 @@ func alloc(t *testing.T, dev *gpu.Device, dt comm.DataType, count int) *gpu.Buff
 // pinnedHost allocates n bytes of pinned host memory, freed when t ends.
 func pinnedHost(t *testing.T, n int) []byte {
 	t.Helper()
-	_, ctxs := devtest.Retain(t, 1)
-	ctx := ctxs[0]
+	ctx := devtest.Context(t)
 	h, err := ctx.AllocHost(n)
 	if err != nil {
 		t.Fatal(err)

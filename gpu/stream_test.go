@@ -219,8 +219,7 @@ func testCallsOrderedOnStreams(t *testing.T, streamDelay, engineDelay string) {
 // (a call on unbound buffers waits for the whole device).
 func TestStreamCallDoesNotWaitForOtherStreams(t *testing.T) {
 	fakeDriver(t)
-	_, ctxs := devtest.Retain(t, 1)
-	cctx := ctxs[0]
+	cctx := devtest.Context(t)
 	other, err := cctx.NewStream()
 	if err != nil {
 		t.Fatal(err)

@@ -41,8 +41,7 @@ func fakeGPU(t testing.TB) [2]*cuda.Context {
 func oneGPU(t testing.TB) *cuda.Context {
 	t.Helper()
 	cudatest.Driver(t, "-UGCCL_HOSTEMU")
-	_, ctxs := devtest.Retain(t, 1)
-	return ctxs[0]
+	return devtest.Context(t)
 }
 
 // devAlloc allocates n bytes on ctx's device filled with fill(seed).

@@ -40,8 +40,7 @@ func TestLoadWithoutDriver(t *testing.T) {
 func device(t *testing.T, n int) (*cuda.Context, cuda.DevicePtr) {
 	t.Helper()
 	cudatest.Driver(t)
-	_, ctxs := devtest.Retain(t, 1)
-	ctx := ctxs[0]
+	ctx := devtest.Context(t)
 	p, err := ctx.Alloc(n)
 	if err != nil {
 		t.Fatal(err)

@@ -38,3 +38,10 @@ func Retain(t testing.TB, n int) (*cuda.Driver, []*cuda.Context) {
 	}
 	return d, ctxs
 }
+
+// Context is Retain of one device: device 0's context.
+func Context(t testing.TB) *cuda.Context {
+	t.Helper()
+	_, ctxs := Retain(t, 1)
+	return ctxs[0]
+}
