@@ -107,9 +107,8 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 			// Memory with no IPC handle (some allocators') is staged.
 			c.log.Debug("device send buffer not shareable, host staging: "+err.Error(), "subsys", "P2P")
 		}
-		op.v.staging()
-		if err := op.v.dev.CopyToHost(op.v.b); err != nil {
-			return fmt.Errorf("staging a device send buffer: %w", err)
+		if err := stageSend(op); err != nil {
+			return err
 		}
 	}
 	for i := range ops {
@@ -288,9 +287,8 @@ func (c *Comm) takeAnswer(ops []P2P, st []p2pProgress, peer int, m []byte, t tra
 			s.done, s.ended, s.dev = len(op.v.b), true, devNone
 			*left--
 		case p2pSendData:
-			op.v.staging()
-			if err := op.v.dev.CopyToHost(op.v.b); err != nil {
-				return fmt.Errorf("staging a device send buffer: %w", err)
+			if err := stageSend(op); err != nil {
+				return err
 			}
 			s.src, s.dev = op.v.b, devNone
 		default:
@@ -299,6 +297,16 @@ func (c *Comm) takeAnswer(ops []P2P, st []p2pProgress, peer int, m []byte, t tra
 		return nil
 	}
 	return fmt.Errorf("%w: peer answered a device send #%d this rank is not waiting on (operations must be issued in the same order on every rank)", ErrMismatch, t.Seq())
+}
+
+// stageSend gives send op's device buffer host staging and copies the
+// buffer into it, for the transport to send as a host send.
+func stageSend(op *P2P) error {
+	op.v.staging()
+	if err := op.v.dev.CopyToHost(op.v.b); err != nil {
+		return fmt.Errorf("staging a device send buffer: %w", err)
+	}
+	return nil
 }
 
 // recvPending reports whether the group still receives from peer.
