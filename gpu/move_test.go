@@ -63,12 +63,11 @@ func TestAllToAllGatherScatterOnDevices(t *testing.T) {
 		}
 		defer out.Free()
 		mine := func(i int) float32 { return float32(r*1000 + i) }
-		onDevices := func(what string, call func() error) error { return onDevices(&copies, what, call) }
 
 		if err := setF32(in.Buffer, mine); err != nil {
 			return err
 		}
-		if err := onDevices("AllToAll", func() error { return c.AllToAll(ctx, in, out) }); err != nil {
+		if err := onDevices(&copies, "AllToAll", func() error { return c.AllToAll(ctx, in, out) }); err != nil {
 			return err
 		}
 		// Block p of the output is block r of rank p's input.
@@ -95,7 +94,7 @@ func TestAllToAllGatherScatterOnDevices(t *testing.T) {
 				return err
 			}
 		}
-		if err := onDevices("Gather", func() error { return c.Gather(ctx, send, recv, root) }); err != nil {
+		if err := onDevices(&copies, "Gather", func() error { return c.Gather(ctx, send, recv, root) }); err != nil {
 			return err
 		}
 		if r == root {
@@ -112,7 +111,7 @@ func TestAllToAllGatherScatterOnDevices(t *testing.T) {
 				return err
 			}
 		}
-		if err := onDevices("Scatter", func() error { return c.Scatter(ctx, send, recv, scatterRoot) }); err != nil {
+		if err := onDevices(&copies, "Scatter", func() error { return c.Scatter(ctx, send, recv, scatterRoot) }); err != nil {
 			return err
 		}
 		if err := checkF32("Scatter", small, func(i int) float32 { return float32(7 * (r*blk + i)) }); err != nil {

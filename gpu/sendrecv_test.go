@@ -54,12 +54,11 @@ func TestSendRecvOnDevices(t *testing.T) {
 		value := func(rank, msg int) func(int) float32 {
 			return func(i int) float32 { return float32(10000*rank + 1000*msg + i) }
 		}
-		onDevices := func(what string, call func() error) error { return onDevices(&copies, what, call) }
 
 		if err := setF32(x.Buffer, value(r, 0)); err != nil {
 			return err
 		}
-		if err := onDevices("ring", func() error {
+		if err := onDevices(&copies, "ring", func() error {
 			return c.Group(ctx, comm.SendBuffer(next, x), comm.RecvBuffer(prev, y))
 		}); err != nil {
 			return err
@@ -82,7 +81,7 @@ func TestSendRecvOnDevices(t *testing.T) {
 			if r == 1 {
 				ops = []comm.P2P{ops[2], ops[3], ops[0], ops[1]}
 			}
-			if err := onDevices("two each way", func() error { return c.Group(ctx, ops...) }); err != nil {
+			if err := onDevices(&copies, "two each way", func() error { return c.Group(ctx, ops...) }); err != nil {
 				return err
 			}
 			if err := checkF32("first of two", z.Buffer, value(peer, 1)); err != nil {
@@ -96,7 +95,7 @@ func TestSendRecvOnDevices(t *testing.T) {
 		if err := setF32(x.Buffer, value(r, 3)); err != nil {
 			return err
 		}
-		if err := onDevices("async ring", func() error {
+		if err := onDevices(&copies, "async ring", func() error {
 			return c.GroupAsync(comm.SendBuffer(next, x), comm.RecvBuffer(prev, y)).Wait(ctx)
 		}); err != nil {
 			return err
