@@ -6,13 +6,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
 // ptxas returns NVIDIA's PTX assembler (GCCL_PTXAS, else ptxas on PATH), or
 // skips t. CI fetches it from Debian's nvidia-cuda-toolkit (.ci/nvidia-tools.sh);
 // no GPU is needed to run it.
-func ptxas(t *testing.T) string {
+func ptxas(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("GCCL_PTXAS"); p != "" {
 		return p
@@ -125,4 +126,40 @@ func checkVectorized(t *testing.T, nvdisasm, cubin string) {
 			}
 		}
 	}
+}
+
+// BenchmarkPTXAssemble times NVIDIA's ptxas assembling, for sm_90, the
+// module PTX returns for each type, and all 72 kernels at once: the work the
+// driver's JIT compiler does when it loads them (nvlink loads one type's
+// module at a time). Without ptxas it skips.
+func BenchmarkPTXAssemble(b *testing.B) {
+	bin := ptxas(b)
+	run := func(b *testing.B, ptx []byte) {
+		dir := b.TempDir()
+		src := filepath.Join(dir, "m.ptx")
+		if err := os.WriteFile(src, ptx, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			if out, err := exec.Command(bin, "-arch=sm_90", "-O3", "-o", filepath.Join(dir, "m.cubin"), src).CombinedOutput(); err != nil {
+				b.Fatalf("ptxas: %v\n%s", err, out)
+			}
+		}
+	}
+	for _, dt := range allDTypes {
+		b.Run(dt.String(), func(b *testing.B) {
+			_, ptx, err := PTX(9, 0, dt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			run(b, ptx)
+		})
+	}
+	b.Run("all", func(b *testing.B) {
+		p, err := parsedPTX()
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, p.module(p.archs[len(p.archs)-1], strings.Join(p.kernels[:], "")))
+	})
 }
