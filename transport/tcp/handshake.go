@@ -119,6 +119,10 @@ func dialHandshake(c net.Conn, token []byte, h hello, want int) error {
 	return nil
 }
 
+// testHookBeforeVerdict, set by tests, runs between an accepted dialer's
+// claim and the verdict that tells it so.
+var testHookBeforeVerdict func()
+
 // acceptHandshake runs the acceptor's side on c. check vets the dialer's
 // hello before any secret-dependent work; claim reserves the (rank, stream)
 // once the dialer is authenticated, and fails for a duplicate.
@@ -152,6 +156,9 @@ func acceptHandshake(c net.Conn, token []byte, rank int, check func(hello) error
 	}
 	if err := claim(h); err != nil {
 		return h, err
+	}
+	if testHookBeforeVerdict != nil {
+		testHookBeforeVerdict()
 	}
 	if _, err := c.Write([]byte{handshakeOK}); err != nil {
 		return h, err

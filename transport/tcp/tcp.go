@@ -284,7 +284,11 @@ type connectState struct {
 	got   chan struct{} // a connection arrived or failed
 	mu    sync.Mutex
 	conns [][]*net.TCPConn // by peer, by stream
-	fatal error
+	// verdicts counts accepted connections claimed in conns whose
+	// handshake has not yet ended: until it has (the dialer told it is
+	// accepted), Connect must not stop, which would cut it short.
+	verdicts int
+	fatal    error
 }
 
 // wait returns when every connection is up, a dial failed for good, or ctx
@@ -292,12 +296,12 @@ type connectState struct {
 func (s *connectState) wait(ctx context.Context) error {
 	for {
 		s.mu.Lock()
-		err, missing := s.fatal, s.missing()
+		err, missing, verdicts := s.fatal, s.missing(), s.verdicts
 		s.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if missing == "" {
+		if missing == "" && verdicts == 0 {
 			return nil
 		}
 		select {
@@ -476,6 +480,7 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 			return fmt.Errorf("rank %d opened stream %d twice", h.rank, h.stream)
 		}
 		s.conns[h.rank][h.stream] = c
+		s.verdicts++
 		claimed = true
 		return nil
 	}
@@ -483,15 +488,17 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 	}
+	if claimed {
+		s.mu.Lock()
+		s.verdicts--
+		if err != nil {
+			s.conns[h.rank][h.stream] = nil
+		}
+		s.mu.Unlock()
+	}
 	if err != nil {
 		s.l.log.Warn("refused a connection", "subsys", "NET", "from", c.RemoteAddr(), "err", err)
-		if claimed {
-			s.mu.Lock()
-			s.conns[h.rank][h.stream] = nil
-			s.mu.Unlock()
-		}
 		c.Close()
-		return
 	}
 	s.notify()
 }

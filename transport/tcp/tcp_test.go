@@ -558,3 +558,13 @@ func TestPickAddr(t *testing.T) {
 		}
 	}
 }
+
+// A Connect whose last connection is claimed but not yet told it is
+// accepted keeps waiting for that verdict: returning at the claim cancelled
+// the handshake mid-verdict, and both ranks failed (seen under -race in CI
+// as "handshake refused ... did not accept our token or stream").
+func TestConnectWaitsForTheLastVerdict(t *testing.T) {
+	testHookBeforeVerdict = func() { time.Sleep(50 * time.Millisecond) }
+	t.Cleanup(func() { testHookBeforeVerdict = nil })
+	connectWorld(t, 3, testConfig(64<<10, 2, 2)) // fails t if a rank's Connect fails
+}
