@@ -4,42 +4,41 @@ import (
 	"testing"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/algo/internal/gentest"
 	"github.com/gccl/gccl/algo/sim"
 )
 
+var exchange = []gentest.Generator{
+	{Name: "exchange", Gen: func(n, rank, _ int) *algo.Plan { return algo.ExchangeAllReduce(n, rank) }},
+}
+
+func TestExchangeGolden(t *testing.T) { gentest.Golden(t, exchange, *update) }
+
+// TestExchangeSimulate also checks, through the simulator, that every rank
+// reduces the inputs in the same order with the operands in the same places.
+func TestExchangeSimulate(t *testing.T) { gentest.Simulate(t, exchange) }
+
 func TestExchangeAllReduce(t *testing.T) {
-	for _, n := range []int{1, 2} {
-		plans := make([]*algo.Plan, n)
-		for r := range plans {
-			plans[r] = algo.ExchangeAllReduce(n, r)
-			if err := plans[r].Validate(); err != nil {
+	for _, n := range gentest.SimSizes {
+		for r := range n {
+			p := algo.ExchangeAllReduce(n, r)
+			if err := p.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			if !plans[r].Unscaled {
-				t.Fatal("the exchange reads In twice and must say so")
-			}
-		}
-		for _, q := range []int{1, 4} {
-			for _, c := range []int{1, 3} {
-				if err := sim.Run(plans, sim.Options{QueueCap: q, Chunks: c}); err != nil {
-					t.Fatalf("n=%d K=%d C=%d: %v", n, q, c, err)
-				}
+			if !p.Unscaled || p.NBlocks != 1 || p.Algo != algo.Direct {
+				t.Fatalf("n=%d rank %d: header %+v; the exchange is Direct, has one block and reads In twice", n, r, p)
 			}
 		}
 	}
 	// Without the Unscaled mark the simulator rejects the second read of
 	// In, which is what keeps pre-scaled ops away from this plan.
-	plans := []*algo.Plan{algo.ExchangeAllReduce(2, 0), algo.ExchangeAllReduce(2, 1)}
-	for _, p := range plans {
-		p.Unscaled = false
-	}
-	if err := sim.Run(plans, sim.Options{QueueCap: 1, Chunks: 1}); err == nil {
-		t.Fatal("simulator accepted an unmarked plan that reads In twice")
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("ExchangeAllReduce accepted 3 ranks")
+	for _, n := range []int{2, 3} {
+		plans := sim.Plans(n, func(r int) *algo.Plan { return algo.ExchangeAllReduce(n, r) })
+		for _, p := range plans {
+			p.Unscaled = false
 		}
-	}()
-	algo.ExchangeAllReduce(3, 0)
+		if err := sim.Run(plans, sim.Options{QueueCap: 1, Chunks: 1}); err == nil {
+			t.Fatalf("n=%d: simulator accepted an unmarked plan that reads In twice", n)
+		}
+	}
 }

@@ -59,6 +59,8 @@ func TestStepConstructors(t *testing.T) {
 		{algo.CopyStep(in, out), algo.Step{Prim: algo.Copy, SendPeer: -1, RecvPeer: -1, Src: in, Dst: out}},
 		{algo.SendRecvStep(2, in, 3, out), algo.Step{Prim: algo.SendRecv, SendPeer: 2, RecvPeer: 3, Src: in, Dst: out}},
 		{algo.CopyStep(in, out).AsFinal(), algo.Step{Prim: algo.Copy, SendPeer: -1, RecvPeer: -1, Src: in, Dst: out, Final: true}},
+		{algo.LocalReduceStep(in, out), algo.Step{Prim: algo.LocalReduce, SendPeer: -1, RecvPeer: -1, Src: in, Dst: out}},
+		{algo.RecvReduceCopyStep(3, in, out).AsSrcFirst(), algo.Step{Prim: algo.RecvReduceCopy, SendPeer: -1, RecvPeer: 3, Src: in, Dst: out, SrcFirst: true}},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("got %+v, want %+v", tt.got, tt.want)

@@ -170,6 +170,12 @@ func (r Ref) String() string {
 // Prim is a fused primitive: what one step does with at most one incoming
 // message, one local operand and one outgoing message. Every byte is read once
 // from the incoming slot and written once to the outgoing slot or buffer.
+//
+// The reducing primitives compute msg op Src (Src op msg with
+// Step.SrcFirst), pre-scaling Src when it is In and the op pre-scales.
+// LocalReduce and SrcFirst steps never pre-scale: their Src is Out or Tmp,
+// or In of an Unscaled plan (which the executor never runs with a
+// pre-scaling op).
 type Prim uint8
 
 const (
@@ -200,6 +206,12 @@ const (
 	// progressing both at once so that exchanges in any pattern cannot
 	// deadlock.
 	SendRecv
+	// LocalReduce reduces Src into Dst locally: Dst = Src op Dst. With
+	// Step.SrcFirst it lets plans in which every rank reduces every
+	// contribution itself give all ranks the same operands in the same
+	// order, so that they agree to the bit (NaN operands of min and max
+	// included).
+	LocalReduce
 )
 
 var primNames = [...]string{
@@ -212,6 +224,7 @@ var primNames = [...]string{
 	RecvReduceCopySend: "recvReduceCopySend",
 	Copy:               "copy",
 	SendRecv:           "sendRecv",
+	LocalReduce:        "localReduce",
 }
 
 func (p Prim) String() string {
@@ -239,9 +252,10 @@ func (p Prim) Recvs() bool {
 	return false
 }
 
-// Reduces reports whether the primitive combines an incoming message with Src.
+// Reduces reports whether the primitive combines two operands: an incoming
+// message with Src, or (LocalReduce) Src with Dst.
 func (p Prim) Reduces() bool {
-	return p == RecvReduceSend || p == RecvReduceCopy || p == RecvReduceCopySend
+	return p == RecvReduceSend || p == RecvReduceCopy || p == RecvReduceCopySend || p == LocalReduce
 }
 
 // Step is one fused primitive on one chunk. Fields a primitive does not use
@@ -256,6 +270,7 @@ func (p Prim) Reduces() bool {
 //	RecvReduceCopySend  RecvPeer, SendPeer, Src, Dst
 //	Copy                Src, Dst
 //	SendRecv            SendPeer, Src, RecvPeer, Dst
+//	LocalReduce         Src, Dst
 type Step struct {
 	Prim     Prim
 	SendPeer int // rank the outgoing message goes to, or -1
@@ -263,6 +278,11 @@ type Step struct {
 	Src      Ref // local operand (read)
 	Dst      Ref // local destination (written)
 	Final    bool
+	// SrcFirst puts Src before the incoming message in a reduction (Src
+	// op msg instead of msg op Src), so that ranks that reduce the same
+	// operands apart agree to the bit. Only for primitives that receive
+	// and reduce.
+	SrcFirst bool
 }
 
 func (s Step) String() string {
@@ -279,6 +299,9 @@ func (s Step) String() string {
 	}
 	if s.Dst.Valid() {
 		fmt.Fprintf(&b, " dst=%s", s.Dst)
+	}
+	if s.SrcFirst {
+		b.WriteString(" srcFirst")
 	}
 	if s.Final {
 		b.WriteString(" final")
@@ -341,6 +364,9 @@ func (p *Plan) Validate() error {
 			}
 			if s.Prim.Recvs() && (s.RecvPeer < 0 || s.RecvPeer >= p.NRanks || s.RecvPeer == p.Rank) {
 				return fmt.Errorf("algo: step %q: bad recv peer", s)
+			}
+			if s.SrcFirst && !(s.Prim.Recvs() && s.Prim.Reduces()) {
+				return fmt.Errorf("algo: step %q: srcFirst on a step that does not reduce a message", s)
 			}
 			if err := checkRef(s.Src); err != nil {
 				return err

@@ -59,6 +59,17 @@ func SendRecvStep(to int, src Ref, from int, dst Ref) Step {
 	return Step{Prim: SendRecv, SendPeer: to, RecvPeer: from, Src: src, Dst: dst}
 }
 
+// LocalReduceStep reduces src into dst locally (dst = src op dst).
+func LocalReduceStep(src, dst Ref) Step {
+	return Step{Prim: LocalReduce, SendPeer: -1, RecvPeer: -1, Src: src, Dst: dst}
+}
+
+// AsSrcFirst returns s with SrcFirst set: its reduction is Src op msg.
+func (s Step) AsSrcFirst() Step {
+	s.SrcFirst = true
+	return s
+}
+
 // AsFinal returns s with Final set: the step produces the complete reduction
 // of its block.
 func (s Step) AsFinal() Step {

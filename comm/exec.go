@@ -261,11 +261,15 @@ func (a *collArgs) load(dst, src []byte, r algo.Ref) {
 	}
 }
 
-// combine writes msg op local into dst.
-func (a *collArgs) combine(dst, msg, local []byte, r algo.Ref) {
-	if a.scaled(r) {
+// combine writes msg op local into dst for step s, or local op msg when s
+// puts its Src first (never pre-scaled: see algo.Prim).
+func (a *collArgs) combine(dst, msg, local []byte, s *algo.Step) {
+	switch {
+	case s.SrcFirst:
+		a.red(dst, local, msg)
+	case a.scaled(s.Src):
 		a.axpy(dst, msg, local, a.s)
-	} else {
+	default:
 		a.red(dst, msg, local)
 	}
 }
@@ -338,7 +342,7 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 		if err != nil {
 			return err
 		}
-		a.combine(slot, m, x.ref(a, s.Src, off, n), s.Src)
+		a.combine(slot, m, x.ref(a, s.Src, off, n), s)
 		a.finish(slot, s.Final)
 		snd.Commit(x.tag)
 		rcv.Release()
@@ -349,7 +353,7 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 			return err
 		}
 		dst := x.ref(a, s.Dst, off, n)
-		a.combine(dst, m, x.ref(a, s.Src, off, n), s.Src)
+		a.combine(dst, m, x.ref(a, s.Src, off, n), s)
 		rcv.Release()
 		a.finish(dst, s.Final)
 
@@ -363,7 +367,7 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 			return err
 		}
 		// Reduce into the slot (hot in cache), publish it, then copy it out.
-		a.combine(slot, m, x.ref(a, s.Src, off, n), s.Src)
+		a.combine(slot, m, x.ref(a, s.Src, off, n), s)
 		rcv.Release()
 		a.finish(slot, s.Final)
 		snd.Commit(x.tag)
@@ -376,6 +380,12 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 
 	case algo.SendRecv:
 		return x.sendRecv(a, s, off, chunk)
+
+	case algo.LocalReduce:
+		// Never pre-scaled (see algo.Prim).
+		dst := x.ref(a, s.Dst, off, n)
+		a.red(dst, x.ref(a, s.Src, off, n), dst)
+		a.finish(dst, s.Final)
 
 	default:
 		return fmt.Errorf("gccl: internal error: plan step %v", s)

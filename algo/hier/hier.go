@@ -110,15 +110,20 @@ func AllReduce(lay Layout, rank int) *algo.Plan {
 		// super-blocks and each reduces the other's into its own. That is
 		// the bytes of a two-rank ring, but one dependent hop per chunk
 		// instead of two, so the network link stays busy. Both ranks
-		// compute the same commutative op on the same two values, so they
-		// agree bitwise; Out is already pre-scaled by stage 1, so reading it
-		// twice is safe for every op.
+		// compute host 1's partial op host 0's (the second host's rank
+		// puts its own operand first), so they agree to the bit, NaN
+		// operands of min and max included; Out is already pre-scaled by
+		// stage 1, so reading it twice is safe for every op.
 		peer := lay.Hosts[1-h][l]
 		for j := range H {
 			steps = append(steps, algo.SendStep(peer, algo.OutBlock(l*H+j)))
 		}
 		for j := range H {
-			steps = append(steps, algo.RecvReduceCopyStep(peer, algo.OutBlock(l*H+j), algo.OutBlock(l*H+j)).AsFinal())
+			st := algo.RecvReduceCopyStep(peer, algo.OutBlock(l*H+j), algo.OutBlock(l*H+j)).AsFinal()
+			if h == 1 {
+				st = st.AsSrcFirst()
+			}
+			steps = append(steps, st)
 		}
 	} else if H > 1 {
 		// Stage 2: all-reduce across hosts on this rank's super-block,

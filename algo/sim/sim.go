@@ -2,8 +2,9 @@
 // runs one plan per rank against bounded FIFO connections, tracking for every
 // chunk of every block which ranks' inputs it was computed from, and reports
 // schedules that deadlock, leave messages behind, reduce a contribution twice,
-// misplace the Final flag, read data a buffer does not hold, or end with a
-// result other than the collective's.
+// misplace the Final flag, read data a buffer does not hold, end with a
+// result other than the collective's, or, in an all-reduce, leave ranks with
+// results reduced in different orders (which floating point tells apart).
 //
 // The model follows the plan format of package algo exactly: each phase runs
 // once per chunk index, all its steps in order, before the next phase starts
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"github.com/gccl/gccl/algo"
@@ -140,7 +142,7 @@ func checkShape(st algo.Step) error {
 		usesSrc = true
 	case algo.Recv, algo.RecvCopySend:
 		usesDst = true
-	case algo.CopySend, algo.RecvReduceCopy, algo.RecvReduceCopySend, algo.Copy, algo.SendRecv:
+	case algo.CopySend, algo.RecvReduceCopy, algo.RecvReduceCopySend, algo.Copy, algo.SendRecv, algo.LocalReduce:
 		usesSrc, usesDst = true, true
 	default:
 		return errors.New("unknown primitive")
@@ -369,6 +371,9 @@ func (s *sim) exec(rs *rankState) error {
 			return err
 		}
 	}
+	if (st.SrcFirst || st.Prim == algo.LocalReduce) && st.Src.Buf == algo.In && s.coll.Reducing() && !s.unscaled {
+		return fmt.Errorf("reduces In without pre-scaling it, in a plan not marked Unscaled")
+	}
 	var local *value
 	if st.Src.Valid() {
 		var err error
@@ -378,9 +383,21 @@ func (s *sim) exec(rs *rankState) error {
 	}
 	res := local
 	switch {
+	case st.Prim == algo.LocalReduce:
+		acc, err := s.read(rs, st.Dst)
+		if err != nil {
+			return err
+		}
+		if res, err = reduce(local, acc); err != nil {
+			return err
+		}
 	case st.Prim.Reduces():
+		a, b := in, local
+		if st.SrcFirst {
+			a, b = local, in
+		}
 		var err error
-		if res, err = reduce(in, local); err != nil {
+		if res, err = reduce(a, b); err != nil {
 			return err
 		}
 	case st.Prim.Recvs():
@@ -513,7 +530,7 @@ func (s *sim) read(rs *rankState, ref algo.Ref) (*value, error) {
 			}
 			rs.inRead[ref.Block][rs.chunk] = true
 		}
-		return &value{block: ref.Block, chunk: rs.chunk, ranks: singleRank(s.n, rs.rank)}, nil
+		return &value{block: ref.Block, chunk: rs.chunk, ranks: singleRank(s.n, rs.rank), order: strconv.Itoa(rs.rank)}, nil
 	case algo.Out:
 		if v := rs.out[ref.Block][rs.chunk]; v != nil {
 			return v, nil
@@ -556,7 +573,8 @@ func (s *sim) checkQueuesEmpty() error {
 }
 
 // checkResult compares every Out block the collective defines with what it
-// must hold.
+// must hold and, in an all-reduce, checks that every rank computed it with
+// the same operands in the same order.
 func (s *sim) checkResult() error {
 	for _, rs := range s.ranks {
 		for b := range s.nblocks {
@@ -567,6 +585,14 @@ func (s *sim) checkResult() error {
 				}
 				if got := rs.out[b][c]; !got.equal(want) {
 					return fmt.Errorf("sim: rank %d out[%d] chunk %d holds %v, want %v", rs.rank, b, c, got, want)
+				}
+				if s.coll != algo.AllReduce {
+					continue
+				}
+				// Floating-point reductions depend on the order of their
+				// operands (and min and max on their places, with NaNs).
+				if got, first := rs.out[b][c].order, s.ranks[0].out[b][c].order; got != first {
+					return fmt.Errorf("sim: rank %d computes out[%d] chunk %d as %s, rank 0 as %s: the ranks' results may differ", rs.rank, b, c, got, first)
 				}
 			}
 		}

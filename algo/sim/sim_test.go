@@ -22,6 +22,11 @@ func plan(coll algo.Collective, n, rank, nblocks int, phases ...[]algo.Step) *al
 
 func steps(s ...algo.Step) []algo.Step { return s }
 
+func unscaled(p *algo.Plan) *algo.Plan {
+	p.Unscaled = true
+	return p
+}
+
 // pairAllReduce is a correct all-reduce of one block on two ranks: rank 1
 // sends its contribution, rank 0 completes the reduction and sends it back.
 func pairAllReduce() []*algo.Plan {
@@ -198,6 +203,45 @@ func TestBrokenPlansFail(t *testing.T) {
 			ps[1].Coll = algo.ReduceScatter
 			return ps
 		}, "differs", 0},
+		{"ranks reduce with the operands in different places", func() []*algo.Plan {
+			// Each rank computes msg op own: x1 op x0 on rank 0, x0 op x1
+			// on rank 1, which min and max with a NaN tell apart.
+			var ps []*algo.Plan
+			for r := range 2 {
+				ps = append(ps, unscaled(plan(algo.AllReduce, 2, r, 1, steps(
+					algo.SendStep(1-r, in(0)),
+					algo.RecvReduceCopyStep(1-r, in(0), out(0)).AsFinal()))))
+			}
+			return ps
+		}, "(0 1), rank 0 as (1 0)", 0},
+		{"ranks reduce in different orders", func() []*algo.Plan {
+			// Rank r folds the others' inputs into its own in the order
+			// they come around the ring: (x2 op (x1 op x0)) on rank 0,
+			// (x0 op (x2 op x1)) on rank 1.
+			var ps []*algo.Plan
+			for r := range 3 {
+				a, b := (r+1)%3, (r+2)%3
+				ps = append(ps, unscaled(plan(algo.AllReduce, 3, r, 1, steps(
+					algo.SendStep(a, in(0)),
+					algo.SendStep(b, in(0)),
+					algo.RecvReduceCopyStep(a, in(0), out(0)),
+					algo.RecvReduceCopyStep(b, out(0), out(0)).AsFinal()))))
+			}
+			return ps
+		}, "the ranks' results may differ", 0},
+		{"localReduce of in, unscaled, in a plan not marked so", func() []*algo.Plan {
+			ps := pairAllReduce()
+			ps[0].Phases[0] = steps(
+				algo.RecvStep(1, out(0)),
+				algo.LocalReduceStep(in(0), out(0)).AsFinal(),
+				algo.SendStep(1, out(0)))
+			return ps
+		}, "without pre-scaling", 0},
+		{"srcFirst on a step that reduces no message", func() []*algo.Plan {
+			ps := pairAllReduce()
+			ps[1].Phases[0][0].SrcFirst = true
+			return ps
+		}, "srcFirst on a step", 0},
 		{"plan for the wrong rank", func() []*algo.Plan {
 			ps := pairAllReduce()
 			ps[0], ps[1] = ps[1], ps[0]

@@ -84,6 +84,9 @@ type value struct {
 	chunk int
 	ranks rankSet
 	final bool // a Final step applied the op's post-operation
+	// order is how the value was computed: a contributor's rank, or
+	// "(a b)" for a op b, a being the incoming operand (see reduce).
+	order string
 }
 
 func (v *value) String() string {
@@ -102,8 +105,9 @@ func (v *value) equal(w *value) bool {
 	return v != nil && w != nil && v.block == w.block && v.chunk == w.chunk && v.final == w.final && v.ranks.equal(w.ranks)
 }
 
-// reduce combines two values, refusing combinations a correct schedule never
-// makes.
+// reduce combines two values, a op b, refusing combinations a correct
+// schedule never makes. a is the operand the executor passes first: the
+// incoming message, or LocalReduce's Src.
 func reduce(a, b *value) (*value, error) {
 	switch {
 	case a.block != b.block || a.chunk != b.chunk:
@@ -113,5 +117,5 @@ func reduce(a, b *value) (*value, error) {
 	case a.ranks.intersects(b.ranks):
 		return nil, fmt.Errorf("reduces %v with %v: a contribution is counted twice", a, b)
 	}
-	return &value{block: a.block, chunk: a.chunk, ranks: a.ranks.union(b.ranks)}, nil
+	return &value{block: a.block, chunk: a.chunk, ranks: a.ranks.union(b.ranks), order: "(" + a.order + " " + b.order + ")"}, nil
 }
