@@ -23,17 +23,24 @@ const hierMinBytes = 0
 // over more hops. The topology-aware cost model will replace this constant.
 const treeMaxBytes = 256 << 10
 
-// exchangeMaxBytes is the all-reduce size up to which two ranks exchange
-// their inputs once instead of running a ring: one one-way hop instead of
-// two. The transports' benchmarks put the crossover above 64 KiB on shm and
-// TCP alike.
+// exchangeMaxBytes bounds the bytes each rank sends in a one-exchange
+// all-reduce ((n-1) copies of its input): below it, ranks exchange their
+// inputs once instead of running a ring or a tree, one one-way hop instead
+// of 2(n-1) or 2 log2(n). For two ranks the transports' benchmarks put the
+// crossover above 64 KiB on shm and TCP alike.
 const exchangeMaxBytes = 64 << 10
+
+// exchangeMaxRanks is the most ranks that run the one-exchange all-reduce:
+// each rank receives and reduces every other rank's input in turn, which
+// stops paying off against a tree's log2(n) hops as n grows.
+const exchangeMaxRanks = 8
 
 // choose picks the algorithm for a collective of the given size in bytes.
 // scaled says whether the op pre-scales inputs (PreMulSum, float Avg),
 // which rules out plans that read a rank's input twice.
 func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorithm {
-	if coll == algo.AllReduce && c.algoPref == 0 && c.size == 2 && !scaled && bytes <= exchangeMaxBytes {
+	if coll == algo.AllReduce && c.algoPref == 0 && !scaled && c.hier == nil &&
+		c.size <= exchangeMaxRanks && bytes*(c.size-1) <= exchangeMaxBytes {
 		return algo.Direct
 	}
 	if coll == algo.AllReduce || coll == algo.AllGather {
