@@ -74,6 +74,12 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		"AllReduce/Buffer": func(c *comm.Comm) error {
 			return c.AllReduce(bg, hostIn[c.Rank()], hostOut[c.Rank()], comm.Sum)
 		},
+		"AllReduce/small": func(c *comm.Comm) error { // the one-exchange plan
+			return comm.AllReduce(bg, c, b[c.Rank()].in[:7], b[c.Rank()].out[:7], comm.Max)
+		},
+		"AllReduce/small/inplace": func(c *comm.Comm) error {
+			return comm.AllReduce(bg, c, b[c.Rank()].out[:300], b[c.Rank()].out[:300], comm.Sum)
+		},
 		"AllReduce/avg/small": func(c *comm.Comm) error {
 			return comm.AllReduce(bg, c, b[c.Rank()].in[:7], b[c.Rank()].out[:7], comm.Avg)
 		},
