@@ -1,7 +1,8 @@
 // Command collcheck is one rank of a multi-process correctness check: it
 // joins the job from the environment (as launched by gccl-run), runs a
 // representative slice of the collective matrix and checks every result
-// exactly, then prints "collcheck: rank R ok" and exits 0. Any wrong value or
+// exactly (and that float all-reduces leave every rank with the same
+// bits), then prints "collcheck: rank R ok" and exits 0. Any wrong value or
 // error prints it and exits 1. The tests in package tests launch it.
 //
 // Flags select a fault to inject, for the fault tests: -die-at N makes rank
@@ -11,8 +12,11 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"os"
 	"time"
 
@@ -218,8 +222,55 @@ func (k *checker) round(large int) error {
 			}
 		}
 	}
+	for _, count := range []int{1, 7, 4097} {
+		if err := k.agree(count); err != nil {
+			return err
+		}
+	}
 	k.tick()
 	return c.Barrier(ctx)
+}
+
+// agreeValues are float inputs whose reductions depend on the order of the
+// operands and on their places: NaNs with payloads, infinities, signed
+// zeros, magnitudes that cancel.
+var agreeValues = []float32{
+	float32(math.NaN()), math.Float32frombits(0xffc0_1234), math.Float32frombits(0x7fc0_dead),
+	float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)),
+	1e30, -1e30, 1, -1, 3e-8, 0.1, 7,
+}
+
+// agree checks that every rank ends float all-reduces with the same bits:
+// each rank hashes its result and the ranks compare their hashes.
+func (k *checker) agree(count int) error {
+	c, ctx := k.c, k.ctx
+	r := c.Rank()
+	in, out := make([]float32, count), make([]float32, count)
+	for i := range in {
+		in[i] = agreeValues[(r*5+i*3+i*i/7)%len(agreeValues)]
+	}
+	mine, all := make([]uint64, 1), make([]uint64, c.Size())
+	for _, op := range []comm.Op{comm.Sum, comm.Min, comm.Max} {
+		k.tick()
+		if err := comm.AllReduce(ctx, c, in, out, op); err != nil {
+			return err
+		}
+		h := fnv.New64a()
+		for _, v := range out {
+			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
+		}
+		mine[0] = h.Sum64()
+		k.tick()
+		if err := comm.AllGather(ctx, c, mine, all); err != nil {
+			return err
+		}
+		for p, hp := range all {
+			if hp != mine[0] {
+				return fmt.Errorf("float32 AllReduce %v of %d elements: rank %d's result differs from this rank's (hashes %#x and %#x)", op, count, p, hp, mine[0])
+			}
+		}
+	}
+	return nil
 }
 
 // checkSplit splits the job by rank parity (keys reversing the order), checks
