@@ -5,7 +5,8 @@
 // all-gather, broadcast, reduce, all-to-all, gather, scatter and a ring of
 // send/recv on device buffers
 // filled with fresh random data, checking every result against a float64
-// (or exact integer) reference computed from every rank's inputs. It prints
+// (or exact integer) reference computed from every rank's inputs, and that
+// every rank's all-reduce result has the same bits. It prints
 // "devcheck: rank R of N ok" and whether the collectives ran on the devices
 // (CUDA IPC and gccl's kernels) or through host staging, and exits 0; a
 // wrong value or an error exits 1. Without a CUDA driver it says so and
@@ -28,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -452,7 +454,28 @@ func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
 	if inPlace {
 		what += " in place"
 	}
-	return compare(what, dt, op, out, ins, k.n)
+	if err := compare(what, dt, op, out, ins, k.n); err != nil {
+		return err
+	}
+	return k.agree(fmt.Sprintf("%s %v %v", what, dt, op), out)
+}
+
+// agree checks that every rank ended an all-reduce with the same bits: each
+// rank hashes its result and the ranks compare the hashes (over host
+// memory).
+func (k *checker) agree(what string, out []byte) error {
+	h := fnv.New64a()
+	h.Write(out)
+	mine, all := []uint64{h.Sum64()}, make([]uint64, k.c.Size())
+	if err := comm.AllGather(k.ctx, k.c, mine, all); err != nil {
+		return fmt.Errorf("%s: comparing results: %w", what, err)
+	}
+	for p, hp := range all {
+		if hp != mine[0] {
+			return fmt.Errorf("%s: rank %d's result differs from this rank's", what, p)
+		}
+	}
+	return nil
 }
 
 func (k *checker) reduceScatter(dt comm.DataType) error {
