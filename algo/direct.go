@@ -41,3 +41,24 @@ func DirectScatter(n, rank, root int) *Plan {
 	}
 	return &Plan{Coll: Scatter, Algo: Direct, NRanks: n, Rank: rank, Root: root, NBlocks: n, Phases: [][]Step{steps}}
 }
+
+// DirectAllGather returns rank's all-gather plan on n ranks (Algorithm
+// Direct, NBlocks = n): the rank sends its block to every other rank, copies
+// it into its own output, and receives the others' blocks. A ring takes
+// n-1 dependent hops; this takes one, for small messages (the tuner bounds
+// the n-1 copies each rank sends). Ranks send in the order rank+1, rank+2,
+// ... and receive in the order rank-1, rank-2, ..., so the first block a
+// rank waits for is the first one its sender sent; every sender has its
+// own connection, so the order cannot deadlock.
+func DirectAllGather(n, rank int) *Plan {
+	var steps []Step
+	for i := 1; i < n; i++ {
+		steps = append(steps, SendStep((rank+i)%n, InBlock(rank)))
+	}
+	steps = append(steps, CopyStep(InBlock(rank), OutBlock(rank)))
+	for i := 1; i < n; i++ {
+		p := (rank - i + n) % n
+		steps = append(steps, RecvStep(p, OutBlock(p)))
+	}
+	return &Plan{Coll: AllGather, Algo: Direct, NRanks: n, Rank: rank, NBlocks: n, Phases: [][]Step{steps}}
+}

@@ -17,6 +17,7 @@ var generators = []gentest.Generator{
 	{Name: "alltoall", Gen: func(n, rank, _ int) *algo.Plan { return algo.PairwiseAllToAll(n, rank) }},
 	{Name: "gather", Rooted: true, Gen: algo.DirectGather},
 	{Name: "scatter", Rooted: true, Gen: algo.DirectScatter},
+	{Name: "allgather", Gen: func(n, rank, _ int) *algo.Plan { return algo.DirectAllGather(n, rank) }},
 }
 
 func TestGolden(t *testing.T) { gentest.Golden(t, generators, *update) }

@@ -92,6 +92,9 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		"AllGather": func(c *comm.Comm) error {
 			return comm.AllGather(bg, c, b[c.Rank()].small, b[c.Rank()].big)
 		},
+		"AllGather/small": func(c *comm.Comm) error { // the direct plan
+			return comm.AllGather(bg, c, b[c.Rank()].small[:7], b[c.Rank()].big[:7*n])
+		},
 		"Broadcast": func(c *comm.Comm) error {
 			return comm.Broadcast(bg, c, b[c.Rank()].in, b[c.Rank()].out, 1)
 		},

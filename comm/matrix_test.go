@@ -413,12 +413,13 @@ func TestMatrix(t *testing.T) {
 		ring := world(t, n, &comm.Config{Algo: "ring"})
 		tree := world(t, n, &comm.Config{Algo: "tree"})
 		var runs []matrixRun
-		// The tuner's own choice too: two ranks exchange small all-reduces
-		// once (unless the op pre-scales), which no forced algorithm covers.
+		// The tuner's own choice too: small all-reduces exchange the inputs
+		// once (unless the op pre-scales) and small all-gathers send each
+		// block straight to every rank, which no forced algorithm covers.
 		auto := world(t, n, nil)
 		for _, cc := range collCases {
 			runs = append(runs, matrixRun{cc, "ring", ring})
-			if cc.name == "AllReduce" {
+			if cc.name == "AllReduce" || cc.name == "AllGather" {
 				runs = append(runs, matrixRun{cc, "auto", auto})
 			}
 			switch cc.name {

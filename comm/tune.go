@@ -24,23 +24,25 @@ const hierMinBytes = 0
 const treeMaxBytes = 256 << 10
 
 // exchangeMaxBytes bounds the bytes each rank sends in a one-exchange
-// all-reduce ((n-1) copies of its input): below it, ranks exchange their
-// inputs once instead of running a ring or a tree, one one-way hop instead
-// of 2(n-1) or 2 log2(n). For two ranks the transports' benchmarks put the
-// crossover above 64 KiB on shm and TCP alike.
+// all-reduce or a direct all-gather ((n-1) copies of its input): below it,
+// ranks exchange their inputs once instead of running a ring or a tree, one
+// one-way hop instead of n-1, 2(n-1) or 2 log2(n). For two ranks the
+// transports' benchmarks put the all-reduce's crossover above 64 KiB on shm
+// and TCP alike.
 const exchangeMaxBytes = 64 << 10
 
-// exchangeMaxRanks is the most ranks that run the one-exchange all-reduce:
-// each rank receives and reduces every other rank's input in turn, which
-// stops paying off against a tree's log2(n) hops as n grows.
+// exchangeMaxRanks is the most ranks that run the one-exchange all-reduce
+// and the direct all-gather: each rank receives (and reduces) every other
+// rank's input in turn, which stops paying off as n grows.
 const exchangeMaxRanks = 8
 
 // choose picks the algorithm for a collective of the given size in bytes.
 // scaled says whether the op pre-scales inputs (PreMulSum, float Avg),
 // which rules out plans that read a rank's input twice.
 func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorithm {
-	if coll == algo.AllReduce && c.algoPref == 0 && !scaled && c.hier == nil &&
+	if (coll == algo.AllReduce && !scaled || coll == algo.AllGather) && c.algoPref == 0 && c.hier == nil &&
 		c.size <= exchangeMaxRanks && bytes*(c.size-1) <= exchangeMaxBytes {
+		// All-gather's bytes are one rank's block.
 		return algo.Direct
 	}
 	if coll == algo.AllReduce || coll == algo.AllGather {
@@ -116,8 +118,11 @@ func generate(k planKey, n, r int) *algo.Plan {
 	case algo.Pairwise:
 		return algo.PairwiseAllToAll(n, r)
 	case algo.Direct:
-		if k.coll == algo.AllReduce {
+		switch k.coll {
+		case algo.AllReduce:
 			return algo.ExchangeAllReduce(n, r)
+		case algo.AllGather:
+			return algo.DirectAllGather(n, r)
 		}
 		if k.coll == algo.Gather {
 			return algo.DirectGather(n, r, k.root)
