@@ -3,22 +3,11 @@ package comm_test
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/commtest"
 )
-
-// agreeValues are float inputs on which the order and the operand positions
-// of a reduction show: NaNs with different payloads and signs (min and max
-// return one operand when the other is NaN, and a NaN sum carries one
-// operand's payload), infinities of both signs, signed zeros, and magnitudes
-// that cancel in some orders and not in others.
-var agreeValues = []float64{
-	math.NaN(), math.Float64frombits(0xfff8_0000_0000_1234), math.Float64frombits(0x7ff8_0000_dead_0000),
-	math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1),
-	1e30, -1e30, 1, -1, 3e-8, 0.1, 7,
-}
 
 // TestAllReduceRanksAgree checks that every rank ends an all-reduce with the
 // same bits, whatever algorithm the tuner or the configuration picks, in
@@ -69,14 +58,7 @@ func checkRanksAgree(t *testing.T, cs []*comm.Comm, name string, dt comm.DataTyp
 	ins, outs := make([][]byte, n), make([][]byte, n)
 	for r := range n {
 		ins[r] = make([]byte, elems*dt.Size())
-		for i := range elems {
-			v := agreeValues[hash(r, i, 77)%uint64(len(agreeValues))]
-			if dt == comm.Float32 {
-				putF32Bits(ins[r], i, v)
-			} else {
-				putF(dt, ins[r], i, v)
-			}
-		}
+		commtest.FillAgree(dt, ins[r], r)
 		outs[r] = make([]byte, len(ins[r]))
 		if inPlace {
 			copy(outs[r], ins[r])
@@ -96,16 +78,6 @@ func checkRanksAgree(t *testing.T, cs []*comm.Comm, name string, dt comm.DataTyp
 			return
 		}
 	}
-}
-
-// putF32Bits stores v as a float32, keeping a NaN's payload's top bits.
-func putF32Bits(b []byte, i int, v float64) {
-	bits := math.Float32bits(float32(v))
-	if math.IsNaN(v) {
-		u := math.Float64bits(v)
-		bits = uint32(u>>32)&0x8000_0000 | 0x7fc0_0000 | uint32(u>>29)&0x003f_ffff
-	}
-	b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
 }
 
 func firstDiff(a, b []byte) int {

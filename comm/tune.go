@@ -123,8 +123,7 @@ func generate(k planKey, n, r int) *algo.Plan {
 			return algo.ExchangeAllReduce(n, r)
 		case algo.AllGather:
 			return algo.DirectAllGather(n, r)
-		}
-		if k.coll == algo.Gather {
+		case algo.Gather:
 			return algo.DirectGather(n, r, k.root)
 		}
 		return algo.DirectScatter(n, r, k.root)

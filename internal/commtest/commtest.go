@@ -1,7 +1,8 @@
 // Package commtest holds helpers for tests and checkers of comm's users:
 // reading and writing elements of every comm.DataType in raw buffers (for
-// device buffers, which tests fill and read as bytes), and the expected
-// failure of a mismatched collective.
+// device buffers, which tests fill and read as bytes), the expected
+// failure of a mismatched collective, and the check that every rank ends
+// an all-reduce with the same bits.
 package commtest
 
 import (

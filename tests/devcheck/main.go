@@ -29,7 +29,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -457,23 +456,8 @@ func (k *checker) allReduce(dt comm.DataType, op comm.Op, inPlace bool) error {
 	if err := compare(what, dt, op, out, ins, k.n); err != nil {
 		return err
 	}
-	return k.agree(fmt.Sprintf("%s %v %v", what, dt, op), out)
-}
-
-// agree checks that every rank ended an all-reduce with the same bits: each
-// rank hashes its result and the ranks compare the hashes (over host
-// memory).
-func (k *checker) agree(what string, out []byte) error {
-	h := fnv.New64a()
-	h.Write(out)
-	mine, all := []uint64{h.Sum64()}, make([]uint64, k.c.Size())
-	if err := comm.AllGather(k.ctx, k.c, mine, all); err != nil {
-		return fmt.Errorf("%s: comparing results: %w", what, err)
-	}
-	for p, hp := range all {
-		if hp != mine[0] {
-			return fmt.Errorf("%s: rank %d's result differs from this rank's", what, p)
-		}
+	if err := commtest.SameOnEveryRank(k.ctx, k.c, out); err != nil {
+		return fmt.Errorf("%s %v %v: %w", what, dt, op, err)
 	}
 	return nil
 }
