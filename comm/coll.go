@@ -313,7 +313,7 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 
 // runHeld executes a prepared call.
 func (c *Comm) runHeld(ctx context.Context, cl *call) error {
-	if c.state.Load() != stateOpen {
+	if !c.running() {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
 	}
 	dev := cl.hasDevice()

@@ -69,7 +69,8 @@ type Config struct {
 }
 
 const (
-	stateOpen int32 = iota
+	stateOpen    int32 = iota
+	stateClosing       // Close waits for the async operations queued before it
 	stateClosed
 	stateAborted
 )
@@ -89,9 +90,11 @@ type Comm struct {
 	reached  atomic.Uint64 // sequence number of the last collective entered
 	laggards func(seq uint64) ([]int, error)
 
-	state   atomic.Int32
-	failure atomic.Pointer[error]
-	busy    atomic.Bool
+	state    atomic.Int32
+	failure  atomic.Pointer[error]
+	busy     atomic.Bool
+	released atomic.Bool    // Close released the transport and the rendezvous
+	notices  sync.WaitGroup // abort notices on their way to the rendezvous
 
 	// Per-operation state, touched only by the goroutine running an op.
 	exec      executor
@@ -301,7 +304,9 @@ func (c *Comm) abortWith(err error, announce bool) {
 	if first && announce && c.boot != nil {
 		// Tell every rank through the rendezvous too: peers that wait on
 		// others (or on shared memory, which has no EOF) fail at once.
+		c.notices.Add(1)
 		go func() {
+			defer c.notices.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			c.boot.Abort(ctx, fmt.Sprintf("rank %d: %v", c.rank, err))
@@ -309,36 +314,50 @@ func (c *Comm) abortWith(err error, announce bool) {
 	}
 }
 
+// running reports whether operations may still run: the Comm is open, or
+// closing while the async operations queued before Close finish.
+func (c *Comm) running() bool {
+	s := c.state.Load()
+	return s == stateOpen || s == stateClosing
+}
+
 // Abort stops the Comm at once: operations in flight and later calls fail,
 // and peers waiting on this rank see ErrPeerLost. It is safe to call from any
-// goroutine, at any time, more than once.
+// goroutine, at any time, more than once; during a Close it fails the
+// operations that Close waits for, so Close returns.
 func (c *Comm) Abort(err error) {
 	if err == nil {
 		err = ErrAborted
 	}
-	if c.state.Load() != stateOpen {
+	if !c.running() {
 		return
 	}
 	c.fail(err)
 	c.async.stop(c)
 }
 
-// Close waits for queued async operations, then releases the Comm. Peers
-// that still expect data from this rank see ErrPeerLost. Close is not a
-// collective: each rank closes its own Comm.
+// Close waits for the async operations issued before it (they run to
+// completion; later calls fail with ErrClosed), then releases the Comm:
+// its transport, symmetric memory, goroutines and rendezvous connection,
+// also after an abort. Peers that still expect data from this rank see
+// ErrPeerLost. Close is not a collective: each rank closes its own Comm.
+// Calls after the first return nil.
 func (c *Comm) Close() error {
-	if !c.state.CompareAndSwap(stateOpen, stateClosed) {
-		// Aborted or closed before: what may remain is symmetric memory,
-		// released once no async operation can touch it.
-		c.async.stop(c)
-		c.freeAllSym()
+	if c.state.CompareAndSwap(stateOpen, stateClosing) {
+		c.async.drain()
+		c.state.CompareAndSwap(stateClosing, stateClosed)
+	}
+	if !c.released.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.async.drain()
+	// Symmetric memory goes once no async operation can touch it.
 	c.async.stop(c)
 	c.freeAllSym()
 	err := c.ep.Close()
 	if c.boot != nil {
+		// An abort notice leaves through the rendezvous connection: let it
+		// go first (it gives up after 5 s).
+		c.notices.Wait()
 		if berr := c.boot.Close(); err == nil {
 			err = berr
 		}

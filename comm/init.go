@@ -303,7 +303,7 @@ func (c *Comm) splitRemote(ctx context.Context, color, key int) (*Comm, error) {
 // rank, so that ranks blocked on shared memory (which has no EOF) fail too.
 func (c *Comm) watchLost(client *bootstrap.Client) {
 	for n := range client.Lost() {
-		if c.state.Load() != stateOpen {
+		if !c.running() {
 			return
 		}
 		// The notice came from the rendezvous: no need to announce it again.

@@ -1,0 +1,131 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/comm"
+)
+
+// TestCloseRunsQueuedAsync: Close waits for the async operations issued
+// before it, which run to completion rather than fail.
+func TestCloseRunsQueuedAsync(t *testing.T) {
+	cs, err := comm.InitLocal(2, &comm.Config{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		bufs := make([][]float32, 8)
+		reqs := make([]*comm.Request, len(bufs))
+		for i := range reqs {
+			bufs[i] = make([]float32, 1024)
+			for j := range bufs[i] {
+				bufs[i][j] = float32(i + c.Rank())
+			}
+			reqs[i] = comm.AllReduceAsync(c, bufs[i], bufs[i], comm.Sum)
+		}
+		if err := c.Close(); err != nil {
+			return fmt.Errorf("Close: %v", err)
+		}
+		for i, r := range reqs {
+			if err := r.Wait(bg); err != nil {
+				return fmt.Errorf("request %d, issued before Close: %v", i, err)
+			}
+			if want := float32(2*i + 1); bufs[i][0] != want || bufs[i][1023] != want {
+				return fmt.Errorf("request %d: got %v, want %v", i, bufs[i][0], want)
+			}
+		}
+		x := []float32{1}
+		if err := comm.AllReduce(bg, c, x, x, comm.Sum); !errors.Is(err, comm.ErrClosed) {
+			return fmt.Errorf("call after Close: %v", err)
+		}
+		return nil
+	}))
+}
+
+// TestAbortEndsClose: Abort during a Close that waits for a stuck async
+// operation fails that operation, and Close returns.
+func TestAbortEndsClose(t *testing.T) {
+	cs := world(t, 2, &comm.Config{Timeout: time.Minute})
+	x := make([]float32, 16)
+	req := comm.AllReduceAsync(cs[0], x, x, comm.Sum) // rank 1 never joins
+	closed := make(chan error, 1)
+	go func() { closed <- cs[0].Close() }()
+	time.Sleep(100 * time.Millisecond) // Close is waiting for the request
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while its queued operation waits for a peer", err)
+	default:
+	}
+	cs[0].Abort(errors.New("operator stop"))
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still blocked 5 s after Abort")
+	}
+	if err := req.Wait(bg); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("the stuck operation: %v, want ErrAborted", err)
+	}
+}
+
+// initJob starts n ranks of a multi-process-style job inside this process:
+// a rendezvous, comm.Init per rank, TCP over loopback.
+func initJob(t *testing.T, n int) (cs []*comm.Comm, stop func()) {
+	t.Helper()
+	t.Setenv("GCCL_SHM_DISABLE", "1")
+	t.Setenv("GCCL_SOCKET_IFNAME", "lo")
+	quiet := slog.New(slog.DiscardHandler)
+	secret := bootstrap.NewSecret()
+	srv, err := bootstrap.NewServer("127.0.0.1:0", secret, n, bootstrap.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	cs = make([]*comm.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs[r], errs[r] = comm.Init(context.Background(), &comm.Config{Logger: quiet, Bootstrap: &bootstrap.Config{
+				Rank: r, Size: n, Addr: srv.Addr(), Secret: secret, Timeout: 10 * time.Second, Logger: quiet}})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Init: %v", r, err)
+		}
+	}
+	return cs, func() { srv.Stop(); <-served }
+}
+
+// TestCloseAfterAbortReleasesEverything: an aborted Comm's Close still
+// closes its transport and rendezvous connection; nothing is left running.
+func TestCloseAfterAbortReleasesEverything(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			cs, stop := initJob(t, 2)
+			x := []float32{1}
+			mustAll(t, onAll(t, cs, func(c *comm.Comm) error { return comm.AllReduce(bg, c, x, x, comm.Sum) }))
+			if abort {
+				for _, c := range cs {
+					c.Abort(nil)
+				}
+			}
+			mustAll(t, onAll(t, cs, func(c *comm.Comm) error { return c.Close() }))
+			stop()
+			checkNoLeak(t, before)
+		})
+	}
+}
