@@ -103,6 +103,11 @@ func (c Collective) Reducing() bool {
 	return c == AllReduce || c == ReduceScatter || c == Reduce
 }
 
+// Rooted reports whether the collective has a root rank.
+func (c Collective) Rooted() bool {
+	return c == Broadcast || c == Reduce || c == Gather || c == Scatter
+}
+
 // Algorithm names a family of schedules.
 type Algorithm uint8
 

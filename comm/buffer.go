@@ -1,6 +1,9 @@
 package comm
 
-import "fmt"
+import (
+	"fmt"
+	"reflect"
+)
 
 // Buffer is memory a collective reads or writes. Host buffers come from
 // Host or Comm.Alloc; device buffers (GPU memory) implement DeviceBuffer.
@@ -54,6 +57,11 @@ func viewOf[T Scalar](s []T) view {
 
 func viewOfBuffer(b Buffer) (view, error) {
 	if b == nil {
+		return view{}, nil
+	}
+	if v := reflect.ValueOf(b); v.Kind() == reflect.Pointer && v.IsNil() {
+		// A nil *HostBuffer (or any nil pointer) in the interface is as
+		// absent as a nil Buffer; its methods would dereference it.
 		return view{}, nil
 	}
 	hb := b.HostBytes()

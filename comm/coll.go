@@ -407,7 +407,8 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 		return fmt.Errorf("gccl: internal error: plan %v %v reads inputs twice but %v pre-scales them", a.plan.Coll, a.plan.Algo, cl.op)
 	}
 	x := &c.exec
-	x.begin(ctx, cl.name(), transport.MakeTag(kind, cl.seq))
+	tag := transport.MakeTag(kind, cl.seq).WithCheck(transport.ArgCheck(uint64(a.count), cl.argBits()))
+	x.begin(ctx, cl.name(), cl.seq, tag)
 	c.reached.Store(cl.seq)
 	return x.runPlan(a)
 }
@@ -439,6 +440,20 @@ func (c *Comm) setOp(a *collArgs, cl *call) {
 	if a.post {
 		a.div = reduce.Div(dt)
 	}
+}
+
+// argBits packs the arguments besides the count that every rank of a
+// collective must pass alike, for the check in its messages' tags: the
+// type, the op of a reduction, the root (modulo 512) of a rooted one.
+func (cl *call) argBits() uint16 {
+	b := uint16(cl.dtype()) & 0xf
+	if cl.coll.Reducing() {
+		b |= uint16(cl.op.Kind&0x7) << 4
+	}
+	if cl.coll.Rooted() {
+		b |= uint16(cl.root&0x1ff) << 7
+	}
+	return b
 }
 
 func (cl *call) dtype() DataType {

@@ -238,7 +238,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 		me.staging, me.inDesc, me.outDsc, me.inLen, me.outLen, err = true, nil, nil, 0, 0, nil
 	}
 	x := &c.exec
-	x.begin(ctx, cl.name(), transport.MakeTag(tagDevArrive, cl.seq))
+	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagDevArrive, cl.seq))
 	c.reached.Store(cl.seq)
 	me.put(d.msg[:])
 	failed, err := c.devRound(d.msg[:])
@@ -297,7 +297,7 @@ func (c *Comm) devImport(eng DeviceEngine) error {
 			}
 		}
 		if err != nil {
-			return &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+			return &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p, Err: err}
 		}
 	}
 	return nil
@@ -324,7 +324,7 @@ func (c *Comm) devDepart(failed bool) error {
 		bad := m[0] != 0
 		rcv.Release()
 		if bad && peerErr == nil {
-			peerErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p,
+			peerErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p,
 				Err: fmt.Errorf("peer rank %d could not do its share of the operation on the devices (see its error); the result is incomplete", p)}
 		}
 	}
@@ -448,7 +448,7 @@ func (c *Comm) devRound(msg []byte) (failed, err error) {
 		err = c.devResolve(p, m, &me)
 		rcv.Release()
 		if err != nil && failed == nil {
-			failed = &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+			failed = &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p, Err: err}
 		}
 	}
 	return failed, nil

@@ -45,13 +45,14 @@ type executor struct {
 	deadline time.Time // zero until the operation first sleeps
 	watchAt  time.Time // when the watchdog reports laggards; zero if off or done
 	tag      transport.Tag
+	seq      uint64 // the operation's number (the tag keeps it modulo 2^40)
 	op       string
 	bo       spin.Backoff
 }
 
 // begin prepares the executor for an operation.
-func (x *executor) begin(ctx context.Context, op string, tag transport.Tag) {
-	x.ctx, x.op, x.tag, x.deadline, x.watchAt = ctx, op, tag, time.Time{}, time.Time{}
+func (x *executor) begin(ctx context.Context, op string, seq uint64, tag transport.Tag) {
+	x.ctx, x.op, x.seq, x.tag, x.deadline, x.watchAt = ctx, op, seq, tag, time.Time{}, time.Time{}
 }
 
 // wait spins, yields and finally sleeps until the endpoint's state changes
@@ -79,7 +80,7 @@ func (x *executor) wait(seen uint64) error {
 		switch {
 		case errors.Is(err, transport.ErrTimeout) && until.Equal(x.watchAt):
 			// Not the operation's deadline: the watchdog's turn.
-			x.c.reportLaggards(x.op, x.tag.Seq(), x.c.watchdog)
+			x.c.reportLaggards(x.op, x.seq, x.c.watchdog)
 			x.watchAt = time.Time{}
 			return nil
 		case errors.Is(err, transport.ErrTimeout):
@@ -94,12 +95,12 @@ func (x *executor) wait(seen uint64) error {
 
 func (x *executor) linkErr(peer int, err error) error {
 	if errors.Is(err, transport.ErrPeerClosed) {
-		return &OpError{Op: x.op, Rank: x.c.rank, Seq: x.tag.Seq(), Peer: peer, Err: fmt.Errorf("%w: %w", ErrPeerLost, err)}
+		return &OpError{Op: x.op, Rank: x.c.rank, Seq: x.seq, Peer: peer, Err: fmt.Errorf("%w: %w", ErrPeerLost, err)}
 	}
 	if errors.Is(err, transport.ErrClosed) {
 		err = x.c.closedErr()
 	}
-	return &OpError{Op: x.op, Rank: x.c.rank, Seq: x.tag.Seq(), Peer: peer, Err: err}
+	return &OpError{Op: x.op, Rank: x.c.rank, Seq: x.seq, Peer: peer, Err: err}
 }
 
 // reserve returns an outgoing slot of n bytes to peer.
@@ -151,6 +152,15 @@ func (x *executor) next(peer, n int, tag transport.Tag) ([]byte, transport.Recei
 }
 
 func (x *executor) check(peer int, m []byte, n int, got, want transport.Tag) error {
+	if got != want && got.WithCheck(0) == want.WithCheck(0) {
+		what := "count, data type, op or root"
+		if want.Kind() == tagP2P {
+			what = "length: a send's length must equal its receive's"
+		}
+		return &OpError{Op: x.op, Rank: x.c.rank, Seq: want.Seq(), Peer: peer, Err: fmt.Errorf(
+			"%w: peer runs %s #%d with other arguments than this rank (%s)",
+			ErrMismatch, tagKindName(got.Kind()), got.Seq(), what)}
+	}
 	if got != want {
 		return &OpError{Op: x.op, Rank: x.c.rank, Seq: want.Seq(), Peer: peer, Err: fmt.Errorf(
 			"%w: peer sent data of %s #%d while this rank runs %s #%d (operations must be issued in the same order on every rank)",

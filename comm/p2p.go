@@ -198,10 +198,10 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 		// Message numbers per peer detect mismatched send/receive pairs.
 		if op.recv {
 			c.recvSeq[op.peer]++
-			st[i].tag = transport.MakeTag(tagP2P, c.recvSeq[op.peer])
+			st[i].tag = transport.MakeTag(tagP2P, c.recvSeq[op.peer]).WithCheck(transport.ArgCheck(uint64(len(op.v.b)), 0))
 		} else {
 			c.sendSeq[op.peer]++
-			st[i].tag = transport.MakeTag(tagP2P, c.sendSeq[op.peer])
+			st[i].tag = transport.MakeTag(tagP2P, c.sendSeq[op.peer]).WithCheck(transport.ArgCheck(uint64(len(op.v.b)), 0))
 		}
 		if len(op.v.b) == 0 {
 			st[i].ended = true
@@ -248,7 +248,7 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 		}
 	}
 	x := &c.exec
-	x.begin(ctx, "Group", 0)
+	x.begin(ctx, "Group", 0, 0)
 	slot := c.ep.SlotSize()
 	x.bo.Reset()
 	for left > 0 {
@@ -342,7 +342,7 @@ func overlapsRecv(ops []P2P, b []byte) bool {
 }
 
 func (x *executor) p2pErr(peer int, tag transport.Tag, err error) error {
-	x.tag = tag
+	x.tag, x.seq = tag, tag.Seq()
 	return x.linkErr(peer, err)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gccl/gccl/transport/inproc"
 )
@@ -19,7 +20,13 @@ const NoColor = -1
 // order relative to its other operations.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if color < 0 && color != NoColor {
-		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: invalid("color %d is negative (use NoColor)", color)}
+		// Numbered as the all-gather it skips, so that the peers' Split
+		// meets this rank's next call as a mismatch, not as its data.
+		if err := c.enter(); err != nil {
+			return nil, err
+		}
+		defer c.leave()
+		return nil, c.rejected("Split", invalid("color %d is negative (use NoColor)", color))
 	}
 	all := make([]int64, 2*c.size)
 	if err := AllGather(ctx, c, []int64{int64(color), int64(key)}, all); err != nil {
@@ -54,15 +61,17 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if c.world == nil {
 		return nil, &OpError{Op: "Split", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Split of this communicator", ErrNotSupported)}
 	}
-	w, err := localSplit(c.world, c.splitSeq, color, len(members), &c.cfg)
+	p, err := localSplit(c.world, c.splitSeq, color, len(members), &c.cfg)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := newComm(w.Endpoint(newRank), &c.cfg)
+	nc, err := newComm(p.w.Endpoint(newRank), &c.cfg)
 	if err != nil {
 		return nil, err
 	}
-	nc.world = w
+	nc.world = p.w
+	p.comms[newRank].Store(nc)
+	nc.laggards = p.laggards
 	return nc, nil
 }
 
@@ -82,9 +91,24 @@ type splitKey struct {
 type pendingSplit struct {
 	w     *inproc.World
 	taken int
+	// comms are the new communicators, each stored by its rank as it is
+	// made, for the watchdog.
+	comms []atomic.Pointer[Comm]
 }
 
-func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) (*inproc.World, error) {
+// laggards is the watchdog's view of the new communicator: a member not yet
+// made has not reached anything.
+func (p *pendingSplit) laggards(seq uint64) ([]int, error) {
+	var late []int
+	for r := range p.comms {
+		if c := p.comms[r].Load(); c == nil || c.reached.Load() < seq {
+			late = append(late, r)
+		}
+	}
+	return late, nil
+}
+
+func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) (*pendingSplit, error) {
 	splitMu.Lock()
 	defer splitMu.Unlock()
 	k := splitKey{parent, seq, color}
@@ -94,11 +118,11 @@ func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) 
 		if err != nil {
 			return nil, err
 		}
-		p = &pendingSplit{w: w}
+		p = &pendingSplit{w: w, comms: make([]atomic.Pointer[Comm], size)}
 		splitsOf[k] = p
 	}
 	if p.taken++; p.taken == size {
 		delete(splitsOf, k)
 	}
-	return p.w, nil
+	return p, nil
 }

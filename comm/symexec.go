@@ -141,7 +141,7 @@ func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) 
 	}
 	c.symOps.Add(1)
 	x := &c.exec
-	x.begin(ctx, cl.name(), transport.MakeTag(tagSymArrive, cl.seq))
+	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagSymArrive, cl.seq))
 	c.reached.Store(cl.seq)
 	if err := c.symArrive(&me); err != nil {
 		return true, err
@@ -241,7 +241,7 @@ func (c *Comm) symRound(msg []byte) error {
 		}
 		r.Release()
 		if err != nil {
-			return &OpError{Op: x.op, Rank: c.rank, Seq: x.tag.Seq(), Peer: p, Err: err}
+			return &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p, Err: err}
 		}
 	}
 	return nil

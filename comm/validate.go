@@ -13,13 +13,12 @@ func (c *Comm) validate(cl *call) error {
 		return nil
 	}
 	n, r := c.size, c.rank
-	rooted := cl.coll == algo.Broadcast || cl.coll == algo.Reduce || cl.coll == algo.Gather || cl.coll == algo.Scatter
-	if rooted && (cl.root < 0 || cl.root >= n) {
+	if cl.coll.Rooted() && (cl.root < 0 || cl.root >= n) {
 		return invalid("root %d out of range [0,%d)", cl.root, n)
 	}
 	atRoot := r == cl.root
-	in, out := cl.in, cl.out
-	// Which buffers this rank uses.
+	// Which buffers this rank uses. One it does not use is dropped, so that
+	// nothing (its type included) is taken from it.
 	needIn, needOut := true, true
 	switch cl.coll {
 	case algo.Broadcast, algo.Scatter:
@@ -27,6 +26,13 @@ func (c *Comm) validate(cl *call) error {
 	case algo.Reduce, algo.Gather:
 		needOut = atRoot
 	}
+	if !needIn {
+		cl.in = view{}
+	}
+	if !needOut {
+		cl.out = view{}
+	}
+	in, out := cl.in, cl.out
 	if needIn && !in.ok {
 		return invalid("send buffer is nil")
 	}

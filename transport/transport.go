@@ -19,18 +19,45 @@ import (
 )
 
 // Tag travels with every message so that a receiver can check that sender and
-// receiver are in the same operation: the kind of operation in the top 8
-// bits, a sequence number in the rest.
+// receiver are in the same operation, with the same arguments: the kind of
+// operation in the top 8 bits, then 16 bits of a check of the arguments that
+// must agree between the ranks (count, type, op, root; a message's length),
+// then a 40-bit sequence number. The check turns a count that differs
+// between ranks into an error on the first message instead of a silent
+// wrong answer when the chunks happen to line up.
 type Tag uint64
 
-// MakeTag builds a tag from an operation kind and a sequence number.
-func MakeTag(kind uint8, seq uint64) Tag { return Tag(uint64(kind)<<56 | seq&(1<<56-1)) }
+const (
+	seqBits   = 40
+	checkBits = 16
+	seqMask   = 1<<seqBits - 1
+)
+
+// MakeTag builds a tag from an operation kind and a sequence number (kept
+// modulo 2^40), with a zero check.
+func MakeTag(kind uint8, seq uint64) Tag { return Tag(uint64(kind)<<56 | seq&seqMask) }
+
+// WithCheck returns t with its argument check set to check.
+func (t Tag) WithCheck(check uint16) Tag {
+	return t&^(Tag(1<<checkBits-1)<<seqBits) | Tag(check)<<seqBits
+}
 
 // Kind returns the operation kind of the tag.
 func (t Tag) Kind() uint8 { return uint8(t >> 56) }
 
-// Seq returns the sequence number of the tag.
-func (t Tag) Seq() uint64 { return uint64(t) & (1<<56 - 1) }
+// Check returns the tag's argument check.
+func (t Tag) Check() uint16 { return uint16(t >> seqBits) }
+
+// Seq returns the sequence number of the tag (modulo 2^40).
+func (t Tag) Seq() uint64 { return uint64(t) & seqMask }
+
+// ArgCheck is the check of an operation over count elements (or bytes)
+// whose other arguments agreed between ranks are packed in args. Counts are
+// taken modulo the prime 65521, so two counts get different checks unless
+// they differ by a multiple of it: counts off by a few chunks, by a factor
+// below 65521 (twice, half), are always told apart; so are args that differ
+// with the same count.
+func ArgCheck(count uint64, args uint16) uint16 { return uint16(count%65521) ^ args }
 
 // Sender is the sending half of a connection to one peer.
 type Sender interface {
