@@ -42,7 +42,8 @@ type collArgs struct {
 type executor struct {
 	c        *Comm
 	ctx      context.Context
-	deadline time.Time // zero until the operation first sleeps
+	slept    bool      // the operation has slept: its deadline and watchdog are set
+	deadline time.Time // zero until the operation first sleeps, or without a timeout
 	watchAt  time.Time // when the watchdog reports laggards; zero if off or done
 	tag      transport.Tag
 	seq      uint64 // the operation's number (the tag keeps it modulo 2^40)
@@ -52,7 +53,7 @@ type executor struct {
 
 // begin prepares the executor for an operation.
 func (x *executor) begin(ctx context.Context, op string, seq uint64, tag transport.Tag) {
-	x.ctx, x.op, x.seq, x.tag, x.deadline, x.watchAt = ctx, op, seq, tag, time.Time{}, time.Time{}
+	x.ctx, x.op, x.seq, x.tag, x.slept, x.deadline, x.watchAt = ctx, op, seq, tag, false, time.Time{}, time.Time{}
 }
 
 // wait spins, yields and finally sleeps until the endpoint's state changes
@@ -63,7 +64,8 @@ func (x *executor) wait(seen uint64) error {
 		return nil
 	}
 	ep := x.c.ep
-	if x.deadline.IsZero() {
+	if !x.slept {
+		x.slept = true
 		now := time.Now()
 		if x.c.timeout > 0 {
 			x.deadline = now.Add(x.c.timeout)

@@ -188,3 +188,31 @@ func TestWatchdogOnSplitComm(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestWatchdogWithoutTimeout: with no operation timeout, the watchdog
+// still reports a hung collective, once.
+func TestWatchdogWithoutTimeout(t *testing.T) {
+	var logs testutil.SyncBuffer
+	cs := world(t, 2, &comm.Config{Watchdog: 50 * time.Millisecond, Timeout: -1,
+		Logger: logx.New(&logs, "WARN", "")})
+	done := make(chan error, 1)
+	go func() {
+		x := make([]float32, 8)
+		done <- comm.AllReduce(bg, cs[0], x, x, comm.Sum) // rank 1 never arrives
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(logs.String(), "ranks [1] have not reached it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no watchdog report:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // six more watchdog periods
+	cs[0].Abort(errors.New("test over"))
+	if err := <-done; !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("the hung all-reduce: %v", err)
+	}
+	if n := strings.Count(logs.String(), "watchdog: AllReduce #1 has waited"); n != 1 {
+		t.Fatalf("%d watchdog reports for one hung operation, want 1:\n%s", n, logs.String())
+	}
+}
