@@ -371,6 +371,10 @@ func TestInvalidConfig(t *testing.T) {
 	if _, err := comm.InitLocal(2, &comm.Config{SlotCount: 1}); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("one slot: %v", err)
 	}
+	// 64 TiB per ring: refused, not allocated.
+	if _, err := comm.InitLocal(2, &comm.Config{SlotSize: 1 << 30, SlotCount: 1 << 16}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("huge slot rings: %v", err)
+	}
 }
 
 func TestGroupInPlaceSendRecv(t *testing.T) {

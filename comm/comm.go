@@ -158,6 +158,18 @@ func InitLocal(n int, cfg *Config) ([]*Comm, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	if cfg.SlotSize != 0 || cfg.SlotCount != 0 {
+		size, count := cfg.SlotSize, cfg.SlotCount
+		if size == 0 {
+			size = inproc.DefaultSlotSize
+		}
+		if count == 0 {
+			count = inproc.DefaultSlotCount
+		}
+		if err := checkSlots(size, count); err != nil {
+			return nil, err
+		}
+	}
 	w, err := inproc.NewWorld(n, cfg.SlotSize, cfg.SlotCount)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)

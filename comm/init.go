@@ -84,6 +84,9 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 			slotCount = v
 		}
 	}
+	if err := checkSlots(slotSize, slotCount); err != nil {
+		return nil, err
+	}
 	shmDisabled := os.Getenv("GCCL_SHM_DISABLE") == "1"
 	strict := os.Getenv("GCCL_STRICT") == "1"
 	if f := os.Getenv(topo.EnvTopoFile); f != "" {
@@ -315,6 +318,25 @@ func (c *Comm) watchLost(client *bootstrap.Client) {
 
 // envBytes reads a positive size from the environment, with an optional K,
 // M or G suffix (powers of 1024).
+// maxRingBytes bounds one slot ring (a peer and a direction), so that a
+// mistyped size or count is an error rather than an allocation that kills
+// the process.
+const maxRingBytes = 1 << 30
+
+// checkSlots checks the slot rings' geometry before any transport
+// allocates them.
+func checkSlots(size, count int) error {
+	switch {
+	case size < 64 || size > maxRingBytes:
+		return invalid("slot size %d out of range [64, 1 GiB]", size)
+	case count < 2 || count > 1<<16:
+		return invalid("slot count %d out of range [2, 65536]", count)
+	case size*count > maxRingBytes:
+		return invalid("slot rings of %d slots of %d bytes take %d MiB per peer and direction, more than 1 GiB", count, size, size*count>>20)
+	}
+	return nil
+}
+
 func envBytes(name string) (int, bool, error) {
 	v := os.Getenv(name)
 	if v == "" {
