@@ -283,9 +283,16 @@ func (p *peer) sendAbort(reason error) {
 	_, _ = writeFD(p.fds[0], frame[:frameHeaderLen], frame[frameHeaderLen:])
 }
 
-// shut closes the peer's sockets once nothing can touch them: the watcher
-// has stopped, and no pass or re-arm is running.
+// shut closes the peer's sockets at once, once nothing can touch them.
 func (p *peer) shut() {
+	p.stop()
+	p.release()
+}
+
+// stop ends all I/O on the peer's sockets but the caller's, once the
+// watcher has stopped: it waits out any pass or re-arm still running and
+// keeps new ones out until release. The descriptors stay open.
+func (p *peer) stop() {
 	p.down.Store(true)
 	// Empty critical sections: wait out any watch that saw down unset.
 	for j := range p.watches {
@@ -294,6 +301,10 @@ func (p *peer) shut() {
 	}
 	p.rx.excl.lock()
 	p.tx.excl.lock()
+}
+
+// release closes the sockets of a stopped peer.
+func (p *peer) release() {
 	p.closeFDs()
 	p.tx.excl.unlock()
 	p.rx.excl.unlock()

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,6 +92,98 @@ func writeFD(fd int, hdr, payload []byte) (int, error) {
 // shutdownFD ends both directions of a socket without closing its
 // descriptor.
 func shutdownFD(fd int) { _ = unix.Shutdown(fd, unix.SHUT_RDWR) }
+
+// TCP states as TCP_INFO reports them (include/net/tcp_states.h).
+const (
+	tcpFinWait2 = 5
+	tcpTimeWait = 6
+	tcpClose    = 7
+)
+
+// lingerFDs ends the sending direction of every socket, so each peer reads
+// what was queued and then the end of the stream, and reads and discards
+// what arrives until every socket is finished or the deadline passes. Only
+// then may the sockets be closed: close(2) on a socket with unread data
+// resets the connection (RST instead of FIN), which throws away what the
+// socket still had to send, and so does data that arrives after close.
+//
+// A socket is finished when the peer ended its side (end of stream: it
+// sends nothing more) or the connection broke, or when the peer's kernel has
+// acknowledged everything this side sent, the end of stream included
+// (FIN_WAIT2): from then on a reset can no longer take anything from the
+// peer, which reads its queued data and the end of stream first.
+func lingerFDs(fds []int, deadline time.Time) {
+	buf := make([]byte, 64<<10)
+	pending := make([]unix.PollFd, 0, len(fds))
+	for _, fd := range fds {
+		_ = unix.Shutdown(fd, unix.SHUT_WR)
+		pending = append(pending, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP})
+	}
+	// Arriving data and the end of stream wake the poll; the peer's
+	// acknowledgement does not (a socket shut for writing always polls
+	// writable), so the poll also times out, more rarely as time goes on.
+	pause := 50 * time.Microsecond
+	for {
+		keep := pending[:0]
+		for _, pfd := range pending {
+			if !lingerDone(int(pfd.Fd), buf) {
+				keep = append(keep, pfd)
+			}
+		}
+		pending = keep
+		left := time.Until(deadline)
+		if len(pending) == 0 || left <= 0 {
+			break
+		}
+		ts := unix.NsecToTimespec(int64(min(pause, left)))
+		_, _ = unix.Ppoll(pending, &ts, nil)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+	// Past the deadline: leave nothing unread that would turn close into
+	// a reset.
+	for _, fd := range fds {
+		discardFD(fd, buf)
+	}
+}
+
+// lingerDone discards what socket fd has received and reports whether it
+// is finished (see lingerFDs).
+func lingerDone(fd int, buf []byte) bool {
+	switch err := discardFD(fd, buf); err {
+	case unix.EAGAIN:
+	case nil:
+		return false // the peer keeps sending; come back after the others
+	default:
+		return true // end of stream, or the connection broke
+	}
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return false // wait for the end of stream
+	}
+	switch info.State {
+	case tcpFinWait2, tcpTimeWait, tcpClose:
+		return true
+	}
+	return false
+}
+
+// discardFD reads and drops what socket fd has received, a bounded amount
+// at a time. It returns unix.EAGAIN once nothing is left, io.EOF at the end
+// of the stream, the error that broke the connection, or nil if data is
+// still coming.
+func discardFD(fd int, buf []byte) error {
+	for range 64 {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return err
+		case n == 0:
+			return io.EOF
+		}
+	}
+	return nil
+}
 
 // setSocketBuffers asks for large kernel buffers (capped by
 // net.core.[rw]mem_max), so a whole slot fits in flight.

@@ -5,6 +5,7 @@ package tcp
 import (
 	"net"
 	"syscall"
+	"time"
 )
 
 // The TCP transport drives its sockets with epoll (see rawio_linux.go);
@@ -23,6 +24,7 @@ func closeFD(int)                                           {}
 func readFD(int, []byte) (int, error)                       { return 0, errUnsupportedOS }
 func writeFD(int, []byte, []byte) (int, error)              { return 0, errUnsupportedOS }
 func shutdownFD(int)                                        {}
+func lingerFDs([]int, time.Time)                            {}
 func setSocketBuffers(_, _ string, _ syscall.RawConn) error { return nil }
 
 type poller struct{}

@@ -2,9 +2,13 @@ package tcp
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/gccl/gccl/transport"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,5 +69,48 @@ func TestIPv6(t *testing.T) {
 	send(t, eps[0], 1, pattern(0, 0, stripeMin*2), 9)
 	if m, tag := recv(t, eps[1], 0); tag != 9 || !bytes.Equal(m, pattern(0, 0, stripeMin*2)) {
 		t.Fatal("striped message over IPv6 corrupt")
+	}
+}
+
+// Close returns once the peer's kernel has everything (the end of stream
+// included), without waiting for the peer to read it. Data the peer sends
+// after that resets the connection; what the peer received before, the end
+// of stream included, must stay readable.
+func TestPeerSendsAfterClose(t *testing.T) {
+	eps := connectWorld(t, 2, testConfig(4096, 4, 1))
+	// Rank 1 polls instead of sleeping, so it notices nothing by itself.
+	eps[1].PrepareWait()
+	if r, err := eps[1].Receiver(0); err != nil {
+		t.Fatal(err)
+	} else if _, _, ok, err := r.TryNext(); ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	for i := range 3 {
+		send(t, eps[0], 1, pattern(0, i, 4096), transport.Tag(i))
+	}
+	start := time.Now()
+	eps[0].Close()
+	if d := time.Since(start); d >= closeLinger {
+		t.Errorf("Close took %v though the peer's kernel took everything", d)
+	}
+	if err := trySend(eps[1], 0, []byte("late"), 1); err != nil {
+		t.Fatalf("late send: %v", err)
+	}
+	fd := eps[1].peers[0].fds[0]
+	for i := 0; ; i++ {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			t.Skipf("TCP_INFO: %v", err)
+		}
+		if info.State == tcpClose {
+			break // reset
+		}
+		if i == 1000 {
+			t.Fatalf("rank 1's socket is in state %d, not reset by the late data", info.State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := expectRest(t, eps[1], 0, 0, 3, 4096); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("after the last message: %v", err)
 	}
 }

@@ -59,8 +59,13 @@ const (
 const socketBufferSize = 4 << 20
 
 // closeLinger bounds how long Close waits for queued messages to reach the
-// kernel before it closes the sockets anyway.
-const closeLinger = 5 * time.Second
+// kernel, and then for the peers to take them, before it closes the sockets
+// anyway; abortLinger bounds the same wait for Abort's last frame. (Vars
+// so that tests can shorten them.)
+var (
+	closeLinger = 5 * time.Second
+	abortLinger = 500 * time.Millisecond
+)
 
 // Config sets up a rank's TCP transport.
 type Config struct {
@@ -660,16 +665,17 @@ func (e *Endpoint) PrepareWait() {
 	}
 }
 
-// Close writes out what was committed (waiting at most a few seconds for
-// peers to make room), then closes every connection. Peers see
-// ErrPeerClosed once they have read everything.
+// Close writes out what was committed, ends every connection after it and
+// closes them once each peer's kernel has taken everything or the peer
+// ended its side too (waiting at most a few seconds in all for peers to make
+// room). Peers see ErrPeerClosed once they have read everything.
 func (e *Endpoint) Close() error {
 	e.shut(nil)
 	return nil
 }
 
-// Abort closes every connection at once; peers see ErrPeerClosed carrying
-// err's text.
+// Abort closes every connection, waiting a moment at most for peers to take
+// its last frame; peers see ErrPeerClosed carrying err's text.
 func (e *Endpoint) Abort(err error) {
 	if err == nil {
 		err = errors.New("aborted")
@@ -677,17 +683,30 @@ func (e *Endpoint) Abort(err error) {
 	e.shut(err)
 }
 
+// shut writes out what Close must deliver, or Abort's frame, then ends the
+// connections the way that delivers it: each socket is shut for writing
+// (the peer reads everything, then the end of the stream), what arrives is
+// read and dropped until the peer has it all or ended its side too, and only
+// then is the socket closed. Closing a socket with unread data would reset
+// the connection and throw away what it still had to send. Both waits end
+// at the linger deadline, so shut never hangs on a peer that stopped
+// reading; a dead peer ends them at once.
 func (e *Endpoint) shut(reason error) {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
+		// The lingering below can take a while: a rank asleep on the bell
+		// should see ErrClosed now.
+		e.bell.Ring()
+		var deadline time.Time
 		if reason == nil {
-			deadline := time.Now().Add(closeLinger)
+			deadline = time.Now().Add(closeLinger)
 			for _, p := range e.peers {
 				if p != nil {
 					p.drainTx(deadline)
 				}
 			}
 		} else {
+			deadline = time.Now().Add(abortLinger)
 			for _, p := range e.peers {
 				if p != nil {
 					p.sendAbort(reason)
@@ -697,9 +716,17 @@ func (e *Endpoint) shut(reason error) {
 		e.stopping.Store(true)
 		e.poll.wake()
 		e.watcher.Wait()
+		var fds []int
 		for _, p := range e.peers {
 			if p != nil {
-				p.shut()
+				p.stop()
+				fds = append(fds, p.fds...)
+			}
+		}
+		lingerFDs(fds, deadline)
+		for _, p := range e.peers {
+			if p != nil {
+				p.release()
 			}
 		}
 		e.poll.close()

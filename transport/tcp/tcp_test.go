@@ -323,6 +323,148 @@ func TestAbortWakesPeerWithReason(t *testing.T) {
 	}
 }
 
+// backlog sets up the case where closing used to lose data: rank 1 sends
+// rank 0 more than rank 0's receive slots hold, so rank 0 has unread input
+// in its socket; then rank 0 sends until nothing more fits anywhere, and
+// rank 1 takes just enough for rank 0's slots to drain into its socket
+// (and a little more, so the socket has room for one more frame). Rank 0's
+// socket is left with sent data the peer has not taken yet. It returns how
+// many messages rank 0 sent and how many of them rank 1 has read.
+func backlog(t *testing.T, eps []*Endpoint, slot, slots int) (sent, got int) {
+	t.Helper()
+	for i := range slots + 2 {
+		send(t, eps[1], 0, pattern(1, i, slot), 9)
+	}
+	s, err := eps[0].Sender(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, ok, err := s.TryReserve(slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		copy(b, pattern(0, sent, slot))
+		s.Commit(transport.Tag(sent))
+		sent++
+	}
+	tx := eps[0].peers[1].tx
+	for more := slots; got < sent && more > 0; got++ {
+		expectMessage(t, eps[1], 0, got, slot)
+		if tx.idle() {
+			more--
+		}
+	}
+	if !tx.idle() || got == sent {
+		t.Fatalf("rank 0 sent %d messages and rank 1 read %d: no backlog left in the socket", sent, got)
+	}
+	return sent, got
+}
+
+// expectMessage reads message seq of backlog from peer.
+func expectMessage(t *testing.T, e *Endpoint, peer, seq, n int) {
+	t.Helper()
+	m, tag, err := tryRecv(e, peer)
+	if err != nil {
+		t.Fatalf("message %d: %v", seq, err)
+	}
+	if tag != transport.Tag(seq) || !bytes.Equal(m, pattern(peer, seq, n)) {
+		t.Fatalf("message %d: tag %d, %d bytes, not the pattern sent", seq, tag, len(m))
+	}
+}
+
+// expectRest reads messages got..sent-1 of backlog from peer and returns
+// the error that follows them.
+func expectRest(t *testing.T, e *Endpoint, peer, got, sent, n int) error {
+	t.Helper()
+	for ; got < sent; got++ {
+		expectMessage(t, e, peer, got, n)
+	}
+	_, _, err := tryRecv(e, peer)
+	return err
+}
+
+// Close with unread input must not reset the connection: the reset would
+// throw away what the socket still had to send. Rank 1 reads while rank 0
+// closes, and Close returns once it has read everything.
+func TestCloseWithUnreadInputDeliversEverything(t *testing.T) {
+	for _, c := range []struct{ slot, streams int }{{64 << 10, 1}, {stripeMin * 2, 3}} {
+		t.Run(fmt.Sprintf("%d streams", c.streams), func(t *testing.T) {
+			eps := connectWorld(t, 2, testConfig(c.slot, 4, c.streams))
+			sent, got := backlog(t, eps, c.slot, 4)
+			took := make(chan time.Duration, 1)
+			go func() {
+				start := time.Now()
+				eps[0].Close()
+				took <- time.Since(start)
+			}()
+			if err := expectRest(t, eps[1], 0, got, sent, c.slot); !errors.Is(err, transport.ErrPeerClosed) {
+				t.Fatalf("after the last message: %v", err)
+			}
+			if d := <-took; d >= closeLinger {
+				t.Errorf("Close took %v: it should end once the peer has read everything", d)
+			}
+		})
+	}
+}
+
+// A peer that does not read holds Close up only until the linger deadline,
+// and then closing still delivers: nothing unread is left to reset the
+// connection.
+func TestCloseLingersUntilDeadline(t *testing.T) {
+	defer func(d time.Duration) { closeLinger = d }(closeLinger)
+	closeLinger = 200 * time.Millisecond
+	const slot = 64 << 10
+	eps := connectWorld(t, 2, testConfig(slot, 4, 2))
+	sent, got := backlog(t, eps, slot, 4)
+	start := time.Now()
+	eps[0].Close()
+	if d := time.Since(start); d < closeLinger || d > closeLinger+2*time.Second {
+		t.Errorf("Close took %v with a peer that does not read, want about %v", d, closeLinger)
+	}
+	if err := expectRest(t, eps[1], 0, got, sent, slot); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("after the last message: %v", err)
+	}
+}
+
+// Abort's reason reaches the peer behind what was already sent, even when
+// the aborting rank has unread input.
+func TestAbortWithUnreadInputDeliversReason(t *testing.T) {
+	const slot = 64 << 10
+	eps := connectWorld(t, 2, testConfig(slot, 4, 1))
+	sent, got := backlog(t, eps, slot, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		eps[0].Abort(errors.New("rank 0 ran out of memory"))
+	}()
+	err := expectRest(t, eps[1], 0, got, sent, slot)
+	if !errors.Is(err, transport.ErrPeerClosed) || !strings.Contains(err.Error(), "ran out of memory") {
+		t.Fatalf("err = %v, want ErrPeerClosed with the abort reason", err)
+	}
+	<-done
+}
+
+// Both ranks closing at once, with data queued both ways, each waits only
+// for the other's end of stream.
+func TestSimultaneousClose(t *testing.T) {
+	const slot = 64 << 10
+	eps := connectWorld(t, 2, testConfig(slot, 4, 2))
+	backlog(t, eps, slot, 4)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, e := range eps {
+		wg.Go(func() { e.Close() })
+	}
+	wg.Wait()
+	if d := time.Since(start); d >= closeLinger {
+		t.Errorf("closing both ranks took %v", d)
+	}
+}
+
 func TestPeerKilledMidMessage(t *testing.T) {
 	eps := connectWorld(t, 2, testConfig(64<<10, 2, 1))
 	// Half a frame, then the socket dies: the receiver reports the loss
