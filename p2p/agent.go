@@ -48,7 +48,11 @@ type Config struct {
 	// agent's token, that is, did not load its metadata (Connect then fails).
 	RequireToken bool
 	// RequestTimeout fails a request not finished this long after Post with
-	// ErrTimeout (0: DefaultRequestTimeout).
+	// ErrTimeout (0: DefaultRequestTimeout): a tcp one when the watchdog
+	// next looks, the others (local, shm, pvm, file, cudaipc) at their next
+	// block, once the goroutines copying have stopped; a block already in a
+	// system call or on the device runs to its end. What moved before is a
+	// partial transfer; the request's memory is not touched afterwards.
 	RequestTimeout time.Duration
 	// PeerTimeout drops a peer that sent nothing, keepalives included, for
 	// this long (0: DefaultPeerTimeout).
@@ -618,8 +622,8 @@ func (a *Agent) WaitNotifs(ctx context.Context) (map[string][][]byte, error) {
 }
 
 // Close says goodbye to the peers, fails the requests still in flight with
-// ErrClosed, frees every region and mapping and stops the agent's
-// goroutines. It is idempotent.
+// ErrClosed (copies and file I/O stop at their next block), frees every
+// region and mapping and stops the agent's goroutines. It is idempotent.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {

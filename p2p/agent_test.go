@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +84,9 @@ var backendConfigs = []struct {
 	{"tcp", Config{DisableSHM: true, DisablePVM: true}, BackendTCP, false},
 	{"tcp-heap", Config{DisablePVM: true}, BackendTCP, true},
 }
+
+// one is a descriptor list of type typ.
+func one(typ MemType, d ...Desc) DescList { return DescList{Type: typ, Descs: d} }
 
 func targetRegion(t testing.TB, b *Agent, size int, heap bool) *Region {
 	t.Helper()
@@ -269,5 +274,63 @@ func TestRequestInProgress(t *testing.T) {
 	}
 	if _, err := req.Post(); err == nil {
 		t.Fatal("Post after Release")
+	}
+}
+
+// TestConcurrentPostAndWait: goroutines sharing one request, each posting
+// it (one wins, the others get ErrRequestActive while it is in progress)
+// and waiting on it, while another polls Status: every Wait reports a
+// post that succeeded, and nothing races (run with -race).
+func TestConcurrentPostAndWait(t *testing.T) {
+	a, b := pair(t, Config{InlineLimit: -1})
+	tr := targetRegion(t, b, 4096, false)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := a.RegisterMem(make([]byte, 4096))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(300 * time.Millisecond)
+	var posts atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				_, err := req.Post()
+				if errors.Is(err, ErrRequestActive) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				posts.Add(1)
+				if err := req.Wait(ctxT(t)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for time.Now().Before(end) {
+			if st, err := req.Status(); st == StatusFailed && posts.Load() > 0 {
+				t.Errorf("status of a request whose posts all succeed: %v", err)
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+	wg.Wait()
+	if posts.Load() == 0 {
+		t.Fatal("no post succeeded")
+	}
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Release(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -199,6 +199,7 @@ type copyPool struct {
 // transfer's size divided by the workers.
 type copyTask struct {
 	dst, src [][]byte
+	st       *stopper
 	fn       func() // instead of dst and src: a share of a pvm transfer
 	done     *sync.WaitGroup
 }
@@ -207,10 +208,29 @@ func (t copyTask) run() {
 	if t.fn != nil {
 		t.fn()
 	}
-	for i := range t.dst {
-		copy(t.dst[i], t.src[i])
-	}
+	copyPieces(t.dst, t.src, t.st)
 	t.done.Done()
+}
+
+// copyPieces copies src[i] to dst[i] in blocks of copyMin bytes, asking st
+// before each block after the first whether to stop (once per copyMin
+// bytes, however small the pieces).
+func copyPieces(dst, src [][]byte, st *stopper) {
+	n := 0
+	for i := range dst {
+		d, s := dst[i], src[i]
+		for len(d) > 0 {
+			if n >= copyMin {
+				if st.stopped() {
+					return
+				}
+				n = 0
+			}
+			k := min(len(d), copyMin)
+			copy(d[:k], s[:k])
+			d, s, n = d[k:], s[k:], n+k
+		}
+	}
 }
 
 func newCopyPool(n int) *copyPool {
@@ -284,12 +304,17 @@ func (p *copyPool) dispatch(tasks []copyTask) {
 }
 
 // copyAll copies every pair, in equal shares across the workers when the
-// transfer is large.
-func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
-	if total < 2*copyMin || p.workers == 1 {
+// transfer is large; a large one stops early when st says so (the caller
+// then asks st why). Pairs must not overlap (MakeRequest refuses those).
+func (p *copyPool) copyAll(dst, src [][]byte, total uint64, st *stopper) {
+	if total < 2*copyMin {
 		for i := range dst {
 			copy(dst[i], src[i])
 		}
+		return
+	}
+	if p.workers == 1 {
+		copyPieces(dst, src, st)
 		return
 	}
 	lens := make([]int, len(dst))
@@ -303,16 +328,20 @@ func (p *copyPool) copyAll(dst, src [][]byte, total uint64) {
 		t.dst, t.src = append(t.dst, dst[i][off:off+k]), append(t.src, src[i][off:off+k])
 	})
 	for i := range tasks {
-		tasks[i].done = &wg
+		tasks[i].done, tasks[i].st = &wg, st
 	}
 	p.dispatch(tasks[:n])
 }
 
 // pvmAll is pvmCopy in equal shares across the workers when the transfer is
-// large: one core's process_vm_writev does not reach memory bandwidth.
-func (p *copyPool) pvmAll(pid int, write bool, local [][]byte, remote []uint64, total uint64) error {
-	if total < 2*copyMin || p.workers == 1 {
+// large (one core's process_vm_writev does not reach memory bandwidth), in
+// calls of about copyMin bytes between which st may stop it.
+func (p *copyPool) pvmAll(pid int, write bool, local [][]byte, remote []uint64, total uint64, st *stopper) error {
+	if total < 2*copyMin {
 		return pvmCopy(pid, write, local, remote)
+	}
+	if p.workers == 1 {
+		return pvmBlocks(pid, write, local, remote, st)
 	}
 	lens := make([]int, len(local))
 	for i := range local {
@@ -327,7 +356,7 @@ func (p *copyPool) pvmAll(pid int, write bool, local [][]byte, remote []uint64, 
 	tasks := make([]copyTask, n)
 	for i := range tasks {
 		tasks[i] = copyTask{done: &wg, fn: func() {
-			if err := pvmCopy(pid, write, ls[i], rs[i]); err != nil {
+			if err := pvmBlocks(pid, write, ls[i], rs[i], st); err != nil {
 				fe.set(err)
 			}
 		}}
@@ -336,10 +365,43 @@ func (p *copyPool) pvmAll(pid int, write bool, local [][]byte, remote []uint64, 
 	return fe.err
 }
 
-// runCopy is the local and shm backend: the initiator copies.
+// pvmBlocks is pvmCopy in calls of about copyMin bytes (large pieces
+// split), asking st before each call after the first whether to stop.
+func pvmBlocks(pid int, write bool, local [][]byte, remote []uint64, st *stopper) error {
+	var ls [][]byte
+	var rs []uint64
+	n, sent := 0, false
+	for i, l := range local {
+		addr := remote[i]
+		for len(l) > 0 {
+			if n == 0 && sent && st.stopped() {
+				return nil
+			}
+			k := min(len(l), copyMin-n)
+			ls, rs = append(ls, l[:k]), append(rs, addr)
+			l, addr, n = l[k:], addr+uint64(k), n+k
+			if n == copyMin {
+				if err := pvmCopy(pid, write, ls, rs); err != nil {
+					return err
+				}
+				ls, rs, n, sent = ls[:0], rs[:0], 0, true
+			}
+		}
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	return pvmCopy(pid, write, ls, rs)
+}
+
+// runCopy is the local and shm backend: the initiator copies, until the
+// post's deadline (checked between blocks and parts).
 func (r *Request) runCopy() error {
 	start := 0
 	for i := range r.parts {
+		if i > 0 && r.stop.stopped() {
+			return r.halted()
+		}
 		ps := &r.parts[i]
 		segs := r.segs[start:ps.end]
 		if cap(r.dst) < len(segs) {
@@ -357,7 +419,10 @@ func (r *Request) runCopy() error {
 				dst[k], src[k] = l, rm
 			}
 		}
-		r.a.copy.copyAll(dst, src, ps.bytes)
+		r.a.copy.copyAll(dst, src, ps.bytes, &r.stop)
+		if err := r.halted(); err != nil {
+			return err // no notification: the part's data is not all there
+		}
 		if err := r.notifyPart(i); err != nil {
 			return err
 		}
@@ -367,10 +432,13 @@ func (r *Request) runCopy() error {
 }
 
 // runPVM copies with process_vm_writev/readv, one system call per 1024
-// pieces.
+// pieces (per about copyMin bytes when large), until the post's deadline.
 func (r *Request) runPVM() error {
 	start := 0
 	for i := range r.parts {
+		if i > 0 && r.stop.stopped() {
+			return r.halted()
+		}
 		ps := &r.parts[i]
 		segs := r.segs[start:ps.end]
 		local, remote := make([][]byte, len(segs)), make([]uint64, len(segs))
@@ -378,8 +446,11 @@ func (r *Request) runPVM() error {
 			s := &segs[k]
 			local[k], remote[k] = s.local.mem[s.loff:s.loff+s.n], s.raddr
 		}
-		if err := r.a.copy.pvmAll(int(r.ra.info.Pid), r.op == Write, local, remote, ps.bytes); err != nil {
+		if err := r.a.copy.pvmAll(int(r.ra.info.Pid), r.op == Write, local, remote, ps.bytes, &r.stop); err != nil {
 			return fmt.Errorf("p2p: %v to %s: %w", r.op, r.peer, err)
+		}
+		if err := r.halted(); err != nil {
+			return err
 		}
 		if err := r.notifyPart(i); err != nil {
 			return err
@@ -426,18 +497,26 @@ func (r *Request) runTCP() {
 		ps := &r.parts[i]
 		for k := start; k < ps.end && err == nil; k++ {
 			s := &r.segs[k]
-			if r.op == Write && s.local.vram != nil {
-				err = st.writeFrames(r.a, p, id, s)
-			} else if r.op == Write {
-				err = p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr}, s.local.mem[s.loff:s.loff+s.n])
-			} else {
+			switch {
+			case !p.inFlight(id, r):
+				// It failed (timed out): its memory is its owner's again,
+				// and nothing more of it goes out, nor is asked for.
+			case r.op == Read:
 				err = p.frameLocked(header{op: opReadReq, region: s.rinfo.ID, req: id, aux: uint64(k), offset: s.raddr, length: s.n}, nil)
+			case s.local.info.Type == VRAM:
+				err = st.writeFrames(r.a, p, id, r, s)
+			default:
+				err = p.writePiece(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr, length: s.n}, id, r, s)
 			}
 		}
 		if r.op == Write && err == nil {
+			// A commit even for a post that failed meanwhile: its ack, which
+			// nobody waits for, clears the target's record of refusals. But
+			// no notification: some of its data may be missing or zeros. A
+			// post still in flight now sent all of this part's data.
 			h := header{op: opCommit, req: id, aux: uint64(i), flags: flagAck}
 			var payload []byte
-			if ps.flag {
+			if ps.flag && p.inFlight(id, r) {
 				h.flags |= flagNotify
 				payload = nonNil(ps.notif)
 			}
@@ -462,6 +541,58 @@ func (r *Request) runTCP() {
 		// A frame may be half written: the connection is unusable.
 		p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
 	}
+}
+
+// inFlight reports whether post id of r is still in flight, so that its
+// memory may be touched (under landMu or sendMu: see complete).
+func (p *peer) inFlight(id uint64, r *Request) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight[id] == r
+}
+
+// zeroPad fills the rest of a WRITE frame whose post failed.
+var zeroPad [64 << 10]byte
+
+// writePiece writes WRITE frame h of piece s of post id of r. The bytes go
+// through the connection's buffer, copied into it under sendMu while the
+// post is in flight, never to the socket straight from the piece: a write
+// to a slow peer would then read the piece after the post timed out, when
+// its owner may be reusing the memory, and send that to the target. That
+// costs a memory copy per byte sent. The header announced the length, so
+// a post that fails midway sends zeros for the rest. The caller holds the
+// writer.
+func (p *peer) writePiece(h header, id uint64, r *Request, s *segment) error {
+	if err := p.frameLocked(h, nil); err != nil {
+		return err
+	}
+	live := true
+	for off := uint64(0); off < s.n; {
+		if p.bw.Available() == 0 {
+			if err := p.flushLocked(); err != nil {
+				return err
+			}
+		}
+		k := min(s.n-off, uint64(p.bw.Available()))
+		p.sendMu.Lock()
+		if live {
+			live = p.inFlight(id, r)
+		}
+		var err error
+		if live {
+			_, err = p.bw.Write(s.local.mem[s.loff+off : s.loff+off+k])
+		} else {
+			k = min(k, uint64(len(zeroPad)))
+			_, err = p.bw.Write(zeroPad[:k])
+		}
+		p.sendMu.Unlock()
+		if err != nil { // fits the buffer: only a past flush's error
+			p.werr = err
+			return err
+		}
+		off += k
+	}
+	return nil
 }
 
 // acked handles the target's ack of post id (reader goroutine).

@@ -165,7 +165,7 @@ func BenchmarkCopyCeiling(b *testing.B) {
 	b.Run("pool", func(b *testing.B) {
 		b.SetBytes(64 << 20)
 		for i := 0; i < b.N; i++ {
-			a.copy.copyAll([][]byte{dst.Bytes()}, [][]byte{src}, 64<<20)
+			a.copy.copyAll([][]byte{dst.Bytes()}, [][]byte{src}, 64<<20, nil)
 		}
 	})
 }

@@ -25,4 +25,8 @@ var (
 	ErrBadMetadata = errors.New("p2p: malformed metadata")
 	// ErrRequestActive: the request is still in progress (Post again, Release).
 	ErrRequestActive = errors.New("p2p: request in progress")
+	// ErrInvalidArgument: MakeRequest (or CreateRequest) got descriptors that
+	// do not make a transfer: mismatched lengths or parts, indices out of
+	// range, or ranges of this agent where the source overlaps the destination.
+	ErrInvalidArgument = errors.New("p2p: invalid argument")
 )

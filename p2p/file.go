@@ -67,6 +67,8 @@ func (a *Agent) RegisterFile(path string, opts FileOptions) (*Region, error) {
 
 // RegisterFileFD registers a range of an open file; f stays the caller's
 // (DeregisterMem does not close it) and must stay open while registered.
+// Its region is not shared with later RegisterFile calls of the same range
+// (they open their own descriptor), since f may be closed after it.
 func (a *Agent) RegisterFileFD(f *os.File, opts FileOptions) (*Region, error) {
 	return a.registerFile(f, false, opts)
 }
@@ -95,6 +97,9 @@ func (a *Agent) registerFile(f *os.File, owns bool, opts FileOptions) (*Region, 
 	}
 	key := regionKey{typ: FILE, base: uint64(opts.Offset), len: uint64(opts.Length), file: fileIdentity(f, st)}
 	a.mu.Lock()
+	// Only regions whose descriptor the agent owns are in the cache: one
+	// made from a caller's descriptor would break when its caller
+	// deregisters and closes it while another registration still uses it.
 	if r, ok := a.cache[key]; ok && r.file.direct != nil == opts.Direct {
 		r.refs++
 		a.mu.Unlock()
@@ -122,7 +127,9 @@ func (a *Agent) registerFile(f *os.File, owns bool, opts FileOptions) (*Region, 
 	r := &Region{a: a, info: info, refs: 1, file: h}
 	a.regions[info.ID] = r
 	a.local.add(info)
-	a.cache[key] = r
+	if owns {
+		a.cache[key] = r
+	}
 	a.gen++
 	return r, nil
 }
@@ -144,6 +151,7 @@ type fileTask struct {
 	write bool
 	mems  [][]byte
 	offs  []int64
+	st    *stopper
 	done  *sync.WaitGroup
 	err   *firstError
 }
@@ -176,6 +184,9 @@ func (p *filePool) start() {
 			bounce := alignedBuffer(p.block)
 			for t := range p.tasks {
 				for i, mem := range t.mems {
+					if t.st.stopped() { // a clock read per block: nothing beside its I/O
+						break
+					}
 					if err := t.h.blockIO(t.write, mem, t.offs[i], bounce); err != nil {
 						t.err.set(err)
 						break
@@ -196,8 +207,11 @@ func (p *filePool) close() {
 }
 
 // run does mem <-> file [off, off+len(mem)) for every piece: cut in blocks,
-// the blocks dealt in depth contiguous stripes, one per worker.
-func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64) error {
+// the blocks dealt in depth contiguous stripes, one per worker. The workers
+// skip the blocks left once st says stop (the caller asks st why); a block
+// whose system call has started runs to its end, so a hung disk delays
+// the stop until the call returns.
+func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper) error {
 	p.once.Do(p.start)
 	var blocks [][]byte
 	var boffs []int64
@@ -215,7 +229,7 @@ func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64) e
 	for s := 0; s < stripes; s++ {
 		lo, hi := s*len(blocks)/stripes, (s+1)*len(blocks)/stripes
 		wg.Add(1)
-		p.tasks <- fileTask{h: h, write: write, mems: blocks[lo:hi], offs: boffs[lo:hi], done: &wg, err: &fe}
+		p.tasks <- fileTask{h: h, write: write, mems: blocks[lo:hi], offs: boffs[lo:hi], st: st, done: &wg, err: &fe}
 	}
 	wg.Wait()
 	return fe.err
@@ -327,10 +341,14 @@ func (h *fileHandle) readTo(w io.Writer, off, n int64, p *filePool) error {
 	return nil
 }
 
-// runFile is the file backend: this agent's memory to or from its file.
+// runFile is the file backend: this agent's memory to or from its file,
+// until the post's deadline (checked between blocks, pieces and parts).
 func (r *Request) runFile() error {
 	start := 0
 	for i := range r.parts {
+		if i > 0 && r.stop.stopped() {
+			return r.halted()
+		}
 		ps := &r.parts[i]
 		segs := r.segs[start:ps.end]
 		// Pieces go to the pool by file handle; a request may span files.
@@ -341,6 +359,9 @@ func (r *Request) runFile() error {
 		for k := range segs {
 			s := &segs[k]
 			if s.local.vram != nil {
+				if r.stop.stopped() { // a cuFile call is not cut in blocks
+					return r.halted()
+				}
 				if err := r.fileVRAM(s); err != nil {
 					return err
 				}
@@ -357,7 +378,10 @@ func (r *Request) runFile() error {
 			offs[j] = append(offs[j], int64(s.raddr))
 		}
 		for j, h := range hs {
-			if err := r.a.files.run(h, r.op == Write, mems[j], offs[j]); err != nil {
+			if err := r.a.files.run(h, r.op == Write, mems[j], offs[j], &r.stop); err != nil {
+				return err
+			}
+			if err := r.halted(); err != nil {
 				return err
 			}
 		}

@@ -46,6 +46,14 @@ type peer struct {
 	refused  map[uint64]string   // the peer's requests with a refused write (target side)
 	failed   error
 
+	// Held while the reader copies a READ answer into a post's memory
+	// (landMu) or the writer copies a WRITE post's memory into the
+	// connection's buffer (sendMu), each time after checking that the post
+	// is still in flight; complete takes the one of its post's op once the
+	// post is out, so neither touches the memory after that.
+	landMu sync.Mutex
+	sendMu sync.Mutex
+
 	respMu   sync.Mutex
 	respCond *sync.Cond
 	resp     []reply
@@ -301,6 +309,14 @@ func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo, sent
 // peer's metadata is dropped (unless the agent is closing), and the shared
 // segments of a peer that died are removed.
 func (p *peer) fail(err error, forget bool) {
+	select {
+	case <-p.a.done:
+		// Closing: whatever ended the connection first (the goodbye's short
+		// write deadline cutting a frame, or the socket Close shut), the
+		// requests end because the agent closed, as Close documents.
+		err = ErrClosed
+	default:
+	}
 	p.mu.Lock()
 	if p.failed != nil {
 		p.mu.Unlock()
@@ -519,33 +535,64 @@ func (p *peer) readResp(h header) error {
 		}
 		return nil
 	}
-	var dst []byte
-	if r != nil && h.aux < uint64(len(r.segs)) && r.segs[h.aux].n == h.length {
-		s := &r.segs[h.aux]
-		if s.local.vram != nil {
-			devErr, err := p.a.gpu.toDeviceFrom(p.data, s.local.vram.dev, s.local.info.Base+s.loff, s.n)
-			if err != nil || devErr == nil {
-				if err == nil {
-					p.segDone(h.req, r, int(h.aux))
-				}
-				return err
-			}
-			if r := p.take(h.req); r != nil {
-				r.finish(fmt.Errorf("p2p: READ from %s: landing in local VRAM: %w", p.name, devErr))
-			}
-			return nil
-		}
-		dst = s.local.mem[s.loff : s.loff+s.n]
-	}
-	if dst == nil {
+	if r == nil || h.aux >= uint64(len(r.segs)) || r.segs[h.aux].n != h.length {
 		_, err := io.CopyN(io.Discard, p.data, int64(h.length)) // timed out meanwhile, or nonsense
 		return err
 	}
-	if _, err := io.ReadFull(p.data, dst); err != nil {
+	s := &r.segs[h.aux]
+	if s.local.info.Type == VRAM {
+		landed, devErr, err := p.landDevice(h.req, r, s)
+		switch {
+		case err != nil:
+			return err
+		case devErr != nil:
+			if r := p.take(h.req); r != nil {
+				r.finish(fmt.Errorf("p2p: READ from %s: landing in local VRAM: %w", p.name, devErr))
+			}
+		case landed:
+			p.segDone(h.req, r, int(h.aux))
+		}
+		return nil
+	}
+	landed, err := p.landRead(h.req, r, s)
+	if err != nil {
 		return err
 	}
-	p.segDone(h.req, r, int(h.aux))
+	if landed {
+		p.segDone(h.req, r, int(h.aux))
+	}
 	return nil
+}
+
+// landRead lands the answer to piece s of post id of r. The bytes wait in
+// the connection's buffer and are copied into the piece a buffer-full at a
+// time under landMu, only while the post is in flight, never read from the
+// socket straight into it: the post may time out while the rest of the
+// answer is still coming, and its owner may then reuse or deregister the
+// memory (an Alloc'd region is unmapped) at once. That costs a memory copy
+// per byte received. What arrives after the post failed is drained. It
+// reports whether the whole piece landed.
+func (p *peer) landRead(id uint64, r *Request, s *segment) (bool, error) {
+	live := true
+	for off := uint64(0); off < s.n; {
+		if _, err := p.br.Peek(1); err != nil {
+			return false, err
+		}
+		p.lastRecv.Store(monoNow()) // bytes arrived (see recvReader)
+		k := min(s.n-off, uint64(p.br.Buffered()))
+		b, _ := p.br.Peek(int(k))
+		p.landMu.Lock()
+		if live {
+			live = p.inFlight(id, r)
+		}
+		if live {
+			copy(s.local.mem[s.loff+off:s.loff+off+k], b)
+		}
+		p.landMu.Unlock()
+		p.br.Discard(int(k))
+		off += k
+	}
+	return live, nil
 }
 
 // take removes post id from the requests in flight and returns its

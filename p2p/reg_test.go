@@ -1,7 +1,10 @@
 package p2p
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -108,5 +111,57 @@ func BenchmarkRegisterCached(b *testing.B) {
 			b.Fatal(err)
 		}
 		a.DeregisterMem(r2)
+	}
+}
+
+// TestRegisterFileNotSharedWithFD: RegisterFile of a range that
+// RegisterFileFD registered must not share that registration, whose
+// descriptor is the caller's: once that caller deregisters and closes it
+// (as the docs allow), the RegisterFile region must still work.
+func TestRegisterFileNotSharedWithFD(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	path := filepath.Join(t.TempDir(), "f")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(8192); err != nil {
+		t.Fatal(err)
+	}
+	byFD, err := a.RegisterFileFD(f, FileOptions{Length: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath, err := a.RegisterFile(path, FileOptions{Length: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeregisterMem(byFD); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	src := bytes.Repeat([]byte{0xab}, 4096)
+	lr, _ := a.RegisterMem(src)
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "a", DescList{Type: FILE, Descs: []Desc{byPath.Desc(0, 4096)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer req.Release()
+	req.Post()
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatalf("a write through the RegisterFile region after the RegisterFileFD caller closed its descriptor: %v", err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got[:4096], src) {
+		t.Fatal("the file does not hold the data")
+	}
+	// A RegisterFileFD of a range RegisterFile opened may share that
+	// region: its descriptor is the agent's.
+	f2, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	if r, err := a.RegisterFileFD(f2, FileOptions{Length: 8192}); err != nil || r != byPath {
+		t.Fatalf("RegisterFileFD of a range RegisterFile holds: %v, %v (want the same region)", r, err)
 	}
 }

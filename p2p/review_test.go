@@ -545,3 +545,160 @@ func TestRepostRightAfterStatusDone(t *testing.T) {
 	}
 	req.Wait(ctxT(t))
 }
+
+// TestLateReadAnswerAfterTimeout: a READ answer still arriving when its
+// post times out must not land in the request's memory afterwards: the
+// owner may release the request, deregister the region and reuse the
+// memory (heap) or have it unmapped (Alloc) at once. The rest of the
+// answer is drained and the connection goes on.
+func TestLateReadAnswerAfterTimeout(t *testing.T) {
+	for _, kind := range []string{"heap", "alloc"} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == "alloc" && runtime.GOOS != "linux" {
+				t.Skip("shared memory is Linux only")
+			}
+			a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 50 * time.Millisecond, PeerTimeout: time.Minute})
+			const n = 1 << 20
+			c := fakeTarget(t, a, n)
+			buf := make([]byte, n)
+			lr, err := a.RegisterMem(buf)
+			if kind == "alloc" {
+				lr, err = a.Alloc(n)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := a.CreateRequest(Read, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, n)}}, "fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: n}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Post()
+			h := readFrame(t, c)
+			pongs := drainFrames(c) // DeregisterMem sends an invalidate
+			// The answer starts, then stalls past RequestTimeout.
+			c.Write(frame(header{op: opReadResp, req: h.req, aux: h.aux, length: n}, nil))
+			c.Write(bytes.Repeat([]byte{0xee}, 100))
+			if err := req.Wait(ctxT(t)); !errors.Is(err, ErrTimeout) {
+				t.Fatalf("want ErrTimeout, got %v", err)
+			}
+			if err := req.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.DeregisterMem(lr); err != nil {
+				t.Fatalf("deregister after the request failed: %v", err)
+			}
+			if kind == "heap" {
+				for i := range buf { // the memory is the application's again
+					buf[i] = 0x11
+				}
+			}
+			c.Write(bytes.Repeat([]byte{0xee}, n-100)) // the rest of the answer
+			c.Write(frame(header{op: opPing}, nil))
+			select {
+			case <-pongs: // the reader is past the answer
+			case <-time.After(10 * time.Second):
+				t.Fatal("no pong after the late answer")
+			}
+			if i := bytes.IndexByte(buf, 0xee); kind == "heap" && i >= 0 {
+				t.Fatalf("the answer landed in memory deregistered after its request failed (byte %d)", i)
+			}
+		})
+	}
+}
+
+// drainFrames reads the agent's frames from c in the background and
+// signals each pong.
+func drainFrames(c net.Conn) <-chan struct{} {
+	pongs := make(chan struct{}, 16)
+	go func() {
+		var hb [wireHeaderLen]byte
+		for {
+			if _, err := io.ReadFull(c, hb[:]); err != nil {
+				return
+			}
+			h, err := parseHeader(hb[:])
+			if err != nil {
+				return
+			}
+			if _, err := io.CopyN(io.Discard, c, int64(h.payloadLen())); err != nil {
+				return
+			}
+			if h.op == opPong {
+				pongs <- struct{}{}
+			}
+		}
+	}()
+	return pongs
+}
+
+// TestWriteAfterTimeoutLeavesMemory: a tcp WRITE whose post fails (times
+// out) while its frames are still going out must not read its memory
+// afterwards, when the owner may already reuse it: the frame under way
+// ends in zeros, the later pieces are not sent, and the commit asks for no
+// notification (the target must not take the reused bytes for the data).
+func TestWriteAfterTimeoutLeavesMemory(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 5 * time.Second})
+	const seg = 512 << 10
+	c := fakeTarget(t, a, 4*seg)
+	buf := bytes.Repeat([]byte{0xaa}, 4*seg)
+	lr, _ := a.RegisterMem(buf)
+	// Two pieces that do not merge, then the commit.
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, seg), lr.Desc(2*seg, seg)}},
+		"fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: seg}, {Addr: 1<<40 + 2*seg, Len: seg}}},
+		&RequestOptions{Notif: []byte("done")})
+	if err != nil || req.Backend() != BackendTCP || req.Pieces() != 2 {
+		t.Fatalf("%v %v", req, err)
+	}
+	req.Post()
+	var hb [wireHeaderLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil { // the first piece's data is going out
+		t.Fatal(err)
+	}
+	first, err := parseHeader(hb[:])
+	if err != nil || first.op != opWrite {
+		t.Fatalf("%v %v", first.op, err)
+	}
+	req.finish(ErrTimeout) // as the watchdog does
+	if err := req.Wait(ctxT(t)); !errors.Is(err, ErrTimeout) {
+		t.Fatal(err)
+	}
+	if err := req.Release(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf { // the memory is the application's again
+		buf[i] = 0x11
+	}
+	payload := make([]byte, first.length)
+	if _, err := io.ReadFull(c, payload); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(payload, 0x11); i >= 0 {
+		t.Fatalf("byte %d of the frame was read from memory reused after its request failed", i)
+	}
+	if h := readFrame(t, c); h.op != opCommit || h.req != first.req || h.flags&flagNotify != 0 {
+		t.Fatalf("after the failed post's frame: %v req %d flags %#x, want its commit without a notification", h.op, h.req, h.flags)
+	}
+}
+
+// TestCloseFailsWriteInFlight: Close fails a tcp WRITE whose frames are
+// still going out with ErrClosed, as documented, although the goodbye's
+// short write deadline breaks the connection's writer first.
+func TestCloseFailsWriteInFlight(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	const n = 1 << 20
+	c := fakeTarget(t, a, n)
+	lr, _ := a.RegisterMem(make([]byte, n))
+	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, n)}}, "fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: n}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Post()
+	var hb [wireHeaderLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil { // the data is going out; nobody reads it
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := req.Wait(ctxT(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a WRITE in flight at Close: %v, want ErrClosed", err)
+	}
+}

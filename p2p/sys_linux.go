@@ -45,8 +45,8 @@ func probePVM(pid int, addr uint64, token []byte) error {
 // per batch of up to 1024 pieces. write: local to remote.
 func pvmCopy(pid int, write bool, local [][]byte, remote []uint64) error {
 	const batch = 1024
-	liov := make([]unix.Iovec, 0, batch)
-	riov := make([]unix.RemoteIovec, 0, batch)
+	liov := make([]unix.Iovec, 0, min(batch, len(local)))
+	riov := make([]unix.RemoteIovec, 0, min(batch, len(local)))
 	for start := 0; start < len(local); start += batch {
 		end := min(start+batch, len(local))
 		liov, riov = liov[:0], riov[:0]

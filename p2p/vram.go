@@ -634,6 +634,12 @@ func (r *Request) runCUDA() error {
 		ps := &r.parts[i]
 		var err error
 		for k := start; k < ps.end && err == nil; k++ {
+			// Before each piece, not within one: a copy queued runs to its
+			// end, and the fence below waits for it before any report.
+			if (i > 0 || k > 0) && r.stop.stopped() {
+				err = r.halted()
+				break
+			}
 			s := &r.segs[k]
 			var sl *cudaSlot
 			if sl, err = slotFor(s.cudaDev()); err != nil {
@@ -650,6 +656,9 @@ func (r *Request) runCUDA() error {
 			if e := sl.fence(); err == nil {
 				err = e
 			}
+		}
+		if errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) {
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("p2p: %v to %s: CUDA copy: %w", r.op, r.peer, err)
@@ -679,26 +688,89 @@ func (st *stager) put(a *Agent) {
 	}
 }
 
-// writeFrames sends segment s of a WRITE from local VRAM as frames of at
-// most bounceSize bytes, each copied to a pinned buffer while the previous
-// one goes to the socket. The caller holds the peer's writer.
-func (st *stager) writeFrames(a *Agent, p *peer, id uint64, s *segment) error {
+// writeFrames sends segment s of a WRITE of post id of r from local VRAM
+// as frames of at most bounceSize bytes, each copied to a pinned buffer
+// first. Each device copy is made and waited for under sendMu, only while
+// the post is in flight (see writePiece), so none may still read the
+// piece once the post failed: the copy of the next chunk does not overlap
+// the socket write of this one. A post that failed sends no more frames.
+// The caller holds the peer's writer.
+func (st *stager) writeFrames(a *Agent, p *peer, id uint64, r *Request, s *segment) error {
 	if st.sl == nil {
-		sl, err := a.gpu.slot(s.local.vram.dev)
+		sl, err := a.gpu.slot(int(s.local.info.Dev))
 		if err != nil {
 			return deviceError{err}
 		}
 		st.sl = sl
 	}
-	var sockErr error
-	err := st.sl.fromDevice(cuda.DevicePtr(s.local.info.Base+s.loff), s.n, func(off uint64, chunk []byte) error {
-		sockErr = p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr + off}, chunk)
-		return sockErr
-	})
-	if err != nil && sockErr == nil {
+	sl := st.sl
+	bufs, err := sl.bounces()
+	if err != nil {
 		return deviceError{err}
 	}
-	return err
+	src := cuda.DevicePtr(s.local.info.Base + s.loff)
+	for off := uint64(0); off < s.n; {
+		k := min(s.n-off, bounceSize)
+		chunk := bufs[0][:k]
+		p.sendMu.Lock()
+		live := p.inFlight(id, r)
+		if live {
+			if err = sl.ctx.CopyFromDeviceAsync(chunk, src+cuda.DevicePtr(off), sl.stream); err == nil {
+				err = sl.fence()
+			}
+		}
+		p.sendMu.Unlock()
+		switch {
+		case !live:
+			return nil
+		case err != nil:
+			return deviceError{err}
+		}
+		if err := p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr + off}, chunk); err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// landDevice is landRead for a piece in local VRAM: each chunk is read
+// into a pinned buffer, then copied to the device and waited for under
+// landMu, only while the post is in flight, so that no device copy into
+// the piece is left running once the post failed. All the answer is read
+// even when the device fails (devErr), so the connection stays in step.
+func (p *peer) landDevice(id uint64, r *Request, s *segment) (landed bool, devErr, err error) {
+	g := &p.a.gpu
+	sl, devErr := g.slot(int(s.local.info.Dev))
+	var bufs [2][]byte
+	if devErr == nil {
+		defer g.put(sl)
+		bufs, devErr = sl.bounces()
+	}
+	if devErr != nil {
+		_, err = io.CopyN(io.Discard, p.data, int64(s.n))
+		return false, devErr, err
+	}
+	live := true
+	dst := cuda.DevicePtr(s.local.info.Base + s.loff)
+	for off := uint64(0); off < s.n; {
+		k := min(s.n-off, bounceSize)
+		chunk := bufs[0][:k]
+		if _, err := io.ReadFull(p.data, chunk); err != nil {
+			return false, nil, err
+		}
+		if live && devErr == nil {
+			p.landMu.Lock()
+			if live = p.inFlight(id, r); live {
+				if devErr = sl.ctx.CopyToDeviceAsync(dst+cuda.DevicePtr(off), chunk, sl.stream); devErr == nil {
+					devErr = sl.fence()
+				}
+			}
+			p.landMu.Unlock()
+		}
+		off += k
+	}
+	return live && devErr == nil, devErr, nil
 }
 
 // toDeviceFrom lands n bytes read from rd at device address dst of device
@@ -734,13 +806,22 @@ func (r *Request) fileVRAM(s *segment) error {
 	}
 	defer r.a.gpu.put(sl)
 	ptr, h := cuda.DevicePtr(s.local.info.Base+s.loff), s.rreg.file
+	// run stops at the post's deadline between file blocks; halted then
+	// ends the chunks. Both copy loops wait for their device copies
+	// before returning.
 	if r.op == Write {
 		return sl.fromDevice(ptr, s.n, func(off uint64, chunk []byte) error {
-			return r.a.files.run(h, true, [][]byte{chunk}, []int64{int64(s.raddr + off)})
+			if err := r.a.files.run(h, true, [][]byte{chunk}, []int64{int64(s.raddr + off)}, &r.stop); err != nil {
+				return err
+			}
+			return r.halted()
 		})
 	}
 	devErr, err := sl.toDevice(ptr, s.n, func(off uint64, buf []byte) error {
-		return r.a.files.run(h, false, [][]byte{buf}, []int64{int64(s.raddr + off)})
+		if err := r.a.files.run(h, false, [][]byte{buf}, []int64{int64(s.raddr + off)}, &r.stop); err != nil {
+			return err
+		}
+		return r.halted()
 	})
 	if err != nil {
 		return err

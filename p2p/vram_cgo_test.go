@@ -188,8 +188,6 @@ func xfer(t testing.TB, a *Agent, op Op, local DescList, peer string, remote Des
 	}
 }
 
-func one(typ MemType, d ...Desc) DescList { return DescList{Type: typ, Descs: d} }
-
 // TestVRAMLocal copies between DRAM and VRAM of one agent, and between its
 // two devices, through the driver (BackendLocal), in pieces and parts.
 func TestVRAMLocal(t *testing.T) {

@@ -35,14 +35,14 @@ func (a *Agent) watchdog() {
 			expired = expired[:0]
 			p.mu.Lock()
 			for id, r := range p.inflight {
-				if now > r.deadline.Load() {
+				if now > r.stop.deadline.Load() {
 					expired = append(expired, id)
 				}
 			}
 			p.mu.Unlock()
 			for _, id := range expired {
 				if r := p.take(id); r != nil { // not finished (and posted again) meanwhile
-					r.finish(fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, a.cfg.RequestTimeout))
+					r.finish(r.timeoutErr())
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -213,19 +214,86 @@ type Request struct {
 	why     string
 	cb      func(*Request, error)
 
-	state     atomic.Int32
+	// mu makes a post's state, error and done channel change together, and
+	// Post and Release see each other: Wait or Status on one goroutine
+	// while another posts the request again reads one post's outcome, not
+	// half of two. state is also read without it where a stale value is
+	// harmless.
+	mu       sync.Mutex
+	state    atomic.Int32
+	err      error
+	done     chan struct{}
+	released bool
+
 	finishing atomic.Bool // the current post is being finished
 	id        uint64
-	deadline  atomic.Int64
+	stop      stopper
 	p         *peer
-	err       error
-	done      chan struct{}
 	partsDone atomic.Int32
 	segsDone  int // tcp READ, reader goroutine only
 	acks      int // tcp WRITE, reader goroutine only
-	released  bool
 	logged    bool
 	dst, src  [][]byte // the copy backends' scratch, kept between posts
+}
+
+// stopper ends a post's copy or file I/O between blocks once its deadline
+// has passed or the agent closes. The goroutines doing the work check it,
+// and the post fails only after all of them stopped: the watchdog cannot
+// stop a memcpy or a system call, and reporting a failure while one still
+// runs would let the owner reuse or deregister memory the agent is still
+// writing. A check reads the clock, so the loops make one per block, not
+// per piece.
+type stopper struct {
+	deadline atomic.Int64 // monoNow
+	closing  <-chan struct{}
+	why      atomic.Int32 // 0: go on; stopTimeout or stopClosed
+}
+
+const (
+	stopTimeout int32 = 1 + iota
+	stopClosed
+)
+
+// stopped reports whether the work must stop, and from then on always does
+// (until the next Post). A nil stopper never stops.
+func (s *stopper) stopped() bool {
+	if s == nil {
+		return false
+	}
+	if s.why.Load() != 0 {
+		return true
+	}
+	why := int32(0)
+	select {
+	case <-s.closing:
+		why = stopClosed
+	default:
+		if monoNow() > s.deadline.Load() {
+			why = stopTimeout
+		}
+	}
+	if why == 0 {
+		return false
+	}
+	s.why.CompareAndSwap(0, why)
+	return true
+}
+
+// halted is the error of a post whose stopper stopped its work (which was
+// then left unfinished: the checks run only before a block), or nil.
+func (r *Request) halted() error {
+	switch r.stop.why.Load() {
+	case 0:
+		return nil
+	case stopClosed:
+		return ErrClosed
+	}
+	return r.timeoutErr()
+}
+
+// timeoutErr is the error of a post that did not finish in RequestTimeout.
+func (r *Request) timeoutErr() error {
+	return fmt.Errorf("%w: %v of %d bytes to %s not finished after %v", ErrTimeout, r.op, r.bytes, r.peer, r.a.cfg.RequestTimeout)
 }
 
 const (
@@ -240,13 +308,13 @@ const (
 // sides merge into one piece.
 func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *PreparedList, remoteIdx []int, opts *RequestOptions) (*Request, error) {
 	if op != Read && op != Write {
-		return nil, fmt.Errorf("p2p: operation %v", op)
+		return nil, fmt.Errorf("p2p: operation %v: %w", op, ErrInvalidArgument)
 	}
 	if local == nil || remote == nil || local.a != a || remote.a != a || local.peer != "" || remote.peer == "" {
-		return nil, errors.New("p2p: MakeRequest needs a local list and a remote list of this agent")
+		return nil, fmt.Errorf("p2p: MakeRequest needs a local list and a remote list of this agent: %w", ErrInvalidArgument)
 	}
 	if local.done.Load() || remote.done.Load() {
-		return nil, errors.New("p2p: MakeRequest with a released list")
+		return nil, fmt.Errorf("p2p: MakeRequest with a released list: %w", ErrInvalidArgument)
 	}
 	if localIdx == nil {
 		localIdx = seq(local.Len())
@@ -255,12 +323,13 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 		remoteIdx = seq(remote.Len())
 	}
 	if len(localIdx) != len(remoteIdx) {
-		return nil, fmt.Errorf("p2p: %d local descriptors for %d remote ones", len(localIdx), len(remoteIdx))
+		return nil, fmt.Errorf("p2p: %d local descriptors for %d remote ones: %w", len(localIdx), len(remoteIdx), ErrInvalidArgument)
 	}
 	if opts == nil {
 		opts = &RequestOptions{}
 	}
 	r := &Request{a: a, op: op, peer: remote.peer, self: remote.peer == a.name, ra: remote.ra, local: local, remote: remote, cb: opts.OnComplete}
+	r.stop.closing = a.done
 	r.segs = make([]segment, 0, len(localIdx))
 	parts := opts.Parts
 	if len(parts) == 0 {
@@ -269,21 +338,21 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 	prevEnd := 0
 	for pi, part := range parts {
 		if part.End <= prevEnd && !(part.End == 0 && len(localIdx) == 0) || part.End > len(localIdx) {
-			return nil, fmt.Errorf("p2p: part %d ends at descriptor %d (previous part at %d, %d descriptors)", pi, part.End, prevEnd, len(localIdx))
+			return nil, fmt.Errorf("p2p: part %d ends at descriptor %d (previous part at %d, %d descriptors): %w", pi, part.End, prevEnd, len(localIdx), ErrInvalidArgument)
 		}
 		if len(part.Notif) > maxCtrlPayload {
-			return nil, fmt.Errorf("p2p: notification of %d bytes (at most %d)", len(part.Notif), maxCtrlPayload)
+			return nil, fmt.Errorf("p2p: notification of %d bytes (at most %d): %w", len(part.Notif), maxCtrlPayload, ErrInvalidArgument)
 		}
 		ps := partSpec{notif: part.Notif, flag: part.Notif != nil}
 		start := len(r.segs)
 		for k := prevEnd; k < part.End; k++ {
 			li, ri := localIdx[k], remoteIdx[k]
 			if li < 0 || li >= local.Len() || ri < 0 || ri >= remote.Len() {
-				return nil, fmt.Errorf("p2p: index pair %d (%d, %d) out of range", k, li, ri)
+				return nil, fmt.Errorf("p2p: index pair %d (%d, %d) out of range: %w", k, li, ri, ErrInvalidArgument)
 			}
 			ld, rd := local.descs[li], remote.descs[ri]
 			if ld.Len != rd.Len {
-				return nil, fmt.Errorf("p2p: descriptor pair %d: local %d bytes, remote %d", k, ld.Len, rd.Len)
+				return nil, fmt.Errorf("p2p: descriptor pair %d: local %d bytes, remote %d: %w", k, ld.Len, rd.Len, ErrInvalidArgument)
 			}
 			s := segment{local: local.local[li], n: ld.Len, raddr: rd.Addr}
 			s.loff = ld.Addr - s.local.info.Base
@@ -313,7 +382,17 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 		prevEnd = part.End
 	}
 	if prevEnd != len(localIdx) {
-		return nil, fmt.Errorf("p2p: parts cover %d of %d descriptors", prevEnd, len(localIdx))
+		return nil, fmt.Errorf("p2p: parts cover %d of %d descriptors: %w", prevEnd, len(localIdx), ErrInvalidArgument)
+	}
+	if r.self && local.typ == remote.typ {
+		// Both ends in this address space (DRAM, or VRAM under unified
+		// addressing). Large copies run in parallel shares and CUDA copies
+		// of overlapping ranges are undefined, so such a request has no
+		// defined result: refuse it rather than corrupt the data.
+		if l, rm, ok := overlap(r.segs); ok {
+			return nil, fmt.Errorf("p2p: source and destination overlap on this agent: local [%#x, +%d), remote [%#x, +%d): %w",
+				l.lo, l.hi-l.lo, rm.lo, rm.hi-rm.lo, ErrInvalidArgument)
+		}
 	}
 	b, why, err := a.chooseBackend(r, opts.Backend)
 	if err != nil {
@@ -326,6 +405,43 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 		}
 	}
 	return r, nil
+}
+
+// span is a piece's address range [lo, hi).
+type span struct{ lo, hi uint64 }
+
+// overlap finds a local range of segs that overlaps a remote one (the
+// remote addresses being this agent's own, for a request to itself): both
+// sides sorted, then one merge-like sweep, O(n log n) for requests of
+// 100,000 pieces.
+func overlap(segs []segment) (local, remote span, ok bool) {
+	ls, rs := make([]span, len(segs)), make([]span, len(segs))
+	for i := range segs {
+		s := &segs[i]
+		lo := s.local.info.Base + s.loff
+		ls[i], rs[i] = span{lo, lo + s.n}, span{s.raddr, s.raddr + s.n}
+	}
+	return overlapSpans(ls, rs)
+}
+
+// overlapSpans returns a span of ls and one of rs that share a byte. It
+// sorts both. Spans within one list may overlap each other: a span passed
+// over ends before every later span of the other list starts.
+func overlapSpans(ls, rs []span) (span, span, bool) {
+	byLo := func(a, b span) int { return cmp.Compare(a.lo, b.lo) }
+	slices.SortFunc(ls, byLo)
+	slices.SortFunc(rs, byLo)
+	for i, j := 0, 0; i < len(ls) && j < len(rs); {
+		switch l, r := ls[i], rs[j]; {
+		case l.hi <= r.lo:
+			i++
+		case r.hi <= l.lo:
+			j++
+		default:
+			return l, r, true
+		}
+	}
+	return span{}, span{}, false
 }
 
 func mergeable(prev, s *segment) bool {
@@ -383,21 +499,30 @@ func (r *Request) EstimateCost() time.Duration {
 // Post starts the request. It returns StatusDone when the transfer finished
 // inside Post (small transfers to a peer on this host with nothing queued
 // before them), StatusInProgress otherwise. A request may be posted again
-// once it is no longer in progress.
+// once it is no longer in progress; before that Post returns
+// ErrRequestActive, whichever goroutine calls it.
 func (r *Request) Post() (Status, error) {
-	if r.released {
+	r.mu.Lock()
+	switch {
+	case r.released:
+		r.mu.Unlock()
 		return StatusFailed, errors.New("p2p: Post of a released request")
-	}
-	if !r.state.CompareAndSwap(reqIdle, reqPosted) && !r.state.CompareAndSwap(reqDone, reqPosted) && !r.state.CompareAndSwap(reqFailed, reqPosted) {
+	case r.state.Load() == reqPosted:
+		r.mu.Unlock()
 		return StatusInProgress, ErrRequestActive
 	}
+	r.state.Store(reqPosted)
+	r.err, r.done = nil, make(chan struct{})
+	r.mu.Unlock()
+	// The rest is read only by the goroutines that run this post, which
+	// get it through the lane (or this goroutine, inline).
 	a := r.a
-	r.err, r.p, r.segsDone, r.acks = nil, nil, 0, 0
+	r.p, r.segsDone, r.acks = nil, 0, 0
 	r.finishing.Store(false)
 	r.partsDone.Store(0)
 	r.id = a.nextReq.Add(1)
-	r.done = make(chan struct{})
-	r.deadline.Store(monoNow() + int64(a.cfg.RequestTimeout))
+	r.stop.deadline.Store(monoNow() + int64(a.cfg.RequestTimeout))
+	r.stop.why.Store(0)
 	select {
 	case <-a.done: // Close invalidated the peers too: say why
 		r.complete(ErrClosed, false)
@@ -434,11 +559,15 @@ func (r *Request) Post() (Status, error) {
 		return StatusFailed, ErrClosed
 	}
 	inline := r.backend != BackendTCP && r.backend != BackendFile && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
-	if inline && l.runInline(r) {
-		if st := r.state.Load(); st == reqFailed {
-			return StatusFailed, r.err
+	if inline {
+		// The outcome comes back from execute: once finished, the request
+		// may already be posted again by another goroutine.
+		if ran, err := l.runInline(r); ran {
+			if err != nil {
+				return StatusFailed, err
+			}
+			return StatusDone, nil
 		}
-		return StatusDone, nil
 	}
 	if !l.push(r) {
 		r.complete(ErrClosed, true)
@@ -447,13 +576,21 @@ func (r *Request) Post() (Status, error) {
 	return StatusInProgress, nil
 }
 
+// outcome is the last post's state, error and done channel, together.
+func (r *Request) outcome() (int32, error, chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Load(), r.err, r.done
+}
+
 // Status reports where the last Post stands, without blocking.
 func (r *Request) Status() (Status, error) {
-	switch r.state.Load() {
+	st, err, _ := r.outcome()
+	switch st {
 	case reqDone:
 		return StatusDone, nil
 	case reqFailed:
-		return StatusFailed, r.err
+		return StatusFailed, err
 	case reqIdle:
 		return StatusFailed, errors.New("p2p: request not posted")
 	}
@@ -461,34 +598,41 @@ func (r *Request) Status() (Status, error) {
 }
 
 // Wait blocks until the last Post finishes, or ctx ends (the request then
-// goes on).
+// goes on). If another goroutine posts the request again meanwhile, Wait
+// reports on that post, the last one.
 func (r *Request) Wait(ctx context.Context) error {
-	switch r.state.Load() {
-	case reqDone:
-		return nil
-	case reqFailed:
-		return r.err
-	case reqIdle:
-		return errors.New("p2p: request not posted")
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		st, err, done := r.outcome()
+		switch st {
+		case reqDone:
+			return nil
+		case reqFailed:
+			return err
+		case reqIdle:
+			return errors.New("p2p: request not posted")
+		}
+		select {
+		case <-done: // read the outcome under mu: it may be a newer post's
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
 // Release frees the request (and the lists CreateRequest made). It fails
 // with ErrRequestActive while the request is in progress.
 func (r *Request) Release() error {
+	r.mu.Lock()
 	if r.state.Load() == reqPosted {
+		r.mu.Unlock()
 		return ErrRequestActive
 	}
 	if r.released {
+		r.mu.Unlock()
 		return nil
 	}
 	r.released = true
+	r.mu.Unlock()
 	if r.owns {
 		r.local.Release()
 		r.remote.Release()
@@ -507,13 +651,26 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if r.state.Load() != reqPosted || !r.finishing.CompareAndSwap(false, true) {
 		return
 	}
-	r.err = err
 	if p := r.p; p != nil {
 		p.mu.Lock()
 		if p.inflight[r.id] == r {
 			delete(p.inflight, r.id)
 		}
 		p.mu.Unlock()
+		if r.backend == BackendTCP {
+			// The connection's goroutines touch a post's memory only while
+			// it is in flight, under landMu (READ answers) or sendMu (WRITE
+			// data); it is out now, so once a copy under way ends they are
+			// done with it. The owner may reuse or deregister it as soon as
+			// it sees the outcome, while after a timeout the peer may still
+			// be answering or the writer still be sending.
+			m := &p.sendMu
+			if r.op == Read {
+				m = &p.landMu
+			}
+			m.Lock() // an empty critical section: a barrier
+			m.Unlock()
+		}
 	}
 	if releaseRemote && r.ra != nil {
 		r.ra.release()
@@ -523,8 +680,11 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	}
 	// Once the state says done the request may be posted again, with a
 	// new channel: close this post's.
+	r.mu.Lock()
+	r.err = err
 	done := r.done
 	r.state.Store(st)
+	r.mu.Unlock()
 	close(done)
 }
 
@@ -536,6 +696,11 @@ func (r *Request) notifyPart(i int) error {
 		if r.self {
 			r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...))
 		} else if err := r.p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
+			select {
+			case <-r.a.done: // Close shut the connection
+				return ErrClosed
+			default:
+			}
 			return fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
 		}
 	}
@@ -584,23 +749,23 @@ func (a *Agent) lane(peer string) *lane {
 }
 
 // runInline runs r on the caller's goroutine if nothing is queued or
-// running before it.
-func (l *lane) runInline(r *Request) bool {
+// running before it, and returns the error the post finished with.
+func (l *lane) runInline(r *Request) (bool, error) {
 	l.mu.Lock()
 	if l.busy || len(l.q) > 0 || l.closed {
 		l.mu.Unlock()
-		return false
+		return false, nil
 	}
 	l.busy = true
 	l.mu.Unlock()
-	l.a.execute(r)
+	err := l.a.execute(r)
 	l.mu.Lock()
 	l.busy = false
 	if len(l.q) > 0 {
 		l.cond.Broadcast()
 	}
 	l.mu.Unlock()
-	return true
+	return true, err
 }
 
 func (l *lane) push(r *Request) bool {
@@ -656,16 +821,18 @@ func (l *lane) close() {
 	l.mu.Unlock()
 }
 
-// execute runs one posted request on its backend.
-func (a *Agent) execute(r *Request) {
-	if monoNow() > r.deadline.Load() {
-		r.finish(fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer))
-		return
+// execute runs one posted request on its backend and returns the error it
+// finished it with (tcp: nil; its post finishes on acks and answers).
+func (a *Agent) execute(r *Request) error {
+	if monoNow() > r.stop.deadline.Load() {
+		err := fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer)
+		r.finish(err)
+		return err
 	}
 	if r.p != nil {
 		if err := r.p.err(); err != nil {
 			r.finish(err)
-			return
+			return err
 		}
 	}
 	if !r.logged { // once per request: the key costs allocations
@@ -686,9 +853,10 @@ func (a *Agent) execute(r *Request) {
 		err = r.runFile()
 	case BackendTCP:
 		r.runTCP() // finishes on acks and responses
-		return
+		return nil
 	default:
 		err = fmt.Errorf("p2p: backend %v: %w", r.backend, ErrNotSupported)
 	}
 	r.finish(err)
+	return err
 }

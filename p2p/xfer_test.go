@@ -400,3 +400,171 @@ func TestCloseLeavesNothing(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestRequestTimeoutWithoutTCP: a local, shm, pvm or file request that
+// cannot finish in RequestTimeout fails with ErrTimeout, as tcp ones do,
+// not long after (its copy or I/O stops between blocks), having moved
+// only part of the data, and its memory is left alone once it reported.
+func TestRequestTimeoutWithoutTCP(t *testing.T) {
+	const n = 64 << 20 // ~10 ms to copy here, 50 ms or more to write to a file in 4 KiB blocks
+	cfg := Config{RequestTimeout: time.Millisecond, FileBlockSize: 4096, FileQueueDepth: 1}
+	for _, tc := range []struct {
+		name string
+		cfg  func(Config) Config
+		heap bool
+		want Backend
+	}{
+		{"local", nil, false, BackendLocal},
+		{"shm", nil, false, BackendSHM},
+		{"pvm", func(c Config) Config { c.DisableSHM = true; return c }, true, BackendPVM},
+		{"file", nil, false, BackendFile},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if runtime.GOOS != "linux" && tc.want != BackendLocal && tc.want != BackendFile {
+				t.Skip("linux only")
+			}
+			c := cfg
+			if tc.cfg != nil {
+				c = tc.cfg(c)
+			}
+			var a *Agent
+			var remote DescList
+			var dst func() []byte // the target's bytes now
+			peer := "a"
+			switch tc.want {
+			case BackendLocal:
+				a = newAgent(t, "a", c)
+				r, _ := a.RegisterMem(make([]byte, n))
+				remote, dst = one(DRAM, r.Desc(0, n)), r.Bytes
+			case BackendFile:
+				a = newAgent(t, "a", c)
+				path := filepath.Join(t.TempDir(), "f")
+				fr, err := a.RegisterFile(path, FileOptions{Length: n, Create: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				remote = one(FILE, fr.Desc(0, n))
+				dst = func() []byte { b, _ := os.ReadFile(path); return b }
+			default:
+				var b *Agent
+				a, b = pair(t, c)
+				r := targetRegion(t, b, n, tc.heap)
+				if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+					t.Fatal(err)
+				}
+				remote, dst, peer = one(DRAM, r.Desc(0, n)), r.Bytes, "b"
+			}
+			src := bytes.Repeat([]byte{1}, n)
+			lr, _ := a.RegisterMem(src)
+			req, err := a.CreateRequest(Write, one(DRAM, lr.Desc(0, n)), peer, remote, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer req.Release()
+			if req.Backend() != tc.want {
+				t.Skipf("backend %v here (%s)", req.Backend(), req.why)
+			}
+			start := time.Now()
+			req.Post()
+			if err := req.Wait(ctxT(t)); !errors.Is(err, ErrTimeout) {
+				t.Fatalf("%v after %v, want ErrTimeout", err, time.Since(start))
+			}
+			if st, _ := req.Status(); st != StatusFailed {
+				t.Fatalf("status %v after the timeout", st)
+			}
+			got := dst()
+			if got[n-1] != 0 {
+				t.Fatal("the whole transfer was done, yet it timed out")
+			}
+			// Nothing of the memory moves once the failure is reported.
+			before := bytes.Count(got, []byte{1})
+			clear(src)
+			src[0], src[n-1] = 2, 2
+			time.Sleep(20 * time.Millisecond)
+			if after := dst(); bytes.Count(after, []byte{1}) != before || bytes.IndexByte(after, 2) >= 0 {
+				t.Fatal("the target's bytes changed after the request reported its timeout")
+			}
+		})
+	}
+}
+
+// TestOverlappingDescriptorsRefused: a request between ranges of this
+// agent whose source overlaps its destination (a memmove) has no defined
+// result when copied in parallel shares (or by CUDA): MakeRequest refuses
+// it with ErrInvalidArgument, small or large, in one piece or across
+// pieces; adjacent ranges of one region copy correctly.
+func TestOverlappingDescriptorsRefused(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", CopyThreads: 2})
+	const mb = 1 << 20
+	buf := make([]byte, 8*mb)
+	r, _ := a.RegisterMem(buf)
+	for _, tc := range []struct {
+		name          string
+		local, remote []Desc
+	}{
+		{"large", []Desc{r.Desc(mb, 4*mb)}, []Desc{r.Desc(0, 4*mb)}},
+		{"small", []Desc{r.Desc(0, 4096)}, []Desc{r.Desc(1, 4096)}},
+		// The second piece's source is the first one's destination.
+		{"across pieces", []Desc{r.Desc(0, 4096), r.Desc(8192, 4096)}, []Desc{r.Desc(8192, 4096), r.Desc(16384, 4096)}},
+	} {
+		for _, op := range []Op{Write, Read} {
+			if _, err := a.CreateRequest(op, one(DRAM, tc.local...), "a", one(DRAM, tc.remote...), nil); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s %v: %v, want ErrInvalidArgument", tc.name, op, err)
+			}
+		}
+	}
+	fill(buf[:4*mb], 9)
+	want := append([]byte(nil), buf[:4*mb]...)
+	req, err := a.CreateRequest(Write, one(DRAM, r.Desc(0, 4*mb)), "a", one(DRAM, r.Desc(4*mb, 4*mb)), nil)
+	if err != nil {
+		t.Fatalf("adjacent ranges: %v", err)
+	}
+	defer req.Release()
+	req.Post()
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[4*mb:], want) || !bytes.Equal(buf[:4*mb], want) {
+		t.Fatal("a copy between adjacent ranges of one region differs")
+	}
+}
+
+// TestPVMAndFileStopBetweenBlocks: pvm copies and file I/O past their
+// post's deadline stop between blocks: pvm after its first system call of
+// copyMin bytes, the file pool before any block.
+func TestPVMAndFileStopBetweenBlocks(t *testing.T) {
+	var late stopper
+	late.deadline.Store(monoNow() - 1)
+	if runtime.GOOS == "linux" {
+		const n = 3 << 20
+		src, dst := bytes.Repeat([]byte{1}, n), make([]byte, n)
+		if err := pvmBlocks(os.Getpid(), true, [][]byte{src}, []uint64{AddrOf(dst)}, &late); err != nil {
+			t.Skipf("process_vm_writev to this process: %v", err)
+		}
+		if c := bytes.Count(dst, []byte{1}); c != copyMin {
+			t.Fatalf("pvm past the deadline copied %d bytes, want its first block (%d)", c, copyMin)
+		}
+	}
+	fp := newFilePool(2, 4096)
+	defer fp.close()
+	path := filepath.Join(t.TempDir(), "f")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fileHandle{f: f, owns: true}
+	defer h.close()
+	mem := bytes.Repeat([]byte{1}, 1<<20)
+	if err := fp.run(h, true, [][]byte{mem}, []int64{0}, &late); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); bytes.IndexByte(got, 1) >= 0 {
+		t.Fatal("the file pool wrote past the deadline")
+	}
+	if err := fp.run(h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, mem) {
+		t.Fatal("the file pool without a deadline did not write it all")
+	}
+}
