@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/gccl/gccl/internal/units"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -81,8 +82,13 @@ func Table(sys System, spec TableSpec) ([]Row, error) {
 		}
 		rows = append(rows, Row{Bytes: bytes, Count: count, Type: spec.Type, RedOp: spec.RedOp, Root: spec.Root,
 			Algorithm: alg, ChunkBytes: sys.chunk(alg, bytes), TimeUs: est.TimeUs, AlgBW: est.AlgBW, BusBW: est.BusBW})
+		// A step past math.MaxInt64 ends the table: a product that wraps
+		// can land on a larger positive size, a wrapped sum on a negative.
 		next := size + spec.StepBytes
 		if spec.StepFactor > 1 {
+			if size > math.MaxInt64/spec.StepFactor {
+				break
+			}
 			next = size * spec.StepFactor
 			if size == 0 {
 				next = 1

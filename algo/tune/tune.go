@@ -232,18 +232,26 @@ func (s System) chunk(a Algorithm, bytes int64) int64 {
 	if hi < lo {
 		hi = max(lo, 4<<20)
 	}
-	lat := s.Intra.LatencyUs
-	bw := s.Intra.BW
-	if s.Nodes > 1 {
-		lat, bw = max(lat, s.Inter.LatencyUs), min(bw, s.Inter.BW)
-	}
-	if s.RanksPerNode == 1 && s.Nodes == 1 {
+	if s.RanksPerNode <= 1 && s.Nodes <= 1 {
 		return lo
 	}
+	// The links the ring uses set it: the intra-node ones only with several
+	// ranks per node (with one, FromGraph leaves Intra zero), the network
+	// only with several nodes.
+	bw, lat := s.ringBW(), 0.0
+	if s.RanksPerNode > 1 {
+		lat = s.Intra.LatencyUs
+	}
+	if s.Nodes > 1 {
+		lat = max(lat, s.Inter.LatencyUs)
+	}
 	const hideFactor = 4 // transfer time per chunk ≥ 4 × step latency
-	want := int64(bw * 1e3 * lat * hideFactor)
+	// Compared as floats: a huge bandwidth would overflow the conversion.
 	share := bytes / int64(max(s.Ranks(), 1))
-	want = min(want, share)
+	want := share
+	if w := bw * 1e3 * lat * hideFactor; w < float64(share) {
+		want = int64(w)
+	}
 	c := int64(1) << uint(bits.Len64(uint64(max(want-1, 0))))
 	return min(max(c, lo), hi)
 }

@@ -191,6 +191,70 @@ func TestChunk(t *testing.T) {
 	}
 }
 
+// TestChunkOneRankPerNode: with one rank per node the ring uses only the
+// network, so the chunk comes from it (FromGraph leaves Intra zero). It used
+// to take min(Intra.BW, Inter.BW) = 0 and always give MinChunkBytes.
+func TestChunkOneRankPerNode(t *testing.T) {
+	g, err := topo.ReadFile(fixture(ibmFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := FromGraph("ibm", g, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 0's nearest NIC runs at 200 Gb/s: 25 GB/s × 14 µs × 4 = 1.4 MB,
+	// rounded up to 2 MiB.
+	if one.Inter.BW != 25 || one.Inter.LatencyUs != NCCLNetLatencyUs {
+		t.Fatalf("network %.1f GB/s, %.1f µs; want 25 GB/s, %.1f µs", one.Inter.BW, one.Inter.LatencyUs, NCCLNetLatencyUs)
+	}
+	p, err := Predict(one, algo.AllReduce, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(2 << 20); p.ChunkBytes != want {
+		t.Errorf("1 GiB, 2 nodes x 1 rank: chunk %d, want %d", p.ChunkBytes, want)
+	}
+	// A rank's share still bounds it: 1 MiB over 2 ranks is 512 KiB.
+	if c := one.chunk(Ring, 1<<20); c != 512<<10 {
+		t.Errorf("1 MiB, 2 nodes x 1 rank: chunk %d, want %d", c, 512<<10)
+	}
+	// One rank in all moves nothing: the smallest chunk.
+	alone, err := FromGraph("ibm", g, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := alone.chunk(Ring, 1<<30); c != alone.MinChunkBytes {
+		t.Errorf("1 GiB, one rank: chunk %d, want %d", c, alone.MinChunkBytes)
+	}
+}
+
+// TestTableStepsStopAtMaxInt64: a step past math.MaxInt64 ends the table.
+// size × StepFactor used to wrap to a larger positive size (1e18 × 1000 to
+// 3875820019684212736) and be priced as the next row.
+func TestTableStepsStopAtMaxInt64(t *testing.T) {
+	sys := system(t, ibmFile, 1)
+	rows, err := Table(sys, TableSpec{Collective: algo.AllReduce, MinBytes: 1, MaxBytes: math.MaxInt64, StepFactor: 1000, Type: "int8", TypeSize: 1, RedOp: "sum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 7 || rows[len(rows)-1].Bytes != 1e18 {
+		t.Fatalf("%d rows ending at %d bytes, want 7 (1 B to 1e18 B)", len(rows), rows[len(rows)-1].Bytes)
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Bytes != rows[i-1].Bytes*1000 {
+			t.Errorf("row %d: %d bytes after %d with step factor 1000", i, rows[i].Bytes, rows[i-1].Bytes)
+		}
+	}
+	rows, err = Table(sys, TableSpec{Collective: algo.AllReduce, MinBytes: math.MaxInt64 - 5, MaxBytes: math.MaxInt64, StepBytes: 10, Type: "int8", TypeSize: 1, RedOp: "sum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Errorf("step bytes past math.MaxInt64: %d rows, want 1", len(rows))
+	}
+}
+
 func TestErrors(t *testing.T) {
 	good, _ := ThisMachine("shm", 2)
 	bad := []System{

@@ -130,3 +130,71 @@ func TestBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestOneRankPerNode: with one rank per node there is no intra-node hop, and
+// the layout section says so instead of reading a hop class that does not
+// exist (it used to index RingStats' empty Types and panic).
+func TestOneRankPerNode(t *testing.T) {
+	file := filepath.Join("..", "..", "topo", "testdata", fixtures[2])
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--ranks", "1"}, []string{"Layout: 1 node(s) x 1 rank(s)", "intra-node ring: 0 (one rank per node, no intra-node hop)", "ring (ranks): 0 -> 0"}},
+		{[]string{"--ranks", "2", "--nodes", "2"}, []string{"Layout: 2 node(s) x 1 rank(s)", "intra-node ring: 0 (one rank per node, no intra-node hop)", "ring (ranks): 0 1 -> 0", "node 1: 0 <- []; rank 1"}},
+	} {
+		out, errs, code := runTopo(t, append([]string{"--topo-file", file}, c.args...)...)
+		if code != 0 {
+			t.Errorf("%v: exit %d: %s", c.args, code, errs)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: report lacks %q:\n%s", c.args, w, out)
+			}
+		}
+		if strings.Contains(out, "bottleneck") {
+			t.Errorf("%v: report gives an intra-node bottleneck for one rank per node:\n%s", c.args, out)
+		}
+	}
+}
+
+// oddDocs are small documents with shapes the published files lack: a NIC
+// nested under a GPU's function, NVLinks to a NIC or to the GPU itself, NUMA
+// nodes without devices, NICs without ports or PCI functions, an NVSwitch
+// that is also a PCI bridge, GPUs without NICs on two sockets, C2C links.
+var oddDocs = map[string]string{
+	"devUnderGPU":  `<system><cpu numaid="0" affinity="f"><pci busid="01:00.0" class="0x030200"><gpu dev="0" sm="80"/><pci busid="02:00.0" class="0x020000"><nic><net name="m0" speed="100000"/></nic></pci></pci><pci busid="03:00.0" class="0x030200"><gpu dev="1" sm="80"/></pci></cpu></system>`,
+	"nvlToNIC":     `<system><cpu numaid="0" affinity="f"><pci busid="01:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="02:00.0" count="2" tclass="0x068000"/></gpu></pci><pci busid="02:00.0" class="0x020000"><nic><net name="m0" speed="100000"/></nic></pci><pci busid="03:00.0" class="0x030200"><gpu dev="1" sm="80"><nvlink target="02:00.0" count="2" tclass="0x068000"/></gpu></pci></cpu></system>`,
+	"selfNVL":      `<system><cpu numaid="0" affinity="f"><pci busid="01:00.0" class="0x030200"><gpu dev="0" sm="80"><nvlink target="01:00.0" count="2"/></gpu></pci><pci busid="03:00.0" class="0x030200"><gpu dev="1" sm="80"/></pci></cpu></system>`,
+	"emptyCPUs":    `<system><cpu numaid="0"/><cpu numaid="3"/></system>`,
+	"nicNoNet":     `<system><cpu numaid="0"><nic/><nic/><pci busid="03:00.0" class="0x030200"><gpu dev="0"/></pci><pci busid="04:00.0" class="0x030200"><gpu dev="1"/></pci></cpu></system>`,
+	"nvsChild":     `<system><cpu numaid="0"><pci busid="05:00.0" class="0x068000"><pci busid="06:00.0" class="0x030200"><gpu dev="0" sm="90"><nvlink target="05:00.0" count="4"/></gpu></pci></pci><pci busid="07:00.0" class="0x030200"><gpu dev="1" sm="90"><nvlink target="05:00.0" count="4"/><nvlink target="0a:00.0" count="4" tclass="0x068000"/></gpu></pci></cpu></system>`,
+	"gpuNoNIC2cpu": `<system><cpu numaid="0" arch="x86_64" vendor="GenuineIntel"><pci busid="03:00.0" class="0x030200"><gpu dev="0"/></pci></cpu><cpu numaid="1"><pci busid="04:00.0" class="0x030200"><gpu dev="1"/></pci></cpu></system>`,
+	"c2cOnly":      `<system><cpu numaid="0" arch="arm64"><pci busid="03:00.0" class="0x030200" link_width="0" link_speed=""><gpu dev="0" sm="90"><c2c bw="40" count="10"/></gpu></pci><pci busid="04:00.0" class="0x030200"><gpu dev="1" sm="90"><c2c bw="0" count="0"/></gpu></pci></cpu></system>`,
+}
+
+// TestOddDocuments: every odd document gives a full report, with the layout
+// section for one node, two nodes and one rank per node.
+func TestOddDocuments(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range oddDocs {
+		f := filepath.Join(dir, name+".xml")
+		if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{}, {"--ranks", "2"}, {"--ranks", "4", "--nodes", "2"}, {"--ranks", "3", "--nodes", "3"}} {
+			out, errs, code := runTopo(t, append([]string{"--topo-file", f}, args...)...)
+			if code != 0 {
+				t.Errorf("%s %v: exit %d: %s", name, args, code, errs)
+				continue
+			}
+			if !strings.Contains(out, "NUMA nodes:") || !strings.Contains(out, "NICs:") {
+				t.Errorf("%s %v: report lacks a section:\n%s", name, args, out)
+			}
+			if len(args) > 0 && !strings.Contains(out, "ring (ranks): 0 ") {
+				t.Errorf("%s %v: report lacks the ring:\n%s", name, args, out)
+			}
+		}
+	}
+}

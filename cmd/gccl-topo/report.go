@@ -307,17 +307,18 @@ func (l *layout) write(b *strings.Builder, g *topo.Graph) {
 		}
 		fmt.Fprintf(b, "  local rank %d: %s\n", i, kind)
 	}
-	st := g.RingStats(l.devs, l.order)
-	var hops []string
-	for i, r := range l.order {
-		hops = append(hops, fmt.Sprintf("%d -%s-> ", r, st.Types[i]))
-	}
-	if l.perNode == 1 {
-		hops = []string{"0 "}
-	}
-	fmt.Fprintf(b, "\n  intra-node ring: %s%d\n", strings.Join(hops, ""), l.order[0])
 	if l.perNode > 1 {
+		st := g.RingStats(l.devs, l.order)
+		var hops []string
+		for i, r := range l.order {
+			hops = append(hops, fmt.Sprintf("%d -%s-> ", r, st.Types[i]))
+		}
+		fmt.Fprintf(b, "\n  intra-node ring: %s%d\n", strings.Join(hops, ""), l.order[0])
 		fmt.Fprintf(b, "  bottleneck %.1f GB/s, %d NUMA crossing(s)\n", st.MinBW, st.NUMACrossings)
+	} else {
+		// A lone rank has no hop inside its node (RingStats gives no
+		// classes): its ring neighbours are on other nodes.
+		b.WriteString("\n  intra-node ring: 0 (one rank per node, no intra-node hop)\n")
 	}
 	// The job's ring visits each node's ranks in that order, opened at the
 	// slowest hop, node after node; the hop between nodes is the network.
