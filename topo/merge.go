@@ -187,9 +187,10 @@ func (j *Job) InterHostPath(ha int, a *Node, hb int, b *Node) Path {
 // RingOrder orders all ranks of the job into one ring: each host's ranks
 // consecutively (so the ring crosses the network once per host, the
 // fewest possible), in the order Graph.RingOrder gives inside the host
-// (widest links, fewest NUMA crossings) opened at its slowest hop, hosts
-// in Job order. dev[r] is the
-// device of rank r on its host's graph. It returns the ranks in ring order.
+// (widest links, fewest NUMA crossings) opened at its slowest hop
+// (preferring a NUMA crossing among equals), hosts in Job order. dev[r] is
+// the device of rank r on its host's graph. It returns the ranks in ring
+// order.
 func (j *Job) RingOrder(dev []*Node) ([]int, error) {
 	if len(dev) != len(j.RankHost) {
 		return nil, fmt.Errorf("topo: %d devices for %d ranks", len(dev), len(j.RankHost))
@@ -205,16 +206,24 @@ func (j *Job) RingOrder(dev []*Node) ([]int, error) {
 		}
 		order := host.Graph.RingOrder(devs)
 		// The host's ring is cut open where the network hop will replace
-		// it: at its slowest hop, preferring one that crosses NUMA nodes,
-		// so the path left inside the host keeps the fast, local hops.
+		// it: at its slowest hop (then farthest class), preferring among
+		// equals one that crosses NUMA nodes, so the path left inside the
+		// host keeps the fast, local hops. On NVSwitch hosts every hop
+		// ties on the first two, and only the crossing tells them apart.
 		g, cut := host.Graph, len(order)-1
+		crosses := func(i int) bool {
+			return g.LocalCPU(devs[order[i]]) != g.LocalCPU(devs[order[(i+1)%len(order)]])
+		}
 		worse := func(i, j int) bool {
 			pi := g.summary(devs[order[i]], devs[order[(i+1)%len(order)]])
 			pj := g.summary(devs[order[j]], devs[order[(j+1)%len(order)]])
 			if pi.bw != pj.bw {
 				return pi.bw < pj.bw
 			}
-			return pi.typ > pj.typ
+			if pi.typ != pj.typ {
+				return pi.typ > pj.typ
+			}
+			return crosses(i) && !crosses(j)
 		}
 		for i := range order {
 			if worse(i, cut) {

@@ -140,6 +140,54 @@ func TestJobRingOrder(t *testing.T) {
 	}
 }
 
+// TestJobRingCutPrefersNUMACrossing: on an NVSwitch host every hop is NVL at
+// one bandwidth, so only the NUMA crossing tells the hops apart; the host's
+// ring must be opened at a crossing, leaving one crossing inside the host.
+// The cut used to stay at the closing hop whatever it crossed.
+func TestJobRingCutPrefersNUMACrossing(t *testing.T) {
+	ibm, err := os.ReadFile(filepath.Join("testdata", "ibm-gx3d-8xH100-nvswitch-roce-topo-dump.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranks []RankTopology
+	for r := 0; r < 8; r++ {
+		ranks = append(ranks, RankTopology{HostID: []string{"a", "b"}[r/4], XML: ibm})
+	}
+	job, err := Merge(ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Local ranks 0..3 of each host on GPUs 0 (NUMA 0), 4, 5 (NUMA 1), 1
+	// (NUMA 0): the host's ring crosses NUMA nodes twice, and its closing
+	// hop (GPU 1 to GPU 0) does not cross.
+	var dev []*Node
+	for _, h := range job.Hosts {
+		gpus := h.Graph.Nodes[GPU]
+		dev = append(dev, gpus[0], gpus[4], gpus[5], gpus[1])
+	}
+	ring, err := job.RingOrder(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ring) != 8 {
+		t.Fatalf("ring %v, want 8 ranks", ring)
+	}
+	for h, host := range job.Hosts {
+		g, crossings := host.Graph, 0
+		for i := 4 * h; i+1 < 4*h+4; i++ {
+			if job.RankHost[ring[i]] != h || job.RankHost[ring[i+1]] != h {
+				t.Fatalf("ring %v: host %d's ranks are not consecutive", ring, h)
+			}
+			if g.LocalCPU(dev[ring[i]]) != g.LocalCPU(dev[ring[i+1]]) {
+				crossings++
+			}
+		}
+		if crossings != 1 {
+			t.Errorf("ring %v: host %d's ranks cross NUMA nodes %d times, want 1 (cut at a crossing)", ring, h, crossings)
+		}
+	}
+}
+
 // Two ranks that describe the same things in different but equal spellings
 // agree: a CPU mask printed with more leading zero words (a rank that saw
 // more NUMA nodes prints wider masks), a bus id without its domain or in

@@ -13,7 +13,7 @@ type PathType int
 const (
 	PathLOC PathType = iota // the same device
 	PathNVL                 // NVLink, directly or through NVSwitches
-	PathNVB                 // NVLink through an intermediate GPU
+	PathNVB                 // NVLink through one intermediate GPU, between two GPUs
 	PathC2C                 // chip-to-chip link to the CPU (Grace Hopper)
 	PathPIX                 // at most one PCI bridge
 	PathPXB                 // several PCI bridges, without the CPU's host bridge
@@ -226,9 +226,10 @@ func better(a, b label) bool {
 
 // computePaths finds, from every node, the path to every other node: fewest
 // hops first, then the widest bottleneck, then the closest class, as NCCL's
-// breadth-first search does. A path may pass through a GPU only from NVLink
-// to NVLink (NVB), through a NIC only to its own port, and never through a
-// network port; an NVSwitch, like a GPU, only from NVLink to NVLink.
+// breadth-first search does. A path may pass through a GPU only as NCCL's
+// NVB, GPU -NVLink-> GPU -NVLink-> GPU with that one GPU in between, through
+// a NIC only to its own port, and never through a network port; an NVSwitch
+// only from NVLink to NVLink.
 func (g *Graph) computePaths() {
 	var all []*Node
 	for t := range g.Nodes {
@@ -258,12 +259,14 @@ func (g *Graph) computePaths() {
 			next = next[:0]
 			for _, u := range frontier {
 				lu := labels[g.ordinal(u)]
-				if u != src && !canPassThrough(u, lu) {
+				if u != src && !canPassThrough(u, lu, src) {
 					continue
 				}
-				// Past the source, a GPU or NVSwitch forwards only over
-				// NVLink, a NIC only to its ports.
-				nvlOnly := u != src && (u.Type == GPU || u.Type == NVS)
+				// Past the source, a GPU forwards only over NVLink to
+				// another GPU, an NVSwitch only over NVLink, a NIC only to
+				// its ports.
+				gpuOnly := u != src && u.Type == GPU
+				nvlOnly := gpuOnly || u != src && u.Type == NVS
 				portsOnly := u != src && u.Type == NIC
 				edges := adj[g.ordinal(u)]
 				for i := range edges {
@@ -275,7 +278,7 @@ func (g *Graph) computePaths() {
 						// it is most edges between fully meshed sockets.
 						continue
 					}
-					if nvlOnly && e.typ != LinkNVL || portsOnly && e.to.Type != NET {
+					if nvlOnly && e.typ != LinkNVL || gpuOnly && e.to.Type != GPU || portsOnly && e.to.Type != NET {
 						continue
 					}
 					cand := label{hops: lu.hops + 1, bw: min(lu.bw, e.bw), typ: max(lu.typ, hopType(e, src)), prev: u, via: e.typ}
@@ -299,12 +302,19 @@ func (g *Graph) computePaths() {
 	g.applyPXN()
 }
 
-// canPassThrough says whether a path may continue through node u.
-func canPassThrough(u *Node, l label) bool {
+// canPassThrough says whether a path from src, reaching node u with label l,
+// may continue through u.
+func canPassThrough(u *Node, l label, src *Node) bool {
 	switch u.Type {
 	case NET:
 		return false
-	case GPU, NVS:
+	case GPU:
+		// NCCL's ncclTopoSetPaths routes through a GPU only as one hop
+		// between GPUs: the path must have come straight from a GPU over
+		// NVLink, so no chain of GPUs and no GPU between a GPU and the
+		// NVSwitch fabric.
+		return src.Type == GPU && l.hops == 1 && l.via == LinkNVL
+	case NVS:
 		// An NVSwitch that is also a PCI function (HGX A100) is a PCI
 		// endpoint: the fabric is no shortcut between PCI trees.
 		return l.via == LinkNVL

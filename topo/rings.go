@@ -150,7 +150,7 @@ func reverse(a []int) {
 type RingStats struct {
 	MinBW         float64    // GB/s: the ring's bottleneck
 	NUMACrossings int        // hops between different NUMA nodes
-	Types         []PathType // the class of each hop, order[i] -> order[i+1]
+	Types         []PathType // the class of each hop, order[i] -> order[i+1]; nil below 2 ranks (no hop)
 }
 
 // RingStats returns the bottleneck, crossings and hop classes of a ring.

@@ -121,6 +121,82 @@ func TestDirectNVLinkAndNVB(t *testing.T) {
 	}
 }
 
+// TestNVBIsOneIntermediateGPU: NCCL's ncclTopoSetPaths routes through a GPU
+// only as one hop between two GPUs. Four GPUs in an NVLink line 0-1-2-3,
+// each behind two PCI switches: 0->2 is NVB, but 0->3 would need two
+// intermediate GPUs and goes through the CPU (PHB), as in NCCL. A GPU that
+// reaches the NVSwitch fabric only through its NVLink peer does not use it
+// either. gccl used to give NVB over 3 hops and over GPU -> GPU -> NVS -> GPU.
+func TestNVBIsOneIntermediateGPU(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`<system><cpu numaid="0" affinity="0000000f" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">` + "\n")
+	for i := 0; i < 4; i++ {
+		var links []string
+		for _, j := range []int{i - 1, i + 1} {
+			if j >= 0 && j < 4 {
+				links = append(links, fmt.Sprintf(`<nvlink target="0000:%02x:00.0" count="2"/>`, 0x30+j))
+			}
+		}
+		fmt.Fprintf(&b, `<pci busid="0000:%02x:00.0" class="0x060400" link_speed="8.0 GT/s PCIe" link_width="16"><pci busid="0000:%02x:00.0" class="0x060400" link_speed="8.0 GT/s PCIe" link_width="16"><pci busid="0000:%02x:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"><gpu dev="%d" sm="70">%s</gpu></pci></pci></pci>`+"\n",
+			0x10+i, 0x20+i, 0x30+i, i, strings.Join(links, ""))
+	}
+	b.WriteString(`</cpu></system>`)
+	doc, err := ParseXML(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := func(i int) *Node { return g.Find(GPU, fmt.Sprintf("0000:%02x:00.0", 0x30+i)) }
+	for _, c := range []struct {
+		a, b int
+		typ  PathType
+		hops int
+	}{
+		{0, 1, PathNVL, 1},
+		{0, 2, PathNVB, 2},
+		{1, 3, PathNVB, 2},
+		{0, 3, PathPHB, 6}, // up two switches to the CPU and down two
+		{3, 0, PathPHB, 6},
+	} {
+		if p := g.Path(gpu(c.a), gpu(c.b)); p.Type != c.typ || p.Hops() != c.hops {
+			t.Errorf("GPU%d->GPU%d: %s over %d hops, want %s over %d", c.a, c.b, p.Type, p.Hops(), c.typ, c.hops)
+		}
+	}
+
+	// GPU 0's only NVLink is to GPU 1; GPUs 1 and 2 are on an NVSwitch, and
+	// all three behind two PCI switches, so GPU 0 -> 1 -> NVS -> 2 would be
+	// the fewest hops.
+	nvl := []string{
+		`<nvlink target="0000:31:00.0" count="2"/>`,
+		`<nvlink target="0000:30:00.0" count="2"/><nvlink target="0000:0a:00.0" count="4" tclass="0x068000"/>`,
+		`<nvlink target="0000:0a:00.0" count="4" tclass="0x068000"/>`,
+	}
+	b.Reset()
+	b.WriteString(`<system><cpu numaid="0" affinity="0000000f" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">` + "\n")
+	for i, links := range nvl {
+		fmt.Fprintf(&b, `<pci busid="0000:%02x:00.0" class="0x060400" link_speed="8.0 GT/s PCIe" link_width="16"><pci busid="0000:%02x:00.0" class="0x060400" link_speed="8.0 GT/s PCIe" link_width="16"><pci busid="0000:%02x:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"><gpu dev="%d" sm="80">%s</gpu></pci></pci></pci>`+"\n",
+			0x10+i, 0x20+i, 0x30+i, i, links)
+	}
+	b.WriteString(`</cpu></system>`)
+	if doc, err = ParseXML(strings.NewReader(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	if g, err = Build(doc); err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Path(gpu(1), gpu(2)); p.Type != PathNVL || p.Hops() != 2 {
+		t.Errorf("GPU1->GPU2: %s over %d hops, want NVL through the NVSwitch (2)", p.Type, p.Hops())
+	}
+	for _, pair := range [][2]int{{0, 2}, {2, 0}} {
+		if p := g.Path(gpu(pair[0]), gpu(pair[1])); p.Type != PathPHB || p.Hops() != 6 {
+			t.Errorf("GPU%d->GPU%d: %s over %d hops, want PHB over 6 (not through GPU 1 and the NVSwitch)", pair[0], pair[1], p.Type, p.Hops())
+		}
+	}
+}
+
 func TestPCISwitchLevels(t *testing.T) {
 	// GPU and NIC under two levels of switch: PXB; under one: PIX.
 	in := `<system><cpu numaid="0">
