@@ -35,6 +35,13 @@ command line, where other users could read it in the process list.
 Flags:
 `
 
+// maxSize bounds --size, as gccl-run bounds a job (launch.MaxWorldSize):
+// the rendezvous's all-gather answers hold a descriptor of every rank and
+// are capped at 256 MiB, so beyond 2^20 ranks each could contribute less
+// than 256 bytes. Without a bound a typo would exhaust memory before the
+// server started.
+const maxSize = 1 << 20
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -51,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		flags.PrintDefaults()
 	}
 	addr := flags.String("addr", fmt.Sprintf(":%d", bootstrap.DefaultPort), "address to listen on")
-	size := flags.Int("size", 0, "number of ranks in the job (required)")
+	size := flags.Int("size", 0, fmt.Sprintf("number of ranks in the job (required; at most %d)", maxSize))
 	secretFile := flags.String("secret-file", "", "file holding the job secret (default: $GCCL_SECRET)")
 	heartbeat := flags.Duration("heartbeat-timeout", bootstrap.DefaultHeartbeatTimeout, "declare a rank lost after this much silence")
 	if err := flags.Parse(args); err != nil {
@@ -69,6 +76,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if *size < 1 {
 		return fail("--size N is required (the number of ranks in the job)")
+	}
+	if *size > maxSize {
+		return fail("--size %d is more than the %d ranks a gccl job supports", *size, maxSize)
 	}
 	secret := getenv("GCCL_SECRET")
 	if *secretFile != "" {

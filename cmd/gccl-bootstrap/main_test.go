@@ -134,6 +134,8 @@ func TestUsageErrors(t *testing.T) {
 		{args: []string{"--size", "2", "--secret-file", "/nonexistent/secret"}, want: "reading the secret"},
 		{args: []string{"--size", "2", "extra"}, want: "unexpected arguments"},
 		{args: []string{"--bogus"}, want: "flag provided but not defined"},
+		{args: []string{"--size", "2000000000", "--addr", "127.0.0.1:0"}, env: map[string]string{"GCCL_SECRET": bootstrap.NewSecret()},
+			want: "--size 2000000000 is more than the 1048576 ranks"},
 	} {
 		var stderr testutil.SyncBuffer
 		c := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &stderr, nil)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/launch"
 	"github.com/gccl/gccl/internal/units"
 )
 
@@ -297,6 +298,14 @@ func (c *config) resolve(raw *rawChoices, jobProcs int) error {
 			return usagef("-np %d inside a job of %d processes: the launcher has started the ranks already; drop -np", raw.procs, jobProcs)
 		}
 		c.procs = jobProcs
+	}
+	// Beyond these a typo would exhaust memory before anything could fail
+	// cleanly.
+	if raw.procs > launch.MaxProcsPerNode {
+		return usagef("-np %d: at most %d processes per host", raw.procs, launch.MaxProcsPerNode)
+	}
+	if c.ranks > launch.MaxProcsPerNode {
+		return usagef("-g %d: at most %d in-process ranks", c.ranks, launch.MaxProcsPerNode)
 	}
 	if c.procs > 1 && c.ranks > 1 {
 		// nccl-tests' -g is GPUs per process; several in-process ranks per

@@ -247,3 +247,17 @@ func TestParseArgsInJob(t *testing.T) {
 		}
 	}
 }
+
+func TestParseArgsRankLimits(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"all_reduce -np 65537", "-np 65537: at most 65536 processes per host"},
+		{"all_reduce -np 2147483647", "-np 2147483647: at most 65536 processes per host"},
+		{"all_reduce -g 65537", "-g 65537: at most 65536 in-process ranks"},
+	} {
+		_, err := parseArgs(strings.Fields(tc.args))
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want a usage error saying %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -45,11 +45,13 @@ torchrun, mpirun or srun, gccl-perf is one rank of that job instead (with
 
 Flags take a value: -b 8, -b8, --minbytes 8 or --minbytes=8. Sizes accept
 K, M and G suffixes (powers of 1024).
-  -g, --ngpus <n>            in-process ranks (default 1)
-  -np <n>                    processes to start, one rank each (default 1);
-                             -g must then be 1
+  -g, --ngpus <n>            in-process ranks (default 1, at most 65536)
+  -np <n>                    processes to start, one rank each (default 1,
+                             at most 65536); -g must then be 1
   -b, --minbytes <size>      smallest size (default 32M)
-  -e, --maxbytes <size>      largest size (default 32M)
+  -e, --maxbytes <size>      largest size (default 32M); every rank on this
+                             host needs twice this in memory, which must fit
+                             in the host's RAM
   -i, --stepbytes <size>     increment between sizes (default 1M)
   -f, --stepfactor <n>       multiply sizes by n instead (default: disabled)
   -n, --iters <n>            timed iterations per size (default 20)
@@ -120,6 +122,9 @@ type environment struct {
 	// launchedAs is the command line of the gccl-perf -np that started this
 	// rank, for the header and the JSON; "" when started otherwise.
 	launchedAs string
+	// physMem is the host's memory in bytes, which the buffers must fit
+	// in; 0: unknown, not checked.
+	physMem uint64
 	// afterCheckOp, a test hook, sees (and may corrupt) rank's output of a
 	// check pass before it is compared.
 	afterCheckOp func(rank int, inPlace bool, out []byte)
@@ -140,6 +145,7 @@ func hostEnvironment() (*environment, error) {
 		timer:      wallClock,
 		job:        detectJob(),
 		launchedAs: os.Getenv(launchedAsVar),
+		physMem:    physicalMemory(),
 	}
 	if spec := os.Getenv(testFaultVar); spec != "" {
 		fault, err := parseTestFault(spec)
@@ -184,6 +190,10 @@ func run(args []string, stdout, stderr io.Writer, env *environment) int {
 	if cfg.help {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	if err := checkHostMemory(cfg, env.job.found, env.physMem); err != nil {
+		fmt.Fprintf(stderr, "gccl-perf: %v\nRun gccl-perf -h for usage.\n", err)
+		return 2
 	}
 	if env.job.err != nil {
 		fmt.Fprintf(stderr, "gccl-perf: the environment names a multi-process job that cannot be joined: %v\n", env.job.err)

@@ -18,7 +18,7 @@ type options struct {
 	secretFile string
 	tagOutput  bool
 	timeout    time.Duration
-	killGrace  time.Duration
+	killGrace  time.Duration // 0: SIGKILL at once
 	verbose    bool
 	help       bool
 	argv       []string // the program and its arguments
@@ -78,6 +78,8 @@ func parseArgs(args []string) (*options, error) {
 		return nil, errors.New("-np (ranks per node) is required")
 	case o.flags.NProcs < 0:
 		return nil, fmt.Errorf("-np must be at least 1, got %d", o.flags.NProcs)
+	case o.flags.NProcs > launch.MaxProcsPerNode:
+		return nil, fmt.Errorf("-np %d is more than the %d ranks per node gccl-run supports", o.flags.NProcs, launch.MaxProcsPerNode)
 	case len(o.argv) == 0:
 		return nil, errors.New("no program to run: gccl-run -np N prog [args...]")
 	case o.timeout < 0 || o.killGrace < 0:

@@ -43,6 +43,8 @@ func TestParseArgs(t *testing.T) {
 			want{1, -1, -1, "", -1, true, 90 * time.Minute, 3 * time.Second, true, "p"}},
 		{[]string{"-np", "1", "--timeout", "0.5", "p"},
 			want{1, -1, -1, "", -1, true, 500 * time.Millisecond, 3 * time.Second, false, "p"}},
+		{[]string{"-np", "65536", "--kill-grace", "0", "p"},
+			want{65536, -1, -1, "", -1, true, 0, 0, false, "p"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -72,6 +74,8 @@ func TestParseArgsRejects(t *testing.T) {
 		{[]string{"-np", "2", "--timeout", "soon", "prog"}, "want a duration"},
 		{[]string{"-np", "2", "--timeout", "-5", "prog"}, "must not be negative"},
 		{[]string{"-np", "2", "--bogus", "prog"}, "flag provided but not defined"},
+		{[]string{"-np", "65537", "prog"}, "more than the 65536 ranks per node"},
+		{[]string{"-np", "2147483647", "prog"}, "more than the 65536 ranks per node"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

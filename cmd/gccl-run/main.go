@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +52,7 @@ Flags (flags end at the program's name; "--" ends them too):
   --timeout D              stop the job after D (90s, 1h, or seconds) and
                            exit 124
   --kill-grace D           time between SIGTERM and SIGKILL when stopping
-                           ranks (default 3s)
+                           ranks (default 3s; 0: SIGKILL at once)
   -v, --verbose            report what gccl-run does on stderr
   -h, --help               this text
 
@@ -74,13 +76,25 @@ the same 32 hex characters on every node, or --secret-file:
 Failures. When a rank exits non-zero or dies from a signal, gccl-run stops
 the others (SIGTERM to each rank's process group, SIGKILL after the grace
 period) and exits with that rank's status, or 128+signal. SIGINT, SIGTERM
-and SIGHUP are forwarded to the ranks; a second one kills them. Ranks read
-stdin from /dev/null. When the job ends, its leftover shared-memory segments
-(/dev/shm/gccl-<GCCL_JOB_ID>-*) are removed.
+and SIGHUP are forwarded to the ranks; a second one kills them. When
+gccl-run's own output is closed (gccl-run ... | head), it stops the ranks
+the same way and exits 141, as SIGPIPE would. Ranks read stdin from
+/dev/null.
+
+Job end. When every rank has exited, whatever they left running in their
+process groups (a helper started with "cmd &") is stopped too (SIGTERM,
+then SIGKILL after the grace period), as Slurm does at the end of a step.
+Output of such helpers is passed on until the job ends. Then the job's
+leftover shared-memory segments (/dev/shm/gccl-<GCCL_JOB_ID>-*) are removed.
+
+Output. Lines up to 1 MiB are written whole, so ranks never mix mid-line;
+longer lines are written in 1 MiB pieces, which may interleave with other
+ranks' lines. With --tag-output=false a rank's output passes through byte
+for byte; with tagging, a last line without a newline gets one.
 
 Exit status: 0 when every rank exited 0; the first failing rank's status;
-124 on --timeout; 126 or 127 when prog cannot be run; 2 for a bad command
-line or job setup.
+124 on --timeout; 126 or 127 when prog cannot be run; 141 when gccl-run's
+output was closed; 2 for a bad command line or job setup.
 `
 
 // exitUsage is the exit status for a bad command line or job setup.
@@ -96,6 +110,13 @@ func main() {
 		if !signal.Ignored(sig) {
 			signal.Notify(signals, sig)
 		}
+	}
+	// Without this a write to a closed stdout or stderr (gccl-run | head)
+	// would kill gccl-run before it stops the ranks and cleans up; with it
+	// the write fails with EPIPE, and Run stops the job and returns 141.
+	// Notify, unlike Ignore, leaves the ranks SIGPIPE's default action.
+	if !signal.Ignored(syscall.SIGPIPE) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr, signals))
 }
@@ -134,6 +155,9 @@ func run(args, environ []string, stdout, stderr io.Writer, signals <-chan os.Sig
 	job.Stdout, job.Stderr = stdout, stderr
 	job.Timeout = opts.timeout
 	job.KillGrace = opts.killGrace
+	if job.KillGrace == 0 {
+		job.KillGrace = launch.NoKillGrace // Job's 0 would mean the default
+	}
 	job.Signals = signals
 	job.Logger = log
 	if err := job.Resolve(); err != nil {
@@ -143,9 +167,14 @@ func run(args, environ []string, stdout, stderr io.Writer, signals <-chan os.Sig
 	// Never log the secret itself.
 	log.Info("starting job", "program", job.Argv[0], "ranks_per_node", job.NProcs, "nodes", job.NNodes,
 		"node_rank", job.NodeRank, "world_size", job.WorldSize(),
-		"master", fmt.Sprintf("%s:%d", job.MasterAddr, job.MasterPort), "job_id", job.JobID, "from", job.Launcher)
+		"master", net.JoinHostPort(job.MasterAddr, strconv.Itoa(job.MasterPort)), "job_id", job.JobID, "from", job.Launcher)
 
 	code, err := job.Run(context.Background())
+	if errors.Is(err, launch.ErrBrokenPipe) {
+		// Quiet, like any program stopped by SIGPIPE in a pipeline.
+		log.Debug(message(err))
+		return code
+	}
 	if err != nil {
 		msg := message(err)
 		if rerr := (*launch.RankError)(nil); errors.As(err, &rerr) && job.NProcs > 1 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,8 +39,11 @@ func TestMain(m *testing.M) {
 }
 
 // child runs a rank's script: "env" prints the job variables, "ready"
-// prints "ready <pid>", "sleep=D" sleeps, "exit=N" exits; "R:action" runs
-// only on global rank R.
+// prints "ready <pid>", "sleep=D" sleeps, "exit=N" exits, "ignore-term"
+// ignores SIGTERM, "spam" prints lines until it fails, "spawn" starts a
+// sleeping grandchild and prints "grandchild <pid>" on stderr, "shm=DIR"
+// creates DIR/gccl-$GCCL_JOB_ID-rank$RANK; "R:action" runs only on global
+// rank R.
 func child(actions []string) int {
 	for _, action := range actions {
 		if r, a, ok := strings.Cut(action, ":"); ok {
@@ -63,6 +67,27 @@ func child(actions []string) int {
 		case "exit":
 			n, _ := strconv.Atoi(arg)
 			return n
+		case "ignore-term":
+			signal.Ignore(syscall.SIGTERM)
+		case "spam":
+			for {
+				if _, err := fmt.Println("line"); err != nil {
+					return 1
+				}
+			}
+		case "spawn":
+			cmd := exec.Command(os.Args[0], childArg, "sleep=60s")
+			if err := cmd.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 99
+			}
+			fmt.Fprintf(os.Stderr, "grandchild %d\n", cmd.Process.Pid)
+		case "shm":
+			path := filepath.Join(arg, launch.ShmPrefix(os.Getenv("GCCL_JOB_ID"))+"rank"+os.Getenv("RANK"))
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 99
+			}
 		default:
 			fmt.Fprintf(os.Stderr, "unknown child action %q\n", action)
 			return 99
@@ -397,4 +422,108 @@ func TestSignalsReachTheRanks(t *testing.T) {
 			t.Errorf("rank pid %d still exists (kill 0: %v)", pid, err)
 		}
 	}
+}
+
+// TestKillGraceZero checks that --kill-grace 0 kills ranks that ignore
+// SIGTERM at once instead of after the 3 s default.
+func TestKillGraceZero(t *testing.T) {
+	start := time.Now()
+	code, _, stderr := gcclRun(t, hermeticEnv(), "-np", "3", "--kill-grace", "0", "CHILD", "ignore-term", "1:exit=3", "sleep=60s")
+	if code != 3 {
+		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the job took %v to stop", took)
+	}
+}
+
+func TestBracketedIPv6MasterAddress(t *testing.T) {
+	code, stdout, stderr := gcclRun(t, hermeticEnv(), "-np", "1", "--master-addr", "[::1]", "--master-port", "7000", "CHILD", "env")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	if v := rankValues(stdout)[0]; v["GCCL_BOOTSTRAP_ADDR"] != "[::1]:7000" || v["MASTER_ADDR"] != "::1" {
+		t.Errorf("GCCL_BOOTSTRAP_ADDR=%q MASTER_ADDR=%q, want [::1]:7000 and ::1", v["GCCL_BOOTSTRAP_ADDR"], v["MASTER_ADDR"])
+	}
+}
+
+// TestClosedStdoutExits141 runs gccl-run as a process of its own with its
+// stdout a pipe that the test closes after one line, as "| head -1" does:
+// gccl-run must not die of SIGPIPE but stop the ranks and what they
+// started, remove the job's segments and exit 141.
+func TestClosedStdoutExits141(t *testing.T) {
+	if _, err := os.Stat(launch.DefaultShmDir); err != nil {
+		t.Skipf("no %s: %v", launch.DefaultShmDir, err)
+	}
+	secret, _ := launch.NewSecret()
+	jobID := launch.JobIDFromSecret(secret)
+	t.Cleanup(func() { launch.RemoveShmSegments(launch.DefaultShmDir, jobID) })
+	cmd := exec.Command(os.Args[0], "-np", "2", "--kill-grace", "1s",
+		os.Args[0], childArg, "spawn", "shm="+launch.DefaultShmDir, "spam")
+	cmd.Env = hermeticEnv(asMainEnv+"=1", "GCCL_SECRET="+secret)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr testutil.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var grandchildren []int
+	t.Cleanup(func() {
+		for _, pid := range grandchildren {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("reading the first line: %v; stderr:\n%s", err, stderr.String())
+	}
+	if line != "[rank 0] line\n" && line != "[rank 1] line\n" {
+		t.Errorf("first line %q", line)
+	}
+	stdout.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err = <-waited:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("gccl-run did not exit after its stdout was closed; stderr:\n%s", stderr.String())
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		var rank, pid int
+		if n, _ := fmt.Sscanf(l, "[rank %d] grandchild %d", &rank, &pid); n == 2 {
+			grandchildren = append(grandchildren, pid)
+		}
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 141 {
+		t.Errorf("gccl-run ended with %v, want exit status 141; stderr:\n%s", err, stderr.String())
+	}
+	if len(grandchildren) != 2 {
+		t.Fatalf("got grandchildren %v, want 2; stderr:\n%s", grandchildren, stderr.String())
+	}
+	for _, pid := range grandchildren {
+		if !processGone(pid) {
+			t.Errorf("grandchild %d outlived gccl-run", pid)
+		}
+	}
+	if n, _ := launch.RemoveShmSegments(launch.DefaultShmDir, jobID); n != 0 {
+		t.Errorf("gccl-run left %d of the job's segments in %s", n, launch.DefaultShmDir)
+	}
+}
+
+// processGone reports whether pid has exited; a zombie counts as gone, as
+// its new parent may be slow to reap it.
+func processGone(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }

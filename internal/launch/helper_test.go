@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 //	kill=N       kill itself with signal N
 //	partial      print lines in pieces, on stdout and stderr, the last unfinished
 //	spawn        start a grandchild that sleeps, print "grandchild <pid>"
+//	spawn-print=D  start a grandchild sharing stdout that prints "late" after D
+//	print=TEXT   print TEXT and a newline
 //	shm=DIR      create DIR/gccl-$GCCL_JOB_ID-rank$GCCL_RANK
 //	launcher     run a 2-rank job of "ready sleep=60s" (for the Pdeathsig test)
 func helperMain(actions []string) int {
@@ -88,6 +90,16 @@ func helperMain(actions []string) int {
 				return 99
 			}
 			fmt.Printf("grandchild %d\n", cmd.Process.Pid)
+		case "spawn-print":
+			cmd := exec.Command(os.Args[0], helperArg, "sleep="+arg, "print=late")
+			cmd.Stdout = os.Stdout
+			if err := cmd.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 99
+			}
+			fmt.Printf("grandchild %d\n", cmd.Process.Pid)
+		case "print":
+			fmt.Println(arg)
 		case "shm":
 			path := filepath.Join(arg, ShmPrefix(os.Getenv("GCCL_JOB_ID"))+"rank"+rank)
 			if err := os.WriteFile(path, nil, 0o600); err != nil {

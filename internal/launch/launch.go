@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +35,26 @@ const (
 	DefaultMasterPort = 29500
 	// DefaultKillGrace is how long ranks get between SIGTERM and SIGKILL.
 	DefaultKillGrace = 3 * time.Second
+	// NoKillGrace as Job.KillGrace sends SIGKILL right after SIGTERM.
+	NoKillGrace time.Duration = -1
 	// DefaultShmDir is where the shared-memory transport creates segments.
 	DefaultShmDir = "/dev/shm"
 	// localMasterAddr is the rendezvous address of a single-node job.
 	localMasterAddr = "127.0.0.1"
+)
+
+// Limits on a job's shape, checked before anything is allocated per rank,
+// so that a typo such as -np 2147483647 is refused with a clear error
+// instead of exhausting memory.
+const (
+	// MaxProcsPerNode bounds the ranks on one node: far more processes than
+	// any node has hardware threads.
+	MaxProcsPerNode = 1 << 16
+	// MaxWorldSize bounds the ranks of a whole job, as gccl-bootstrap
+	// --size does: the rendezvous's all-gather answers hold a descriptor of
+	// every rank and are capped at 256 MiB (bootstrap's maxMessageSize), so
+	// beyond 2^20 ranks each rank could contribute less than 256 bytes.
+	MaxWorldSize = 1 << 20
 )
 
 // Exit codes of Run besides the ranks' own, chosen as a shell and
@@ -79,8 +96,11 @@ type Job struct {
 	TagOutput      bool      // prefix every output line with "[rank R] "
 	Stdout, Stderr io.Writer // where the ranks' output goes; nil: os.Stdout, os.Stderr
 
-	Timeout   time.Duration // stop the job after this long; 0: no limit
-	KillGrace time.Duration // SIGTERM to SIGKILL; 0: DefaultKillGrace
+	Timeout time.Duration // stop the job after this long; 0: no limit
+	// KillGrace is the time from SIGTERM to SIGKILL when the job is
+	// stopped; 0 means DefaultKillGrace and NoKillGrace (any negative
+	// value) SIGKILL at once.
+	KillGrace time.Duration
 
 	// Signals, if not nil, delivers signals to forward to every rank (the
 	// caller subscribes with signal.Notify). A forwarded signal stops the
@@ -126,14 +146,24 @@ func (j *Job) Resolve() error {
 	switch {
 	case j.NProcs < 1:
 		return fmt.Errorf("launch: need at least one process per node, got %d", j.NProcs)
+	case j.NProcs > MaxProcsPerNode:
+		return fmt.Errorf("launch: %d processes per node is more than the %d gccl supports", j.NProcs, MaxProcsPerNode)
 	case j.NNodes < 1:
 		return fmt.Errorf("launch: need at least one node, got %d", j.NNodes)
+	case j.NNodes > MaxWorldSize/j.NProcs: // dividing cannot overflow
+		return fmt.Errorf("launch: %d nodes of %d processes is more than the %d ranks gccl supports in one job",
+			j.NNodes, j.NProcs, MaxWorldSize)
 	case j.NodeRank < 0 || j.NodeRank >= j.NNodes:
 		return fmt.Errorf("launch: node rank %d is outside 0..%d for %d nodes", j.NodeRank, j.NNodes-1, j.NNodes)
 	case len(j.Argv) == 0 || j.Argv[0] == "":
 		return errors.New("launch: no program to run")
 	}
 	single := j.NNodes == 1
+	addr, err := masterHost(j.MasterAddr)
+	if err != nil {
+		return err
+	}
+	j.MasterAddr = addr
 	if j.MasterAddr == "" {
 		if !single {
 			return errors.New("launch: a job on several nodes needs the master address (rank 0's host)")
@@ -172,10 +202,34 @@ func (j *Job) Resolve() error {
 	if j.JobID == "" {
 		j.JobID = JobIDFromSecret(j.Secret)
 	}
-	if j.KillGrace <= 0 {
+	switch {
+	case j.KillGrace == 0:
 		j.KillGrace = DefaultKillGrace
+	case j.KillGrace < 0:
+		j.KillGrace = NoKillGrace
 	}
 	return nil
+}
+
+// masterHost is a master address as a bare host: IPv6 addresses may come
+// in brackets ([fe80::1], as in URLs), which RankEnv must not double when
+// it adds the port. A host:port is refused, the port has a flag of its own.
+func masterHost(addr string) (string, error) {
+	host := addr
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	bad := strings.ContainsAny(host, "[]") || (host == "" && addr != "")
+	if !bad && strings.Contains(host, ":") {
+		// Only an IPv6 address (with an optional %zone) has colons.
+		ip, _, _ := strings.Cut(host, "%")
+		bad = net.ParseIP(ip) == nil
+	}
+	if bad {
+		return "", fmt.Errorf("launch: master address %q is not a host name or IP address "+
+			"(give the port with --master-port or MASTER_PORT)", addr)
+	}
+	return host, nil
 }
 
 // rankVariables are the variables RankEnv sets; inherited values of the same
@@ -186,6 +240,14 @@ var rankVariables = []string{
 	"GCCL_RANK", "GCCL_SIZE", "GCCL_LOCAL_RANK", "GCCL_LOCAL_SIZE",
 	"GCCL_BOOTSTRAP_ADDR", "GCCL_SECRET", "GCCL_JOB_ID",
 }
+
+// staleVariables are inherited variables that RankEnv drops without
+// setting: the bootstrap reads them as aliases of what rankVariables say
+// (GCCL_WORLD_SIZE of GCCL_SIZE, and refuses a job where they disagree), or
+// they describe a torchrun agent that does not exist under gccl-run (whose
+// TCPStore on MASTER_PORT moves the rendezvous to the next port). A value
+// left over from an enclosing job would break every rank.
+var staleVariables = []string{"GCCL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"}
 
 // RankEnv is the environment of local rank localRank: the base environment
 // (Env, or os.Environ() when Env is nil) with the torchrun-compatible
@@ -198,7 +260,7 @@ func (j *Job) RankEnv(localRank int) []string {
 	}
 	env := make([]string, 0, len(base)+len(rankVariables))
 	for _, kv := range base {
-		if !isRankVariable(kv) {
+		if !isRankVariable(kv) && !isStaleVariable(kv) {
 			env = append(env, kv)
 		}
 	}
@@ -231,12 +293,12 @@ func (j *Job) RankEnv(localRank int) []string {
 
 func isRankVariable(kv string) bool {
 	name, _, _ := strings.Cut(kv, "=")
-	for _, v := range rankVariables {
-		if name == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(rankVariables, name)
+}
+
+func isStaleVariable(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	return slices.Contains(staleVariables, name)
 }
 
 // FreePort returns a TCP port that was free a moment ago, found by binding

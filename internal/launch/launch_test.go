@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef"
@@ -26,8 +27,12 @@ func envValues(t *testing.T, env []string) map[string]string {
 }
 
 func TestRankEnv(t *testing.T) {
+	// GCCL_WORLD_SIZE, left over from an enclosing job, would contradict
+	// GCCL_SIZE; TORCHELASTIC_USE_AGENT_STORE would move the rendezvous
+	// port of a torchrun-style rank: both are dropped.
 	oneNode := &Job{NProcs: 2, NNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 41000,
-		Secret: testSecret, JobID: "3eb1bd439947", Env: []string{"PATH=/bin", "RANK=99", "HOME=/root"}}
+		Secret: testSecret, JobID: "3eb1bd439947", Env: []string{"PATH=/bin", "RANK=99", "HOME=/root",
+			"GCCL_WORLD_SIZE=16", "TORCHELASTIC_USE_AGENT_STORE=True"}}
 	twoNodes := &Job{NProcs: 4, NNodes: 2, NodeRank: 1, MasterAddr: "node01", MasterPort: 29500,
 		Secret: testSecret, JobID: "3eb1bd439947", Env: []string{"PATH=/bin"}}
 	ipv6 := &Job{NProcs: 1, NNodes: 1, MasterAddr: "fd00::1", MasterPort: 29500, Secret: testSecret, JobID: "x", Env: []string{}}
@@ -116,6 +121,15 @@ func TestResolveRejects(t *testing.T) {
 		{"several nodes, no master", Job{NProcs: 1, NNodes: 2, Secret: testSecret, Argv: []string{"p"}}, "master address"},
 		{"short secret", Job{NProcs: 1, Secret: "abcd", Argv: []string{"p"}}, "32 hex characters"},
 		{"bad port", Job{NProcs: 1, MasterPort: 70000, Secret: testSecret, Argv: []string{"p"}}, "outside 1..65535"},
+		{"too many processes", Job{NProcs: MaxProcsPerNode + 1, Argv: []string{"p"}}, "more than the 65536"},
+		{"huge process count", Job{NProcs: 2147483647, Argv: []string{"p"}}, "more than the 65536"},
+		{"job too large", Job{NProcs: 8, NNodes: MaxWorldSize/8 + 1, Secret: testSecret, MasterAddr: "a", Argv: []string{"p"}},
+			"more than the 1048576 ranks"},
+		{"nodes overflow", Job{NProcs: 4, NNodes: 1 << 62, Secret: testSecret, MasterAddr: "a", Argv: []string{"p"}},
+			"more than the 1048576 ranks"},
+		{"host:port as master", Job{NProcs: 1, MasterAddr: "node0:7000", Argv: []string{"p"}}, "not a host name"},
+		{"unbalanced bracket", Job{NProcs: 1, MasterAddr: "[fe80::1", Argv: []string{"p"}}, "not a host name"},
+		{"empty brackets", Job{NProcs: 1, MasterAddr: "[]", Argv: []string{"p"}}, "not a host name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,5 +224,52 @@ func TestFreePort(t *testing.T) {
 	}
 	if port < 1 || port > 65535 {
 		t.Errorf("FreePort = %d", port)
+	}
+}
+
+func TestResolveKillGrace(t *testing.T) {
+	for _, tt := range []struct{ given, want time.Duration }{
+		{0, DefaultKillGrace}, // unset
+		{NoKillGrace, NoKillGrace},
+		{-time.Second, NoKillGrace},
+		{250 * time.Millisecond, 250 * time.Millisecond},
+	} {
+		j := &Job{NProcs: 1, Argv: []string{"p"}, KillGrace: tt.given}
+		if err := j.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		if j.KillGrace != tt.want {
+			t.Errorf("KillGrace %v: resolved to %v, want %v", tt.given, j.KillGrace, tt.want)
+		}
+	}
+}
+
+func TestResolveAcceptsTheLargestJob(t *testing.T) {
+	j := &Job{NProcs: MaxProcsPerNode, NNodes: MaxWorldSize / MaxProcsPerNode, NodeRank: 3,
+		MasterAddr: "a", Secret: testSecret, Argv: []string{"p"}}
+	if err := j.Resolve(); err != nil {
+		t.Errorf("a job of %d ranks, %d per node: %v", j.WorldSize(), j.NProcs, err)
+	}
+}
+
+// TestResolveIPv6MasterAddress checks that a bracketed IPv6 address (as in
+// URLs) works like a bare one and is bracketed once in host:port.
+func TestResolveIPv6MasterAddress(t *testing.T) {
+	for _, addr := range []string{"fe80::1", "[fe80::1]", "fe80::1%eth0", "[fe80::1%eth0]", "node0", "10.0.0.1"} {
+		j := &Job{NProcs: 1, NNodes: 2, MasterAddr: addr, Secret: testSecret, Argv: []string{"p"}}
+		if err := j.Resolve(); err != nil {
+			t.Errorf("%s: %v", addr, err)
+			continue
+		}
+		host := strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+		env := envValues(t, j.RankEnv(0))
+		wantAddr := host + ":29500"
+		if strings.Contains(host, ":") {
+			wantAddr = "[" + host + "]:29500"
+		}
+		if env["MASTER_ADDR"] != host || env["GCCL_BOOTSTRAP_ADDR"] != wantAddr {
+			t.Errorf("%s: MASTER_ADDR=%q GCCL_BOOTSTRAP_ADDR=%q, want %q and %q",
+				addr, env["MASTER_ADDR"], env["GCCL_BOOTSTRAP_ADDR"], host, wantAddr)
+		}
 	}
 }

@@ -18,13 +18,17 @@ import (
 var (
 	ErrTimeout     = errors.New("launch: job timed out")
 	ErrInterrupted = errors.New("launch: job interrupted")
+	// ErrBrokenPipe means the reader of Stdout or Stderr went away (gccl-run
+	// ... | head -1): the job is stopped as SIGPIPE would stop a program
+	// writing there itself.
+	ErrBrokenPipe = errors.New("launch: job stopped: its output was closed (broken pipe)")
 )
 
 const (
-	// outputDrainDelay bounds how long Run keeps reading a rank's output
-	// after the rank exited, when a process it left behind still holds the
-	// pipe open.
-	outputDrainDelay = 2 * time.Second
+	// outputDrainDelay bounds how long Run keeps reading the ranks' output
+	// after the job ended, when a process that left the ranks' process
+	// groups (and so was not stopped) still holds a pipe open.
+	outputDrainDelay = time.Second
 	// groupPollInterval is how often Run checks, while stopping a job,
 	// whether the ranks' process groups have emptied.
 	groupPollInterval = 20 * time.Millisecond
@@ -67,13 +71,22 @@ func (e *RankError) Code() int {
 //   - a signal g arrives on Signals: it is forwarded to every rank, and
 //     the result is 128+g and ErrInterrupted;
 //   - ctx is done: 124 for a deadline, else 1, with ctx's error;
+//   - writing to Stdout or Stderr fails with EPIPE (its reader is gone):
+//     141 (128+SIGPIPE) and ErrBrokenPipe;
 //   - the program cannot be started: 127 (not found), 126 (not
 //     executable) or 1.
 //
+// When every rank has exited, processes they left in their process groups
+// (a helper started with "cmd &") are stopped the same way, as Slurm does
+// at the end of a step, so nothing of the job outlives Run.
+//
 // Ranks read standard input from /dev/null. Their output lines go to
 // Stdout and Stderr, tagged "[rank R] " when TagOutput is set; lines from
-// different ranks never mix. When all ranks are gone, Run removes the job's
-// leftover shared-memory segments (gccl-<JobID>-* in ShmDir).
+// different ranks never mix, except lines longer than 1 MiB (see
+// lineTagger). Output of processes a rank started is read until the whole
+// job ends, plus a grace of a second for those that escaped the process
+// group. When all ranks are gone, Run removes the job's leftover
+// shared-memory segments (gccl-<JobID>-* in ShmDir).
 //
 // On Linux a rank also dies if the launcher itself is killed (Pdeathsig),
 // so ranks never outlive it; call Run from an ordinary goroutine, not one
@@ -91,7 +104,7 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 	if err != nil {
 		return startFailureCode(err), fmt.Errorf("launch: %w", err)
 	}
-	s := &supervisor{job: j, log: j.logger()}
+	s := &supervisor{job: j, log: j.logger(), broken: make(chan struct{}, 1)}
 	exitCode, err = s.run(ctx, path)
 	j.removeShm(s.log)
 	return exitCode, err
@@ -101,7 +114,6 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 type rankProc struct {
 	rank, localRank int
 	cmd             *exec.Cmd
-	stdout, stderr  *lineTagger
 }
 
 // rankExit is what waiting for a rank returned.
@@ -111,12 +123,21 @@ type rankExit struct {
 }
 
 // supervisor runs one job: it starts the ranks, watches them, and applies
-// the stop policy. All its state is owned by the goroutine in run.
+// the stop policy. All its state is owned by the goroutine in run, except
+// the output copiers' channels.
 type supervisor struct {
 	job   *Job
 	log   *slog.Logger
 	procs []*rankProc
 	exits chan rankExit
+
+	// Output copiers, one per stream of each rank: readers are the read
+	// ends of the ranks' pipes, copying counts the copiers still running,
+	// and broken receives a value when one found the destination's reader
+	// gone (EPIPE).
+	readers []*os.File
+	copying sync.WaitGroup
+	broken  chan struct{}
 
 	// The job's result, once decided by its first failure.
 	failed bool
@@ -147,6 +168,12 @@ func (s *supervisor) run(ctx context.Context, path string) (int, error) {
 	if s.grace != nil {
 		s.grace.Stop()
 	}
+	s.drainOutput()
+	if s.pipeBroken() {
+		// Also when the ranks were done: output was lost, as for a
+		// program killed by SIGPIPE.
+		s.record(exitSignalBase+int(syscall.SIGPIPE), ErrBrokenPipe)
+	}
 	if !s.failed {
 		return 0, nil
 	}
@@ -160,26 +187,113 @@ func (s *supervisor) start(path string, local int, stdout, stderr io.Writer) (*r
 	if j.TagOutput {
 		prefix = fmt.Sprintf("[rank %d] ", p.rank)
 	}
-	p.stdout = newLineTagger(stdout, prefix)
-	p.stderr = newLineTagger(stderr, prefix)
+	// The ranks write to pipes of our own rather than through os/exec's
+	// copying, whose Wait ends the copy a fixed delay after the rank exits:
+	// here the output of what a rank started is read while the job lasts.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
 	p.cmd = &exec.Cmd{
 		Path:        path,
 		Args:        j.Argv,
 		Env:         j.RankEnv(local),
-		Stdout:      p.stdout,
-		Stderr:      p.stderr,
+		Stdout:      outW,
+		Stderr:      errW,
 		SysProcAttr: rankProcAttr(),
-		WaitDelay:   outputDrainDelay,
 	}
-	if err := p.cmd.Start(); err != nil {
+	err = p.cmd.Start()
+	// The rank has its own copies of the write ends; ours would keep the
+	// pipes open after every writer is gone.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
 		return nil, err
 	}
+	s.copyOutput(p, outR, newLineTagger(stdout, prefix))
+	s.copyOutput(p, errR, newLineTagger(stderr, prefix))
 	s.log.Debug("started rank", "rank", p.rank, "local_rank", local, "pid", p.cmd.Process.Pid)
 	return p, nil
 }
 
-// supervise waits until every rank has exited and, when the job is being
-// stopped, until their process groups are empty or the grace period ended.
+// copyOutput copies one of p's streams from r through t until every
+// process holding the pipe's write end has closed it, or drainOutput stops
+// it. When the destination fails, r is closed, so that the writers get
+// EPIPE (or SIGPIPE) as they would writing to the destination directly.
+func (s *supervisor) copyOutput(p *rankProc, r *os.File, t *lineTagger) {
+	s.readers = append(s.readers, r)
+	s.copying.Go(func() {
+		defer r.Close()
+		// The copy ends at EOF, when drainOutput stops it, or when t's
+		// destination fails; only then is there nothing to flush.
+		io.Copy(t, r)
+		err := t.err
+		if err == nil {
+			err = t.Close()
+		}
+		if err == nil {
+			return
+		}
+		if errors.Is(err, syscall.EPIPE) {
+			select {
+			case s.broken <- struct{}{}:
+			default:
+			}
+		}
+		s.log.Debug("writing rank output", "rank", p.rank, "err", err)
+	})
+}
+
+// drainOutput waits for the output copiers to finish, which they do once
+// every process holding a rank's pipe is gone. Processes that left the
+// ranks' process groups survive the job's end; their output is read for
+// outputDrainDelay more, then dropped.
+func (s *supervisor) drainOutput() {
+	done := make(chan struct{})
+	go func() {
+		s.copying.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(outputDrainDelay)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	s.log.Debug("a process that left the job still holds a rank's output open; dropping its output")
+	for _, r := range s.readers {
+		// Ends a blocked Read; where pipes have no deadlines, closing
+		// does. Either way the copier flushes what it has.
+		if r.SetReadDeadline(time.Now()) != nil {
+			r.Close()
+		}
+	}
+	<-done
+}
+
+// pipeBroken reports whether an output copier found the destination's
+// reader gone.
+func (s *supervisor) pipeBroken() bool {
+	select {
+	case <-s.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+// supervise waits until every rank has exited and their process groups
+// are empty, stopping what is left of the groups (SIGTERM, then SIGKILL
+// after the grace period) once the ranks are gone.
 func (s *supervisor) supervise(ctx context.Context) {
 	j := s.job
 	var timeout <-chan time.Time
@@ -190,14 +304,20 @@ func (s *supervisor) supervise(ctx context.Context) {
 	}
 	signals := j.Signals
 	done := ctx.Done()
+	broken := s.broken
 	var poll <-chan time.Time
 	for running := len(s.procs); ; {
 		if running == 0 {
-			if !s.stopping || s.killed || !s.anyGroupAlive() {
+			if !s.stopping && s.anyGroupAlive() {
+				// Every rank is done, but processes they started
+				// linger: the job is over, so they stop too.
+				s.log.Debug("the ranks have exited; stopping what is left of their process groups")
+				s.stop(syscall.SIGTERM)
+			}
+			if s.killed || !s.anyGroupAlive() {
 				return
 			}
-			// The ranks are gone but processes they started linger:
-			// give them the rest of the grace period.
+			// Give what is left the rest of the grace period.
 			if poll == nil {
 				ticker := time.NewTicker(groupPollInterval)
 				defer ticker.Stop()
@@ -211,7 +331,17 @@ func (s *supervisor) supervise(ctx context.Context) {
 		select {
 		case e := <-s.exits:
 			running--
+			// A rank killed by SIGPIPE after its output could not be
+			// written died of the broken pipe, which decides the result.
+			// The copier reported it before closing the rank's pipe.
+			if broken != nil && s.pipeBroken() {
+				broken = nil
+				s.fail(exitSignalBase+int(syscall.SIGPIPE), ErrBrokenPipe)
+			}
 			s.reap(e)
+		case <-broken:
+			broken = nil
+			s.fail(exitSignalBase+int(syscall.SIGPIPE), ErrBrokenPipe)
 		case <-timeout:
 			timeout = nil
 			s.fail(ExitTimeout, fmt.Errorf("%w after %v", ErrTimeout, j.Timeout))
@@ -239,15 +369,8 @@ func (s *supervisor) supervise(ctx context.Context) {
 // are usually the ranks it stopped.
 func (s *supervisor) reap(e rankExit) {
 	p := e.proc
-	// Wait has finished copying the rank's output: flush unfinished lines.
-	if err := errors.Join(p.stdout.Close(), p.stderr.Close()); err != nil {
-		s.log.Debug("writing rank output", "rank", p.rank, "err", err)
-	}
 	var exitErr *exec.ExitError
-	switch {
-	case errors.Is(e.waitErr, exec.ErrWaitDelay):
-		s.log.Debug("rank exited but a process it started holds its output open; output after the exit is lost", "rank", p.rank)
-	case e.waitErr != nil && !errors.As(e.waitErr, &exitErr):
+	if e.waitErr != nil && !errors.As(e.waitErr, &exitErr) {
 		s.log.Debug("waiting for rank", "rank", p.rank, "err", e.waitErr)
 	}
 	state := p.cmd.ProcessState
@@ -275,11 +398,16 @@ func (s *supervisor) reap(e rankExit) {
 // ranks politely.
 func (s *supervisor) fail(code int, err error) {
 	s.record(code, err)
-	if s.stopping {
-		return
+	if !s.stopping {
+		s.stop(syscall.SIGTERM)
 	}
+}
+
+// stop sends sig to the ranks' process groups and starts the grace period,
+// after which SIGKILL follows.
+func (s *supervisor) stop(sig syscall.Signal) {
 	s.stopping = true
-	s.signalAll(syscall.SIGTERM)
+	s.signalAll(sig)
 	s.startGrace()
 }
 
@@ -301,13 +429,14 @@ func (s *supervisor) forward(sig os.Signal) {
 	}
 	s.log.Debug("forwarding signal to the ranks", "signal", sig)
 	s.record(exitSignalBase+int(ssig), fmt.Errorf("%w by signal %d (%v)", ErrInterrupted, int(ssig), ssig))
-	s.stopping = true
-	s.signalAll(ssig)
-	s.startGrace()
+	s.stop(ssig)
 }
 
 func (s *supervisor) startGrace() {
-	if s.grace == nil {
+	switch {
+	case s.job.KillGrace < 0: // NoKillGrace
+		s.killAll()
+	case s.grace == nil:
 		s.grace = time.NewTimer(s.job.KillGrace)
 	}
 }
@@ -358,12 +487,13 @@ func (j *Job) removeShm(log *slog.Logger) {
 }
 
 // startFailureCode maps a failure to start the program to the shell's exit
-// codes.
+// codes: 126 for a file that exists but cannot be executed (no permission,
+// a directory, not a binary the kernel can run), as bash reports them.
 func startFailureCode(err error) int {
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return ExitNotFound
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOEXEC):
 		return ExitNotExecutable
 	}
 	return ExitFailure

@@ -365,3 +365,109 @@ func TestRanksDieWithTheirLauncher(t *testing.T) {
 	}
 	waitGone(t, pids)
 }
+
+// TestRunStopsWhatRanksLeaveBehind checks that processes left in the ranks'
+// process groups are stopped when every rank exits 0, as after a failure.
+func TestRunStopsWhatRanksLeaveBehind(t *testing.T) {
+	job, out := helperJob(t, 2, "spawn")
+	job.KillGrace = 500 * time.Millisecond
+	t.Cleanup(func() { killAll(out.pidsAfter("grandchild")) })
+	if code, err := runJob(t, job, jobLimit); code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v; want 0", code, err)
+	}
+	pids := out.pidsAfter("grandchild")
+	if len(pids) != 2 {
+		t.Fatalf("got grandchildren %v, want 2:\n%s", pids, out.text("stdout"))
+	}
+	// Run returned once the groups were empty: nothing is left to wait for.
+	for _, pid := range pids {
+		if !processGone(pid) {
+			t.Errorf("grandchild %d outlived the job", pid)
+		}
+	}
+}
+
+// TestRunReadsOutputOfLeftoversWhileTheJobRuns has rank 0 exit at once,
+// leaving a process that prints after longer than the old 2 s drain limit,
+// while rank 1 keeps the job running.
+func TestRunReadsOutputOfLeftoversWhileTheJobRuns(t *testing.T) {
+	job, out := helperJob(t, 2, "0:spawn-print=2200ms", "1:sleep=2700ms")
+	job.KillGrace = 300 * time.Millisecond
+	t.Cleanup(func() { killAll(out.pidsAfter("grandchild")) })
+	if code, err := runJob(t, job, jobLimit); code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v; want 0", code, err)
+	}
+	if !strings.Contains(out.text("stdout"), "[rank 0] late\n") {
+		t.Errorf("the output of rank 0's leftover process was dropped; stdout:\n%s", out.text("stdout"))
+	}
+}
+
+func TestRunNoKillGrace(t *testing.T) {
+	job, out := helperJob(t, 3, "ignore-term", "ready", "1:exit=3", "sleep=60s")
+	job.KillGrace = NoKillGrace
+	start := time.Now()
+	code, _ := runJob(t, job, jobLimit)
+	if code != 3 {
+		t.Errorf("Run = %d, want 3", code)
+	}
+	// The ranks ignore SIGTERM: only an immediate SIGKILL ends the job this
+	// soon, DefaultKillGrace being 3 s.
+	if took := time.Since(start); took > DefaultKillGrace-time.Second {
+		t.Errorf("the job took %v to stop", took)
+	}
+	waitGone(t, out.pidsAfter("ready"))
+}
+
+// brokenPipe is a destination whose reader is gone: it keeps what it was
+// given (for the test to read) but fails every write like a closed pipe.
+type brokenPipe struct{ out outputStream }
+
+func (b brokenPipe) Write(p []byte) (int, error) {
+	b.out.Write(p)
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+}
+
+func TestRunBrokenPipeStopsTheJob(t *testing.T) {
+	job, out := helperJob(t, 2, "spawn", "shm=DIR", "sleep=60s")
+	job.Argv[3] = "shm=" + job.ShmDir
+	job.Stdout = brokenPipe{out.stream("stdout")}
+	job.KillGrace = 300 * time.Millisecond
+	t.Cleanup(func() { killAll(out.pidsAfter("grandchild")) })
+	code, err := runJob(t, job, 10*time.Second)
+	if code != 128+int(syscall.SIGPIPE) || !errors.Is(err, ErrBrokenPipe) {
+		t.Errorf("Run = %d, %v; want %d and ErrBrokenPipe", code, err, 128+int(syscall.SIGPIPE))
+	}
+	pids := out.pidsAfter("grandchild")
+	if len(pids) == 0 {
+		t.Fatalf("no rank started a grandchild:\n%s", out.text("stdout"))
+	}
+	waitGone(t, pids)
+	if entries, _ := os.ReadDir(job.ShmDir); len(entries) != 0 {
+		t.Errorf("shared-memory segments left: %v", entries)
+	}
+}
+
+func TestRunExecFormatErrorIs126(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(prog, []byte("\x00\x01 not a program\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	job := &Job{NProcs: 2, Argv: []string{prog}, ShmDir: t.TempDir()}
+	if code, err := job.Run(context.Background()); code != ExitNotExecutable || !errors.Is(err, syscall.ENOEXEC) {
+		t.Errorf("Run = %d, %v; want %d and ENOEXEC", code, err, ExitNotExecutable)
+	}
+}
+
+func TestRunRefusesHugeJobsBeforeAllocating(t *testing.T) {
+	job := &Job{NProcs: 2147483647, Argv: []string{"true"}, ShmDir: t.TempDir()}
+	if code, err := job.Run(context.Background()); code != ExitFailure || err == nil || !strings.Contains(err.Error(), "65536") {
+		t.Errorf("Run = %d, %v; want %d and an error naming the limit", code, err, ExitFailure)
+	}
+}
+
+// killAll kills pids that a failing test may have left running.
+func killAll(pids []int) {
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
