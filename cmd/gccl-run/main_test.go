@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -484,6 +485,19 @@ func TestClosedStdoutExits141(t *testing.T) {
 	}
 	if line != "[rank 0] line\n" && line != "[rank 1] line\n" {
 		t.Errorf("first line %q", line)
+	}
+	// Both ranks must have started their grandchild before the pipe
+	// closes (under load one rank can start much later than the other).
+	// Meanwhile their output is read and dropped: a full stdout would hold
+	// up the stderr lines that say so.
+	go io.Copy(io.Discard, stdout)
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(stderr.String(), "grandchild ") < 2; {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the ranks did not both start a grandchild; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	stdout.Close()
 	waited := make(chan error, 1)
