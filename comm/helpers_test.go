@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -234,4 +235,14 @@ func hash(r, i, salt int) uint64 {
 	x *= 0xBF58476D1CE4E5B9
 	x ^= x >> 29
 	return x
+}
+
+// anyIs reports whether some rank's error is target.
+func anyIs(errs []error, target error) bool {
+	for _, err := range errs {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }

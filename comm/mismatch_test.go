@@ -58,12 +58,7 @@ func TestDifferentCountsFailLoudly(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/algo=%q", c.name, algo), func(t *testing.T) {
 				// 64-byte slots: the counts cut into 64-byte chunks alike.
 				cs := world(t, 3, &comm.Config{SlotSize: 64, Timeout: 3 * time.Second, Algo: algo})
-				errs := onAll(t, cs, c.run)
-				found := false
-				for _, err := range errs {
-					found = found || errors.Is(err, comm.ErrMismatch)
-				}
-				if !found {
+				if errs := onAll(t, cs, c.run); !anyIs(errs, comm.ErrMismatch) {
 					t.Fatalf("no rank reported ErrMismatch: %v", errs)
 				}
 			})
