@@ -157,6 +157,15 @@ func (cl *call) stageIn() error {
 		cl.out = cl.in
 	}
 	cl.out.staging()
+	if cl.holds.n == 0 {
+		// As on the devices (runDevice), the call's input is the work
+		// queued before it on any stream, which the copies below (on the
+		// legacy default stream) would not wait for. Held streams were
+		// waited for already (run).
+		if err := readyEngines(cl.in.dev, cl.out.dev); err != nil {
+			return fmt.Errorf("waiting for the work queued on the device: %w", err)
+		}
+	}
 	if cl.in.dev != nil {
 		if err := cl.in.dev.CopyToHost(cl.in.b); err != nil {
 			return fmt.Errorf("staging the device send buffer: %w", err)
@@ -165,6 +174,26 @@ func (cl *call) stageIn() error {
 	if cl.out.dev != nil && cl.out.dev != cl.in.dev {
 		if err := cl.out.dev.CopyToHost(cl.out.b); err != nil {
 			return fmt.Errorf("staging the device receive buffer: %w", err)
+		}
+	}
+	return nil
+}
+
+// readyEngines waits for the work queued on the devices of a and b that
+// have engines (DeviceEngine.Ready), each once; other device buffers have
+// no way to wait.
+func readyEngines(a, b DeviceBuffer) error {
+	var ea DeviceEngine
+	if pa, ok := a.(PeerDeviceBuffer); ok {
+		if ea = pa.Engine(); ea != nil {
+			if err := ea.Ready(); err != nil {
+				return err
+			}
+		}
+	}
+	if pb, ok := b.(PeerDeviceBuffer); ok {
+		if eb := pb.Engine(); eb != nil && eb != ea {
+			return eb.Ready()
 		}
 	}
 	return nil

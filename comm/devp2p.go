@@ -107,6 +107,13 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 			// Memory with no IPC handle (some allocators') is staged.
 			c.log.Debug("device send buffer not shareable, host staging: "+err.Error(), "subsys", "P2P")
 		}
+		// Staged, the send copies the buffer on the legacy default stream,
+		// which does not wait for the device's other streams.
+		if pb, ok := op.v.dev.(PeerDeviceBuffer); ok && pb.Engine() != nil {
+			if err := ready(pb.Engine()); err != nil {
+				return fmt.Errorf("waiting for the work queued on the device send buffer: %w", err)
+			}
+		}
 		if err := stageSend(op); err != nil {
 			return err
 		}
@@ -123,6 +130,13 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 			}
 			st[i].dev = devMaybe
 			continue
+		}
+		// Its staging is copied over it at the end (stageOut): the work
+		// queued before the call, reading it, must be complete.
+		if pb, ok := op.v.dev.(PeerDeviceBuffer); ok && pb.Engine() != nil {
+			if err := ready(pb.Engine()); err != nil {
+				return fmt.Errorf("waiting for the work queued on the device receive buffer: %w", err)
+			}
 		}
 		op.v.staging()
 	}

@@ -10,10 +10,13 @@
 // (transport/nvlink: CUDA IPC between the processes, gccl's reduction
 // kernels, copy engines), and the call returns once the result is in
 // device memory. Send/Recv, an in-place all-to-all and jobs spanning hosts
-// move device data through host staging (comm.DeviceBuffer). A collective waits for all work queued in
-// the device's context before it starts (the inputs are complete) and
-// returns after its own device work is complete; its async form completes
-// its Request then. Buffers bound to a stream (OnStream) order calls on
+// move device data through host staging (comm.DeviceBuffer). A call waits for all work queued in
+// the device's context before it starts (the inputs are complete), staged
+// or not, and returns after its own device work is complete; its async
+// form completes its Request then. While another call of the process holds
+// a stream of the device (below), a call on unbound buffers of it fails at
+// once with comm.ErrNotSupported: waiting for the whole context would wait
+// for that call, which may need this one. Buffers bound to a stream (OnStream) order calls on
 // that stream instead, as NCCL does: a call waits only for the stream's
 // earlier work, and the stream's later work waits for the call.
 //
@@ -23,6 +26,8 @@ package gpu
 
 import (
 	"fmt"
+	"math"
+	"sync/atomic"
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/internal/cuda"
@@ -33,6 +38,10 @@ import (
 // used.
 var ErrNotSupported = cuda.ErrNotSupported
 
+// ErrClosed is wrapped by the errors of a Device's calls, and of its
+// Buffers' and Streams', after the Device's Close.
+var ErrClosed = cuda.ErrClosed
+
 // Device is one GPU, with its primary context.
 type Device struct {
 	drv     *cuda.Driver
@@ -40,6 +49,7 @@ type Device struct {
 	ordinal int
 	busID   string
 	eng     *nvlink.Engine
+	closed  atomic.Bool
 }
 
 // Open loads the driver and retains device ordinal's primary context.
@@ -80,8 +90,12 @@ func (d *Device) Ordinal() int { return d.ordinal }
 func (d *Device) PCIBusID() string { return d.busID }
 
 // Close releases the context and unloads the driver. Buffers must be freed
-// first.
+// first. Calls after the first do nothing; the Device's (and its Buffers'
+// and Streams') other calls then fail with ErrClosed.
 func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
 	err := d.eng.Close()
 	if rerr := d.ctx.Release(); err == nil {
 		err = rerr
@@ -106,7 +120,7 @@ var _ comm.PeerDeviceBuffer = (*Buffer)(nil)
 
 // Alloc allocates count elements of dt on the device.
 func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
-	if !dt.Valid() || count <= 0 {
+	if !dt.Valid() || count <= 0 || count > math.MaxInt/dt.Size() {
 		return nil, fmt.Errorf("%w: Alloc of %d %v elements", comm.ErrInvalidArgument, count, dt)
 	}
 	p, err := d.ctx.Alloc(count * dt.Size())
@@ -124,7 +138,9 @@ func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
 // with ErrInvalidArgument, and not in a kernel, where a bad address kills
 // the whole context.
 func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error) {
-	if !dt.Valid() || count <= 0 {
+	// A byte size past MaxInt would wrap: Len and every size computed from
+	// it (View's, the calls') must fit in an int.
+	if !dt.Valid() || count <= 0 || count > math.MaxInt/dt.Size() {
 		return nil, fmt.Errorf("%w: Wrap of %d %v elements", comm.ErrInvalidArgument, count, dt)
 	}
 	n := uint64(count) * uint64(dt.Size())

@@ -394,3 +394,159 @@ func TestView(t *testing.T) {
 		t.Errorf("View of a freed buffer: %v", err)
 	}
 }
+
+// gpu.go: "A collective waits for all work queued in the device's context
+// before it starts (the inputs are complete)". Unbound buffers whose call
+// goes through host staging (here: an in-place all-to-all) must see the
+// copy queued on another stream of the device before the call.
+func TestStagedCallWaitsForDeviceWork(t *testing.T) {
+	fakeDriver(t)
+	const n, count = 2, 64
+	errs := runRanks(t, n, nil, func(c *comm.Comm, dev *gpu.Device) error {
+		r := c.Rank()
+		s, err := newDelayedStream(dev, "20000")
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		src, err := dev.Alloc(comm.Float32, count)
+		if err != nil {
+			return err
+		}
+		defer src.Free()
+		x, err := dev.Alloc(comm.Float32, count)
+		if err != nil {
+			return err
+		}
+		defer x.Free()
+		if err := setF32(src, func(i int) float32 { return float32(100*r + i + 1) }); err != nil {
+			return err
+		}
+		if err := setF32(x, func(i int) float32 { return 0 }); err != nil {
+			return err
+		}
+		if err := s.Copy(x, src); err != nil { // queued, 20 ms late
+			return err
+		}
+		if err := c.AllToAll(context.Background(), x, x); err != nil {
+			return err
+		}
+		blk := count / n
+		return checkF32(fmt.Sprintf("rank %d in-place AllToAll", r), x, func(i int) float32 {
+			p, j := i/blk, i%blk
+			return float32(100*p + r*blk + j + 1)
+		})
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// Element counts whose byte size overflows must be refused, not wrap to a
+// tiny allocation (Alloc) or a tiny range check (Wrap).
+func TestSizeOverflow(t *testing.T) {
+	fakeDriver(t)
+	dev := openDevice(t, 0)
+	if b, err := dev.Alloc(comm.Float32, 1<<62+1); err == nil {
+		t.Errorf("Alloc of 2^62+1 float32 (2^64+4 bytes) succeeded: Len %d, %d bytes actually allocated", b.Len(), b.Len()*4)
+		b.Free()
+	}
+	base := alloc(t, dev, comm.Float64, 1)
+	if w, err := dev.Wrap(base.Ptr(), comm.Float64, 1<<61+1); err == nil {
+		t.Errorf("Wrap of 2^61+1 float64 over an 8-byte allocation succeeded: Len %d", w.Len())
+		if v, err := w.View(1<<40, comm.Uint8, 1); err == nil {
+			t.Errorf("and a View 1 TiB past that 8-byte allocation succeeded: %#x (alloc %#x)", v.Ptr(), base.Ptr())
+		}
+	}
+}
+
+// Closing a Device twice (an explicit Close plus a deferred one) does
+// nothing the second time, and its buffers' and streams' calls after Close
+// fail with ErrClosed instead of calling the unloaded driver.
+func TestCloseTwiceAndUseAfterClose(t *testing.T) {
+	fakeDriver(t)
+	dev, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := dev.Alloc(comm.Float32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Errorf("second Close: %v, want nil", err)
+	}
+	if err := b.Free(); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Free after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Stream.Close after Close: %v, want ErrClosed", err)
+	}
+	if _, err := dev.Alloc(comm.Float32, 4); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Alloc after Close: %v, want ErrClosed", err)
+	}
+	if err := b.CopyToHost(make([]byte, 16)); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("CopyToHost after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Two ranks of one process on one GPU have two Devices (two engines, one
+// context). Rank B's call holds its stream until the call completes on
+// every rank, rank A among them. Rank A's Import, dropping a stale mapping
+// of a third process's freed buffer, must not close it while that hold
+// blocks the device (engine.go defers closes only for its own holds):
+// otherwise A never reaches the call's end, and B's hold is never released.
+func TestCrossEngineHoldDefersImportClose(t *testing.T) {
+	cudatest.Fake(t)
+	tid := otherTID(t)
+	devA, devB := openDevice(t, 0), openDevice(t, 0)
+	const size = 4096
+	a := alloc(t, devA, comm.Uint8, size)
+	engA := a.Engine()
+	desc, err := engA.AppendExport(nil, a.Ptr(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engA.Import(foreign(desc, tid, 0), size); err != nil { // the peer's buffer, generation 0
+		t.Fatal(err)
+	}
+	s, err := devB.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bb := alloc(t, devB, comm.Uint8, size)
+	bound, err := bb.OnStream(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := bound.HoldStream() // rank B's call, in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { // rank A's call: the peer reallocated its buffer (generation 1)
+		_, err := engA.Import(foreign(desc, tid, 1), size)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		hold.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		hold.Release() // only what unblocks it; in a job this waits for A itself
+		<-done
+		t.Fatal("engine A's Import blocked for 3 s on engine B's stream hold (closing the stale mapping synchronizes the device): a deadlock in a job, where B's hold is released only after A finishes the call")
+	}
+}

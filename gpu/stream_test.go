@@ -291,3 +291,46 @@ func TestStreamAndUnboundBuffersRejected(t *testing.T) {
 		}
 	}
 }
+
+// Two in-process ranks on one GPU: rank 1 binds its buffers to a stream,
+// rank 0 does not (each rank's buffers are all bound or all unbound, as
+// required). Rank 0 cannot wait for the device's work (cuCtxSynchronize
+// would wait for rank 1's held stream, which waits for this very call): the
+// call fails at once with ErrNotSupported, not at the timeout.
+func TestBoundAndUnboundRanksOnOneGPUFailFast(t *testing.T) {
+	fakeDriver(t)
+	const n, count = 2, 256
+	start := time.Now()
+	errs := runRanks(t, n, &comm.Config{Timeout: 20 * time.Second}, func(c *comm.Comm, dev *gpu.Device) error {
+		r := c.Rank()
+		x, err := dev.Alloc(comm.Float32, count)
+		if err != nil {
+			return err
+		}
+		defer x.Free()
+		var buf comm.Buffer = x
+		if r == 1 {
+			s, err := dev.NewStream()
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if buf, err = x.OnStream(s); err != nil {
+				return err
+			}
+			defer s.Synchronize()
+		} else {
+			time.Sleep(300 * time.Millisecond) // rank 1 has issued (and holds its stream) by now
+		}
+		return c.AllReduce(context.Background(), buf, buf, comm.Sum)
+	})
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("the ranks returned after %v: waited for the timeout", el)
+	}
+	if !errors.Is(errs[0], comm.ErrNotSupported) {
+		t.Errorf("rank 0: %v, want ErrNotSupported", errs[0])
+	}
+	if errs[1] == nil {
+		t.Error("rank 1 succeeded although rank 0 could not run its share")
+	}
+}

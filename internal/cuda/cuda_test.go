@@ -80,3 +80,14 @@ func TestPointerInfoCheckRange(t *testing.T) {
 		}
 	}
 }
+
+// The fallback table names results the fake driver (and a driver whose
+// cuGetErrorName fails) cannot: the fake's own launch failure (719) among
+// them. (TestInstalledDriverLibrary checks the table against a real driver.)
+func TestResultNamesFallback(t *testing.T) {
+	for r, want := range map[Result]string{719: "CUDA_ERROR_LAUNCH_FAILED", 222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", 801: "CUDA_ERROR_NOT_SUPPORTED"} {
+		if got := r.Name(); got != want {
+			t.Errorf("Result(%d).Name() = %s, want %s", int(r), got, want)
+		}
+	}
+}

@@ -105,6 +105,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/dl"
@@ -120,6 +121,9 @@ type Driver struct {
 	lib     *dl.Library
 	fn      map[string]unsafe.Pointer
 	version int
+	// closed is set by Close before the library is unloaded: every call
+	// after it fails with ErrClosed instead of calling into unmapped code.
+	closed atomic.Bool
 }
 
 // DevicePtr is a device address (CUdeviceptr).
@@ -203,6 +207,9 @@ func (d *Driver) Version() int { return d.version }
 
 // DeviceCount returns the number of CUDA devices.
 func (d *Driver) DeviceCount() (int, error) {
+	if d.closed.Load() {
+		return 0, ErrClosed
+	}
 	var n C.int
 	if err := d.check("cuDeviceGetCount", C.c_int_out(d.fn["cuDeviceGetCount"], &n)); err != nil {
 		return 0, err
@@ -212,6 +219,9 @@ func (d *Driver) DeviceCount() (int, error) {
 
 // PCIBusID returns device ordinal's PCI address, as "0000:3b:00.0".
 func (d *Driver) PCIBusID(ordinal int) (string, error) {
+	if d.closed.Load() {
+		return "", ErrClosed
+	}
 	var dev C.int
 	if err := d.check("cuDeviceGet", C.c_dev_get(d.fn["cuDeviceGet"], &dev, C.int(ordinal))); err != nil {
 		return "", err
@@ -233,6 +243,9 @@ type Context struct {
 
 // Retain returns device ordinal's primary context (cuDevicePrimaryCtxRetain).
 func (d *Driver) Retain(ordinal int) (*Context, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
 	var dev C.int
 	if err := d.check("cuDeviceGet", C.c_dev_get(d.fn["cuDeviceGet"], &dev, C.int(ordinal))); err != nil {
 		return nil, err
@@ -249,6 +262,9 @@ func (d *Driver) Retain(ordinal int) (*Context, error) {
 // gccl's own calls go through it, and so do those of libraries that use
 // the calling thread's context (cuFile).
 func (c *Context) Do(f func() error) error {
+	if c.d.closed.Load() {
+		return ErrClosed
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := c.d.check("cuCtxSetCurrent", C.c_ctx_set(c.d.fn["cuCtxSetCurrent"], c.ctx)); err != nil {
@@ -257,8 +273,15 @@ func (c *Context) Do(f func() error) error {
 	return f()
 }
 
+// Handle identifies the context in this process: two Retains of one
+// device's primary context give the same handle.
+func (c *Context) Handle() uintptr { return uintptr(c.ctx) }
+
 // Release drops the primary context.
 func (c *Context) Release() error {
+	if c.d.closed.Load() {
+		return ErrClosed
+	}
 	return c.d.check("cuDevicePrimaryCtxRelease_v2", C.c_ctx_release(c.d.fn["cuDevicePrimaryCtxRelease_v2"], c.dev))
 }
 
@@ -318,6 +341,9 @@ func (c *Context) IPCHandle(p DevicePtr) (IPCHandle, error) {
 // Attribute returns a device attribute (cuDeviceGetAttribute), e.g.
 // AttrMultiProcessorCount.
 func (d *Driver) Attribute(ordinal int, attr Attr) (int, error) {
+	if d.closed.Load() {
+		return 0, ErrClosed
+	}
 	var dev C.int
 	if err := d.check("cuDeviceGet", C.c_dev_get(d.fn["cuDeviceGet"], &dev, C.int(ordinal))); err != nil {
 		return 0, err
@@ -624,7 +650,8 @@ func (d *Driver) Close() error {
 	if d.lib == nil {
 		return nil
 	}
+	d.closed.Store(true)
 	d.lib.Close()
-	d.lib, d.fn = nil, nil
+	d.lib = nil // d.fn stays, unwritten: a late call reads it without a race, and stops at closed
 	return nil
 }

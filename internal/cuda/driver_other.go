@@ -36,6 +36,7 @@ func (d *Driver) DeviceCount() (int, error)                          { return 0,
 func (d *Driver) PCIBusID(int) (string, error)                       { return "", ErrNotSupported }
 func (d *Driver) Retain(int) (*Context, error)                       { return nil, ErrNotSupported }
 func (d *Driver) Close() error                                       { return nil }
+func (c *Context) Handle() uintptr                                   { return 0 }
 func (c *Context) Release() error                                    { return ErrNotSupported }
 func (c *Context) Do(func() error) error                             { return ErrNotSupported }
 func (c *Context) Alloc(int) (DevicePtr, error)                      { return 0, ErrNotSupported }

@@ -63,15 +63,17 @@ type Engine struct {
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
 	// closing are mappings dropped from imports while a call held a
-	// stream, closed once no call does (closeDeferred): closing a mapping
-	// may synchronize the device, and a held stream waits for the call.
+	// stream of the context, closed once no call does (closeDeferred):
+	// closing a mapping may synchronize the device, and a held stream
+	// waits for the call.
 	closing []cuda.DevicePtr
 	// args is its own allocation: cgo checks that the memory passed to C
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
 	closed bool
 
-	holds holdState // callers' streams held by calls (hold.go)
+	holds  holdState // callers' streams held by calls (hold.go)
+	shared *ctxHolds // the holds of every engine on ctx (hold.go)
 }
 
 var _ comm.DeviceEngine = (*Engine)(nil)
@@ -95,6 +97,7 @@ func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*E
 	if e.stream, err = ctx.NewStream(); err != nil {
 		return nil, err
 	}
+	e.shared = joinContext(e)
 	return e, nil
 }
 
@@ -104,8 +107,17 @@ func (e *Engine) Name() string {
 }
 
 // Ready waits for all work queued in the device's context, by the caller
-// on any stream included.
-func (e *Engine) Ready() error { return e.ctx.Synchronize() }
+// on any stream included. While a call of this process holds a stream of
+// the context (stream-bound buffers, another rank's perhaps), it fails
+// with comm.ErrNotSupported instead: the driver can only wait for the
+// whole context (cuCtxSynchronize), held stream included, which waits for
+// that call to complete on every rank, and the call may need this one.
+func (e *Engine) Ready() error {
+	if n := e.shared.active.Load(); n > 0 {
+		return fmt.Errorf("nvlink: %w: a call on device %d buffers not bound to a stream, while %d calls of this process hold streams of the device: waiting for the device's work would wait for those calls (which may need this one); bind the buffers of every rank on this device to streams (gpu.Buffer.OnStream), or none", comm.ErrNotSupported, e.ordinal, n)
+	}
+	return e.ctx.Synchronize()
+}
 
 // A description of exported memory: magic, exporter's pid, the
 // allocation's base and size, the offset of the memory in it, and the
@@ -194,10 +206,11 @@ func (e *Engine) closeStaleImportsLocked(pid uint32, base, size uint64) {
 }
 
 // dropImportLocked removes a mapping from the cache and closes it, or,
-// while a call holds a stream, leaves it for closeDeferred.
+// while a call of any engine on the context holds a stream, leaves it for
+// closeDeferred.
 func (e *Engine) dropImportLocked(h cuda.IPCHandle, m imported) {
 	delete(e.imports, h)
-	if e.holds.active.Load() > 0 {
+	if e.shared.active.Load() > 0 {
 		e.closing = append(e.closing, m.ptr)
 		return
 	}
@@ -205,11 +218,11 @@ func (e *Engine) dropImportLocked(h cuda.IPCHandle, m imported) {
 }
 
 // closeDeferred closes the mappings dropped while calls held streams; the
-// last hold's Release calls it.
+// release of the context's last hold, by whichever engine, calls it.
 func (e *Engine) closeDeferred() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.holds.active.Load() > 0 {
+	if e.shared.active.Load() > 0 {
 		return // a new hold since
 	}
 	for _, p := range e.closing {
@@ -379,8 +392,10 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	e.holds.mu.Lock()
-	err := e.holds.closeLocked(e)
+	held, err := e.holds.closeLocked(e)
 	e.holds.mu.Unlock()
+	e.shared.done(held)
+	leaveContext(e)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closeImportsLocked()

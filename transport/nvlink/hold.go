@@ -2,6 +2,7 @@ package nvlink
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -32,7 +33,72 @@ type holdState struct {
 	free     []int
 	retiring []*Hold // released, the stream perhaps not yet past the wait
 	events   []cuda.Event
-	active   atomic.Int32 // holds not yet released
+	active   int32 // this engine's holds not yet released, counted in ctxHolds
+}
+
+// ctxHolds counts the holds not yet released on one CUDA context by every
+// engine of the process: ranks of one process on one GPU have an engine
+// each on its one primary context, and what synchronizes the device
+// (closing a mapping, cuCtxSynchronize) waits for a stream any of them
+// holds, which waits for a call that may need the synchronizing rank.
+type ctxHolds struct {
+	active  atomic.Int32
+	mu      sync.Mutex // guards engines
+	engines []*Engine  // the engines on the context, for closeDeferred
+}
+
+// contexts are the ctxHolds of the contexts that have engines, by handle.
+var contexts struct {
+	mu sync.Mutex
+	m  map[uintptr]*ctxHolds
+}
+
+// joinContext returns the shared hold count of e's context, registering e.
+func joinContext(e *Engine) *ctxHolds {
+	contexts.mu.Lock()
+	defer contexts.mu.Unlock()
+	k := e.ctx.Handle()
+	c := contexts.m[k]
+	if c == nil {
+		if contexts.m == nil {
+			contexts.m = map[uintptr]*ctxHolds{}
+		}
+		c = &ctxHolds{}
+		contexts.m[k] = c
+	}
+	c.mu.Lock()
+	c.engines = append(c.engines, e)
+	c.mu.Unlock()
+	return c
+}
+
+// leaveContext unregisters a closing engine.
+func leaveContext(e *Engine) {
+	contexts.mu.Lock()
+	defer contexts.mu.Unlock()
+	c := e.shared
+	c.mu.Lock()
+	if i := slices.Index(c.engines, e); i >= 0 {
+		c.engines = slices.Delete(c.engines, i, i+1)
+	}
+	last := len(c.engines) == 0
+	c.mu.Unlock()
+	if last && contexts.m[e.ctx.Handle()] == c { // a handle may be reused once the context is released
+		delete(contexts.m, e.ctx.Handle())
+	}
+}
+
+// done counts n holds on the context released; after the last, every
+// engine on it closes the mappings it deferred.
+func (c *ctxHolds) done(n int32) {
+	if n == 0 || c.active.Add(-n) != 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.engines {
+		e.closeDeferred()
+	}
 }
 
 // Hold is a call's claim on a stream (comm.StreamHold).
@@ -68,6 +134,9 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 	if err := h.reclaimLocked(e, len(h.free) == 0); err != nil {
 		return nil, err
 	}
+	// Counted before the wait is queued: a mapping closed from now on
+	// would synchronize the device behind it (dropImportLocked).
+	e.shared.active.Add(1)
 	hd := &Hold{e: e, slot: h.free[len(h.free)-1]}
 	h.free = h.free[:len(h.free)-1]
 	atomic.StoreUint32(h.word(hd.slot), 0)
@@ -96,9 +165,10 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 		if !waiting {
 			h.free = append(h.free, hd.slot)
 		} // else the stream waits for the word, and nothing says when it is past: the slot is lost
+		e.shared.done(1)
 		return nil, fmt.Errorf("nvlink: holding a stream: %w", err)
 	}
-	h.active.Add(1)
+	h.active++
 	return hd, nil
 }
 
@@ -114,13 +184,15 @@ func (hd *Hold) Release() {
 	}
 	h := &hd.e.holds
 	h.mu.Lock()
-	if h.words != nil { // else the engine closed, and released every hold
+	counted := h.words != nil // else the engine closed, released every hold and uncounted them
+	if counted {
 		atomic.StoreUint32(h.word(hd.slot), 1)
 		h.retiring = append(h.retiring, hd)
+		h.active--
 	}
 	h.mu.Unlock()
-	if h.active.Add(-1) == 0 {
-		hd.e.closeDeferred()
+	if counted {
+		hd.e.shared.done(1)
 	}
 }
 
@@ -169,10 +241,11 @@ func (h *holdState) reclaimLocked(e *Engine, wait bool) error {
 }
 
 // closeLocked releases every hold, waits for the streams to pass them and
-// frees the words and events.
-func (h *holdState) closeLocked(e *Engine) error {
+// frees the words and events. It returns how many holds were not yet
+// released, for the caller to uncount (ctxHolds.done) once unlocked.
+func (h *holdState) closeLocked(e *Engine) (int32, error) {
 	if h.words == nil {
-		return nil
+		return 0, nil
 	}
 	for i := 0; i < holdSlots; i++ {
 		atomic.StoreUint32(h.word(i), 1)
@@ -191,5 +264,7 @@ func (h *holdState) closeLocked(e *Engine) error {
 		err = ferr
 	}
 	h.words, h.dev, h.free, h.retiring, h.events = nil, 0, nil, nil, nil
-	return err
+	n := h.active
+	h.active = 0
+	return n, err
 }
