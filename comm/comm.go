@@ -185,8 +185,10 @@ func InitLocal(n int, cfg *Config) ([]*Comm, error) {
 		}
 		comms[r].world = w
 	}
-	for _, c := range comms {
-		c.laggards = localLaggards(comms)
+	group := make(localGroup, n)
+	for r, c := range comms {
+		group[r].Store(c)
+		c.laggards = group.laggards
 	}
 	return comms, nil
 }

@@ -183,18 +183,22 @@ func (cl *call) stageIn() error {
 // have engines (DeviceEngine.Ready), each once; other device buffers have
 // no way to wait.
 func readyEngines(a, b DeviceBuffer) error {
-	var ea DeviceEngine
-	if pa, ok := a.(PeerDeviceBuffer); ok {
-		if ea = pa.Engine(); ea != nil {
-			if err := ea.Ready(); err != nil {
-				return err
-			}
+	ea, eb := peerEngine(a), peerEngine(b)
+	if ea != nil {
+		if err := ea.Ready(); err != nil {
+			return err
 		}
 	}
+	if eb != nil && eb != ea {
+		return eb.Ready()
+	}
+	return nil
+}
+
+// peerEngine is b's engine, or nil when b has none (not a PeerDeviceBuffer).
+func peerEngine(b DeviceBuffer) DeviceEngine {
 	if pb, ok := b.(PeerDeviceBuffer); ok {
-		if eb := pb.Engine(); eb != nil && eb != ea {
-			return eb.Ready()
-		}
+		return pb.Engine()
 	}
 	return nil
 }

@@ -69,15 +69,21 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 		d.p2pDescs = make([]byte, need)
 	}
 	var readied DeviceEngine
-	ready := func(eng DeviceEngine) error {
-		// Peers read and write the buffers once this rank describes them
-		// (its own copy is on another stream): the work queued on them
-		// before the call must be complete.
-		if held || eng == readied {
+	ready := func(op *P2P, what string) error {
+		// The work queued on the buffer before the call must be complete:
+		// peers read and write it once this rank describes it (its own copy
+		// is on another stream), and staging copies it on the legacy
+		// default stream, which does not wait for the device's other
+		// streams.
+		eng := peerEngine(op.v.dev)
+		if held || eng == nil || eng == readied {
 			return nil
 		}
 		readied = eng
-		return eng.Ready()
+		if err := eng.Ready(); err != nil {
+			return fmt.Errorf("waiting for the work queued on the device %s buffer: %w", what, err)
+		}
+		return nil
 	}
 	canGo := func(op *P2P) bool {
 		return direct && op.v.addr && op.peer != c.rank && len(op.v.b) > 0
@@ -89,11 +95,11 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 		if op.recv || op.v.dev == nil {
 			continue
 		}
+		if err := ready(op, "send"); err != nil {
+			return err
+		}
 		if canGo(op) && !overlapsRecv(ops, op.v.b) {
 			eng := op.v.dev.(PeerDeviceBuffer).Engine()
-			if err := ready(eng); err != nil {
-				return fmt.Errorf("waiting for the work queued on the device send buffer: %w", err)
-			}
 			off := i * MaxDeviceDescLen
 			desc, err := eng.AppendExport(d.p2pDescs[off:off:off+MaxDeviceDescLen], addrOf(op.v.b), len(op.v.b))
 			if err == nil && len(desc) > MaxDeviceDescLen {
@@ -107,13 +113,6 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 			// Memory with no IPC handle (some allocators') is staged.
 			c.log.Debug("device send buffer not shareable, host staging: "+err.Error(), "subsys", "P2P")
 		}
-		// Staged, the send copies the buffer on the legacy default stream,
-		// which does not wait for the device's other streams.
-		if pb, ok := op.v.dev.(PeerDeviceBuffer); ok && pb.Engine() != nil {
-			if err := ready(pb.Engine()); err != nil {
-				return fmt.Errorf("waiting for the work queued on the device send buffer: %w", err)
-			}
-		}
 		if err := stageSend(op); err != nil {
 			return err
 		}
@@ -123,20 +122,14 @@ func (c *Comm) prepareDeviceGroup(ops []P2P, st []p2pProgress, held bool) error 
 		if !op.recv || op.v.dev == nil {
 			continue
 		}
+		// Staged, the receive's staging is copied over it at the end
+		// (stageOut).
+		if err := ready(op, "receive"); err != nil {
+			return err
+		}
 		if canGo(op) {
-			eng := op.v.dev.(PeerDeviceBuffer).Engine()
-			if err := ready(eng); err != nil {
-				return fmt.Errorf("waiting for the work queued on the device receive buffer: %w", err)
-			}
 			st[i].dev = devMaybe
 			continue
-		}
-		// Its staging is copied over it at the end (stageOut): the work
-		// queued before the call, reading it, must be complete.
-		if pb, ok := op.v.dev.(PeerDeviceBuffer); ok && pb.Engine() != nil {
-			if err := ready(pb.Engine()); err != nil {
-				return fmt.Errorf("waiting for the work queued on the device receive buffer: %w", err)
-			}
 		}
 		op.v.staging()
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gccl/gccl/transport/inproc"
 )
@@ -70,8 +69,8 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		return nil, err
 	}
 	nc.world = p.w
-	p.comms[newRank].Store(nc)
-	nc.laggards = p.laggards
+	p.group[newRank].Store(nc)
+	nc.laggards = p.group.laggards
 	return nc, nil
 }
 
@@ -91,21 +90,7 @@ type splitKey struct {
 type pendingSplit struct {
 	w     *inproc.World
 	taken int
-	// comms are the new communicators, each stored by its rank as it is
-	// made, for the watchdog.
-	comms []atomic.Pointer[Comm]
-}
-
-// laggards is the watchdog's view of the new communicator: a member not yet
-// made has not reached anything.
-func (p *pendingSplit) laggards(seq uint64) ([]int, error) {
-	var late []int
-	for r := range p.comms {
-		if c := p.comms[r].Load(); c == nil || c.reached.Load() < seq {
-			late = append(late, r)
-		}
-	}
-	return late, nil
+	group localGroup // the new communicators, for the watchdog
 }
 
 func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) (*pendingSplit, error) {
@@ -118,7 +103,7 @@ func localSplit(parent *inproc.World, seq uint64, color, size int, cfg *Config) 
 		if err != nil {
 			return nil, err
 		}
-		p = &pendingSplit{w: w, comms: make([]atomic.Pointer[Comm], size)}
+		p = &pendingSplit{w: w, group: make(localGroup, size)}
 		splitsOf[k] = p
 	}
 	if p.taken++; p.taken == size {

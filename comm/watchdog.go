@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,17 +30,20 @@ func (c *Comm) reportLaggards(op string, seq uint64, waited time.Duration) {
 	}()
 }
 
-// localLaggards reads in-process peers' progress directly.
-func localLaggards(comms []*Comm) func(uint64) ([]int, error) {
-	return func(seq uint64) ([]int, error) {
-		var late []int
-		for r, c := range comms {
-			if c.reached.Load() < seq {
-				late = append(late, r)
-			}
+// localGroup is the ranks of an in-process communicator, each stored by
+// its rank once made, so that the watchdog reads their progress directly.
+type localGroup []atomic.Pointer[Comm]
+
+// laggards lists the ranks that have not reached operation seq; a rank
+// not made yet (Split) has reached nothing.
+func (g localGroup) laggards(seq uint64) ([]int, error) {
+	var late []int
+	for r := range g {
+		if c := g[r].Load(); c == nil || c.reached.Load() < seq {
+			late = append(late, r)
 		}
-		return late, nil
 	}
+	return late, nil
 }
 
 // bootstrapLaggards asks the rendezvous: every rank that waits long marks

@@ -10,15 +10,16 @@
 // (transport/nvlink: CUDA IPC between the processes, gccl's reduction
 // kernels, copy engines), and the call returns once the result is in
 // device memory. Send/Recv, an in-place all-to-all and jobs spanning hosts
-// move device data through host staging (comm.DeviceBuffer). A call waits for all work queued in
-// the device's context before it starts (the inputs are complete), staged
-// or not, and returns after its own device work is complete; its async
-// form completes its Request then. While another call of the process holds
-// a stream of the device (below), a call on unbound buffers of it fails at
-// once with comm.ErrNotSupported: waiting for the whole context would wait
-// for that call, which may need this one. Buffers bound to a stream (OnStream) order calls on
-// that stream instead, as NCCL does: a call waits only for the stream's
-// earlier work, and the stream's later work waits for the call.
+// move device data through host staging (comm.DeviceBuffer). A call waits
+// for all work queued in the device's context before it starts (the inputs
+// are complete), staged or not, and returns after its own device work is
+// complete; its async form completes its Request then. While another call
+// of the process holds a stream of the device (below), a call on unbound
+// buffers of it fails at once with comm.ErrNotSupported: waiting for the
+// whole context would wait for that call, which may need this one. Buffers
+// bound to a stream (OnStream) order calls on that stream instead, as NCCL
+// does: a call waits only for the stream's earlier work, and the stream's
+// later work waits for the call.
 //
 // Status: tested here against a fake driver library only, which runs the
 // kernels compiled for the CPU; no GPU has run it yet (docs/HARDWARE.md).

@@ -260,7 +260,7 @@ func (j *Job) RankEnv(localRank int) []string {
 	}
 	env := make([]string, 0, len(base)+len(rankVariables))
 	for _, kv := range base {
-		if !isRankVariable(kv) && !isStaleVariable(kv) {
+		if !isDropped(kv) {
 			env = append(env, kv)
 		}
 	}
@@ -291,14 +291,10 @@ func (j *Job) RankEnv(localRank int) []string {
 	)
 }
 
-func isRankVariable(kv string) bool {
+// isDropped reports whether RankEnv drops the inherited variable kv.
+func isDropped(kv string) bool {
 	name, _, _ := strings.Cut(kv, "=")
-	return slices.Contains(rankVariables, name)
-}
-
-func isStaleVariable(kv string) bool {
-	name, _, _ := strings.Cut(kv, "=")
-	return slices.Contains(staleVariables, name)
+	return slices.Contains(rankVariables, name) || slices.Contains(staleVariables, name)
 }
 
 // FreePort returns a TCP port that was free a moment ago, found by binding

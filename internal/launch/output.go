@@ -44,15 +44,14 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // goroutine feeds it and then calls Close, so it needs no lock of its own.
 type lineTagger struct {
 	dst     io.Writer
-	prefix  []byte
-	tagged  bool
+	prefix  []byte // empty: untagged
 	partial []byte // the unfinished line so far, at most maxLineBytes
 	out     []byte // scratch for building a batch of lines
 	err     error  // the destination's first error
 }
 
 func newLineTagger(dst io.Writer, prefix string) *lineTagger {
-	return &lineTagger{dst: dst, prefix: []byte(prefix), tagged: prefix != ""}
+	return &lineTagger{dst: dst, prefix: []byte(prefix)}
 }
 
 // Write forwards every line that p completes and keeps the rest. An error
@@ -90,11 +89,13 @@ func (t *lineTagger) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+func (t *lineTagger) tagged() bool { return len(t.prefix) > 0 }
+
 // appendPieces adds to the batch the leading maxLineBytes pieces of line
 // while more than maxLineBytes remain, and returns the rest.
 func (t *lineTagger) appendPieces(line []byte) []byte {
 	for len(line) > maxLineBytes {
-		t.appendLine(line[:maxLineBytes], t.tagged)
+		t.appendLine(line[:maxLineBytes], t.tagged())
 		line = line[maxLineBytes:]
 	}
 	return line
@@ -116,7 +117,7 @@ func (t *lineTagger) Close() error {
 		return nil
 	}
 	t.out = t.out[:0]
-	t.appendLine(t.partial, t.tagged)
+	t.appendLine(t.partial, t.tagged())
 	t.partial = t.partial[:0]
 	if _, err := t.dst.Write(t.out); err != nil {
 		t.err = err
