@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,7 @@ type Client struct {
 	group   string  // "w" for the job, longer for groups made by Split
 	members []int32 // job ranks of the group in group order; nil for the job
 	seq     atomic.Uint64
+	shrinks atomic.Uint64 // Shrink calls, which name the groups they make
 	lost    chan Notice
 	closed  atomic.Bool
 }
@@ -72,7 +74,7 @@ type session struct {
 
 	mu       sync.Mutex
 	root     *Client
-	watchers map[*Client]bool // clients whose Lost channel gets notices
+	watchers map[*Client]bool // open clients: their Lost channels get notices
 	failed   bool
 }
 
@@ -292,7 +294,7 @@ func (s *session) watch() {
 		if n.Kind == pb.Notice_RANK_ABORTED {
 			kind = NoticeAbort
 		}
-		s.deliver(Notice{Kind: kind, Rank: int(n.Rank), Reason: n.Reason})
+		s.deliver(Notice{Kind: kind, Rank: int(n.Rank), Reason: n.Reason, group: n.Group})
 	}
 }
 
@@ -327,13 +329,17 @@ func (s *session) fail(kind NoticeKind, rank int, err error) {
 	s.deliver(Notice{Kind: kind, Rank: rank, Reason: err.Error()})
 }
 
-// deliver hands n to every open client. The channels hold two notices per
-// rank (its loss and its abort, each sent once), so a full channel means a
-// reader that never reads: drop rather than block the stream.
+// deliver hands n to every open client it concerns. The channels hold two
+// notices per rank (its loss and its abort, each sent once), so a full
+// channel means a reader that never reads: drop rather than block the
+// stream.
 func (s *session) deliver(n Notice) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.watchers {
+		if !c.concerns(n) {
+			continue
+		}
 		select {
 		case c.lost <- n:
 		default:
@@ -400,48 +406,74 @@ func (c *Client) jobRank(groupRank int) int {
 	return int(c.members[groupRank])
 }
 
-// Lost returns the channel of the job's notices: other ranks lost or
-// aborting, and the loss of the rendezvous or of this rank's membership.
-// Every Client, including those from Split, has its own channel with every
-// notice of the job. It is closed by Close.
+// Lost returns the channel of the notices that concern the client's group:
+// its members lost, aborts of the group, and the loss of the rendezvous or
+// of this rank's membership. Every Client, including those from Split and
+// Shrink, has its own channel. It is closed by Close.
 func (c *Client) Lost() <-chan Notice { return c.lost }
 
-// Abort tells every rank of the job (not only of this client's group) that
-// this rank gives up, with reason; their pending and later blocking calls
-// fail with ErrAborted, and their Lost channels get a NoticeAbort.
+// concerns reports whether n is news for c's group: a group made by Shrink
+// must not hear of the ranks it excluded, nor of its parent's abort.
+func (c *Client) concerns(n Notice) bool {
+	switch n.Kind {
+	case NoticeRankLost:
+		return n.Rank == int(c.sess.rank) || c.hasJobRank(n.Rank)
+	case NoticeAbort:
+		return n.group == c.group
+	}
+	return true
+}
+
+func (c *Client) hasJobRank(r int) bool {
+	if c.members == nil {
+		return r >= 0 && r < c.size
+	}
+	return slices.Contains(c.members, int32(r))
+}
+
+// Abort tells every rank of the client's group that this rank gives up on
+// it, with reason: their pending and later blocking calls of the group fail
+// with ErrAborted, and their Lost channels for the group get a NoticeAbort.
+// Other groups, the job's included when c is a sub-client, go on.
 func (c *Client) Abort(ctx context.Context, reason string) error {
 	if err := c.usable("abort"); err != nil {
 		return err
 	}
 	rctx, done, _ := c.sess.blockingContext(ctx)
 	defer done()
-	if _, err := c.sess.rpc.Abort(rctx, &pb.AbortRequest{Rank: c.sess.rank, Reason: reason}); err != nil {
+	if _, err := c.sess.rpc.Abort(rctx, &pb.AbortRequest{Rank: c.sess.rank, Reason: reason, Group: c.group}); err != nil {
 		return c.sess.callError(ctx, c.describe("abort"), err)
 	}
 	return nil
 }
 
-// Close leaves the job cleanly: other ranks do not see it as lost. Closing
-// the Client from Join closes the connection and every Client split from it;
-// on the serving rank it then waits until the other ranks left (at most
-// Config.Timeout) and stops the rendezvous. Closing a Client from Split
-// only closes its Lost channel. Close is idempotent. A rendezvous that is
-// gone is not an error of Close.
+// Close ends the client: its calls fail with ErrClosed and its Lost channel
+// closes. The Client from Join and those made from it by Split and Shrink
+// share one connection, which stays up while any of them is open, so that
+// a group outlives its parent (as NCCL's communicators do). Closing the
+// last one leaves the job cleanly (other ranks do not see this rank as
+// lost); on the serving rank it then waits until the other ranks left (at
+// most Config.Timeout) and stops the rendezvous. Close is idempotent. A
+// rendezvous that is gone is not an error of Close.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	s := c.sess
-	if c != s.root {
-		s.mu.Lock()
-		if s.watchers[c] {
-			delete(s.watchers, c)
-			close(c.lost)
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	if s.watchers[c] {
+		delete(s.watchers, c)
+		close(c.lost)
+	}
+	last := len(s.watchers) == 0
+	if last {
+		// No Split or Shrink may add a client to a session on its way out.
+		s.leaving.Store(true)
+	}
+	s.mu.Unlock()
+	if !last {
 		return nil
 	}
-	s.leaving.Store(true)
 	var err error
 	if s.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.Timeout, leaveTimeout))

@@ -21,6 +21,7 @@ const (
 	opAllGather = "AllGather"
 	opBarrier   = "Barrier"
 	opSplit     = "Split"
+	opShrink    = "Shrink"
 )
 
 // AllGather contributes data and returns every rank's contribution, indexed
@@ -41,8 +42,9 @@ func (c *Client) Barrier(ctx context.Context) error {
 // Split makes a Client for a new group of the ranks that pass the same
 // color, ordered by key and then by rank in c's group, as MPI_Comm_split and
 // ncclCommSplit do. Every rank of c's group calls it; a rank that passes
-// NoColor gets nil, nil. The new Client shares c's connection and notices;
-// its keys and collective calls are separate from c's and from other groups'.
+// NoColor gets nil, nil. The new Client shares c's connection; its keys,
+// collective calls and notices are separate from c's and from other
+// groups'.
 func (c *Client) Split(ctx context.Context, color, key int) (*Client, error) {
 	what := fmt.Sprintf("split(color %d, key %d)", color, key)
 	if color < 0 && color != NoColor {
@@ -76,14 +78,78 @@ func (c *Client) Split(ctx context.Context, color, key int) (*Client, error) {
 			sub.rank = i
 		}
 	}
-	s := c.sess
+	if err := c.sess.open(sub); err != nil {
+		return nil, fmt.Errorf("gccl bootstrap: %s: %w", c.describe(what), err)
+	}
+	return sub, nil
+}
+
+// Shrink makes a Client for the ranks of c's group that are not in exclude
+// (ranks of c's group), in the same order, as ncclCommShrink does: the way
+// on after ranks die. Every rank not excluded calls it with the same list,
+// in the same order relative to its other Shrink calls on c; excluded ranks
+// do not call it and may be gone. Unlike Split it needs nothing from them,
+// and it works after c's group was aborted. Ranks that pass different lists
+// all get an error. The rendezvous must survive: a job whose rendezvous ran
+// on an excluded rank cannot shrink.
+func (c *Client) Shrink(ctx context.Context, exclude []int) (*Client, error) {
+	// Numbered before any check, so that a rank whose call is refused
+	// stays in step with the others for the next attempt.
+	n := c.shrinks.Add(1)
+	what := fmt.Sprintf("shrink #%d (excluding ranks %v)", n, exclude)
+	if err := c.usable(what); err != nil {
+		return nil, err
+	}
+	out := make([]bool, c.size)
+	for _, r := range exclude {
+		switch {
+		case r < 0 || r >= c.size:
+			return nil, fmt.Errorf("gccl bootstrap: %s: %w: rank %d is outside 0..%d", c.describe(what), ErrInvalidArgument, r, c.size-1)
+		case out[r]:
+			return nil, fmt.Errorf("gccl bootstrap: %s: %w: rank %d is listed twice", c.describe(what), ErrInvalidArgument, r)
+		}
+		out[r] = true
+	}
+	if out[c.rank] {
+		return nil, fmt.Errorf("gccl bootstrap: %s: %w: this rank excludes itself (excluded ranks do not call Shrink)", c.describe(what), ErrInvalidArgument)
+	}
+	sub := &Client{
+		sess:  c.sess,
+		group: fmt.Sprintf("%s/x%d", c.group, n), // unique: n is unique within c's group
+		lost:  make(chan Notice, cap(c.lost)),
+	}
+	for r := range c.size {
+		if out[r] {
+			continue
+		}
+		if r == c.rank {
+			sub.rank = len(sub.members)
+		}
+		sub.members = append(sub.members, int32(c.jobRank(r)))
+	}
+	sub.size = len(sub.members)
+	if err := c.sess.open(sub); err != nil {
+		return nil, fmt.Errorf("gccl bootstrap: %s: %w", c.describe(what), err)
+	}
+	// The rendezvous checks that every member of the new group names the
+	// same members, and this returns once all of them have.
+	if _, _, err := sub.collective(ctx, opShrink, nil); err != nil {
+		sub.Close()
+		return nil, err
+	}
+	return sub, nil
+}
+
+// open registers a new client of the session: its Lost channel gets the
+// notices that concern it, and it keeps the connection up until it closes.
+func (s *session) open(c *Client) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctx.Err() != nil {
-		return nil, fmt.Errorf("gccl bootstrap: %s: %w", c.describe(what), ErrClosed)
+	if s.ctx.Err() != nil || s.leaving.Load() {
+		return ErrClosed
 	}
-	s.watchers[sub] = true
-	return sub, nil
+	s.watchers[c] = true
+	return nil
 }
 
 // splitGroup decodes the Split contributions of a group (indexed by group

@@ -14,7 +14,7 @@ import (
 
 // storeKey is key in the client's namespace ("<group>:<key>"; group names
 // contain no ':', so namespaces cannot collide).
-func (c *Client) storeKey(key string) string { return c.group + ":" + key }
+func (c *Client) storeKey(key string) string { return c.group + string(kvGroupSep) + key }
 
 // prepare checks the client and keys, and returns the call's context.
 func (c *Client) prepare(ctx context.Context, what string, keys ...string) (context.Context, func(), int64, error) {

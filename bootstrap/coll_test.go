@@ -227,7 +227,7 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-func TestSplitClientsCloseWithParent(t *testing.T) {
+func TestSplitClientsOutliveParent(t *testing.T) {
 	srv, secret := startServer(t, 2)
 	c := joinAll(t, srv, secret, 2, nil)
 	subs := make([]*Client, 2)
@@ -246,15 +246,42 @@ func TestSplitClientsCloseWithParent(t *testing.T) {
 	if err := subs[1].Barrier(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Barrier on a closed sub-client: %v, want ErrClosed", err)
 	}
-	// Closing the parent makes its sub-clients unusable.
+	// Closing the parent leaves its open sub-clients working, as a
+	// communicator made by Split or Shrink outlives its parent.
 	if err := c[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := subs[0].Set(context.Background(), "k", nil); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Set on the sub-client of a closed parent: %v, want ErrClosed", err)
+	if _, ok := <-c[0].Lost(); ok {
+		t.Fatal("closed parent's Lost channel is still open")
 	}
-	if _, ok := <-subs[0].Lost(); ok {
-		t.Fatal("sub-client's Lost channel is open after its parent closed")
+	if err := c[0].Set(context.Background(), "k", nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Set on a closed parent: %v, want ErrClosed", err)
+	}
+	if err := subs[0].Set(context.Background(), "k", []byte("v")); err != nil {
+		t.Fatalf("Set on the sub-client of a closed parent: %v", err)
+	}
+	if v, err := subs[0].Get(context.Background(), "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get on the sub-client of a closed parent: %q, %v", v, err)
+	}
+	select {
+	case <-srv.Done():
+		t.Fatal("rank 0 left the job although its sub-client is open")
+	default:
+	}
+	// The last client to close leaves the job.
+	if err := subs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job did not end after every client of every rank closed")
+	}
+	if err := subs[0].Set(context.Background(), "k", nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Set on a closed sub-client: %v, want ErrClosed", err)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package bootstrap is gccl's out-of-band rendezvous: once per job, the ranks
 // find each other, prove they belong to the job, check that they run the same
 // gccl build, and exchange one descriptor each. Afterwards it only carries
-// heartbeats, abort notices and Split; it is never on the data path.
+// heartbeats, abort notices, Split and Shrink; it is never on the data path.
 //
 // # Finding the job
 //
@@ -20,7 +20,7 @@
 // each rank sends one RPC per round and the server answers all of them once
 // every member arrived, so a round costs O(n) messages at the server. Every
 // rank keeps exactly one gRPC connection to the server; sub-clients made by
-// Split share it.
+// Split and Shrink share it, and it stays up until the last of them closes.
 //
 // # Failures
 //
@@ -28,8 +28,12 @@
 // when its stream breaks before it left cleanly (Close) or goes silent for
 // longer than the heartbeat timeout (3 s by default), and tells every other
 // rank through its Lost channel; collective rounds that need a lost rank fail
-// with ErrRankLost instead of hanging. Abort tells every rank and fails their
-// pending and later blocking calls with ErrAborted. If the rendezvous itself
+// with ErrRankLost instead of hanging, and rounds that do not need it go on.
+// Abort gives up on one group (the job, or a group made by Split or
+// Shrink): it tells the group's ranks and fails their pending and later
+// blocking calls of that group with ErrAborted; other groups are not
+// touched. So the survivors of a failure can Shrink the group they were
+// in, excluding the lost ranks, and go on. If the rendezvous itself
 // goes away, pending calls fail with ErrRendezvousLost. Every blocking call is
 // bounded by its context and by Config.Timeout (60 s by default), and a
 // timeout names what was missing (which ranks, which keys).

@@ -154,6 +154,8 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// A sub-client keeps the connection up until it closes too.
+		defer sub.Close()
 		if _, err := sub.AllGather(context.Background(), []byte("x")); err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ type Notice struct {
 	// made by Split); -1 for NoticeRendezvousLost.
 	Rank   int
 	Reason string
+	group  string // the group a NoticeAbort aborted
 }
 
 func (n Notice) String() string {

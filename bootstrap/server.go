@@ -66,8 +66,8 @@ type Server struct {
 	failedRounds   map[string]error // so late arrivals get the failure at once
 	notices        []*pb.Notice
 	noticesChanged chan struct{} // closed and replaced on every new notice
-	abort          *pb.Notice    // the first abort; nil while the job is healthy
-	aborted        chan struct{} // closed on the first abort
+	abort          *pb.Notice            // the first abort of any group; nil while the job is healthy
+	abortedGroups  map[string]*pb.Notice // each aborted group's first abort
 }
 
 type memberState int
@@ -136,7 +136,7 @@ func NewServer(addr, secret string, size int, opts ...ServerOption) (*Server, er
 		rounds:           map[string]*round{},
 		failedRounds:     map[string]error{},
 		noticesChanged:   make(chan struct{}),
-		aborted:          make(chan struct{}),
+		abortedGroups:    map[string]*pb.Notice{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -225,7 +225,7 @@ func (s *Server) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.abort != nil {
-		return fmt.Errorf("%w by rank %d: %s", ErrAborted, s.abort.Rank, s.abort.Reason)
+		return fmt.Errorf("%w by rank %d%s: %s", ErrAborted, s.abort.Rank, groupNote(s.abort.Group), s.abort.Reason)
 	}
 	var lostRanks []int
 	for r, m := range s.members {
@@ -285,7 +285,8 @@ func newTimer(timeoutMs int64) (<-chan time.Time, func() bool) {
 }
 
 // await blocks until ch is closed (nil), the timer fires (errWaitTimedOut),
-// the call ends, the job is aborted or the server stops.
+// the call ends or the server stops. (An abort fails a call through what it
+// waits for: its round, or the store's change channel.)
 func (s *Server) await(ctx context.Context, ch <-chan struct{}, timer <-chan time.Time) error {
 	select {
 	case <-ch:
@@ -296,10 +297,6 @@ func (s *Server) await(ctx context.Context, ch <-chan struct{}, timer <-chan tim
 		return status.FromContextError(ctx.Err()).Err()
 	case <-s.stopped:
 		return s.stoppedError()
-	case <-s.aborted:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.abortErrorLocked()
 	}
 }
 
@@ -307,12 +304,26 @@ func (s *Server) stoppedError() error {
 	return statusError(codes.Unavailable, reasonServerStopped, "the rendezvous at %s stopped", s.Addr())
 }
 
-// abortErrorLocked is the error of every blocking call once a rank aborted.
-func (s *Server) abortErrorLocked() error {
-	if s.abort == nil {
+// abortErrorLocked is the error of every blocking call of group once a rank
+// aborted it. Groups are independent, as NCCL's communicators are: the
+// survivors of an aborted group can still make a new one (Shrink).
+func (s *Server) abortErrorLocked(group string) error {
+	n := s.abortedGroups[group]
+	if n == nil {
 		return nil
 	}
-	return statusError(codes.Aborted, reasonAborted, "job aborted by rank %d: %s", s.abort.Rank, s.abort.Reason)
+	if group == worldGroup {
+		return statusError(codes.Aborted, reasonAborted, "job aborted by rank %d: %s", n.Rank, n.Reason)
+	}
+	return statusError(codes.Aborted, reasonAborted, "group %s aborted by rank %d: %s", group, n.Rank, n.Reason)
+}
+
+// groupNote names a group other than the whole job, for messages.
+func groupNote(group string) string {
+	if group == "" || group == worldGroup {
+		return ""
+	}
+	return " (group " + group + ")"
 }
 
 // memberLocked checks that rank has joined and is still part of the job.

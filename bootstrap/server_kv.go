@@ -21,15 +21,28 @@ func (s *Server) kvCheckLocked(rank int32, keys ...string) error {
 	if err := s.memberLocked(rank); err != nil {
 		return err
 	}
-	if err := s.abortErrorLocked(); err != nil {
-		return err
-	}
 	for _, k := range keys {
 		if k == "" {
 			return statusError(codes.InvalidArgument, reasonInvalid, "rank %d used an empty key", rank)
 		}
+		if err := s.abortErrorLocked(keyGroup(k)); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// kvGroupSep ends the group prefix of every key a Client stores
+// (Client.storeKey), so that an aborted group's keys fail with it.
+const kvGroupSep = ':'
+
+// keyGroup returns the group a key belongs to; keys written without a
+// group prefix (by other clients of the protocol) count as the job's.
+func keyGroup(key string) string {
+	if i := strings.IndexByte(key, kvGroupSep); i > 0 {
+		return key[:i]
+	}
+	return worldGroup
 }
 
 func (s *Server) kvChangedLocked() {

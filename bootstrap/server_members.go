@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -33,7 +34,7 @@ func (s *Server) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespons
 	}
 
 	s.mu.Lock()
-	if err := s.abortErrorLocked(); err != nil {
+	if err := s.abortErrorLocked(worldGroup); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -292,29 +293,46 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Bootstrap_WatchServer) er
 	}
 }
 
-// Abort tells every rank that req.Rank gave up, and fails every pending and
-// later blocking call of the job.
+// Abort tells every rank that req.Rank gave up on req.Group (the job when
+// empty), and fails every pending and later blocking call of that group:
+// its collective rounds and its keys. Other groups go on.
 func (s *Server) Abort(_ context.Context, req *pb.AbortRequest) (*pb.AbortResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.memberLocked(req.Rank); err != nil {
 		return nil, err
 	}
+	group := req.Group
+	if group == "" {
+		group = worldGroup
+	}
+	if strings.ContainsRune(group, kvGroupSep) {
+		return nil, statusError(codes.InvalidArgument, reasonInvalid, "rank %d aborted group %q: a group name has no %q", req.Rank, group, kvGroupSep)
+	}
 	for _, n := range s.notices {
-		if n.Kind == pb.Notice_RANK_ABORTED && n.Rank == req.Rank {
+		if n.Kind == pb.Notice_RANK_ABORTED && n.Rank == req.Rank && n.Group == group {
 			return &pb.AbortResponse{}, nil // already told everyone
 		}
 	}
-	s.log.Warn(fmt.Sprintf("rank %d aborted the job: %s", req.Rank, req.Reason))
-	n := &pb.Notice{Kind: pb.Notice_RANK_ABORTED, Rank: req.Rank, Reason: req.Reason}
+	if group == worldGroup {
+		s.log.Warn(fmt.Sprintf("rank %d aborted the job: %s", req.Rank, req.Reason))
+	} else {
+		s.log.Warn(fmt.Sprintf("rank %d aborted group %s: %s", req.Rank, group, req.Reason))
+	}
+	n := &pb.Notice{Kind: pb.Notice_RANK_ABORTED, Rank: req.Rank, Reason: req.Reason, Group: group}
 	s.addNoticeLocked(n)
 	if s.abort == nil {
 		s.abort = n
-		close(s.aborted)
-		err := s.abortErrorLocked()
+	}
+	if s.abortedGroups[group] == nil {
+		s.abortedGroups[group] = n
+		err := s.abortErrorLocked(group)
 		for key, r := range s.rounds {
-			s.failRoundLocked(key, r, err)
+			if r.group == group {
+				s.failRoundLocked(key, r, err)
+			}
 		}
+		s.kvChangedLocked() // wakes the group's waiting Gets, which fail
 	}
 	return &pb.AbortResponse{}, nil
 }

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -102,7 +101,7 @@ func (s *Server) contribute(ctx context.Context, rank int32, rd *pb.Round, data 
 		s.mu.Unlock()
 		return nil, err
 	}
-	if err := s.abortErrorLocked(); err != nil {
+	if err := s.abortErrorLocked(rd.Group); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -120,7 +119,7 @@ func (s *Server) contribute(ctx context.Context, rank int32, rd *pb.Round, data 
 		s.rounds[key] = r
 	} else if r.op != rd.Op || !slices.Equal(r.members, rd.Members) {
 		err := statusError(codes.InvalidArgument, reasonRoundMismatch,
-			"bootstrap call #%d of group %s: rank %d called %s%s but rank %d called %s%s; every rank must make the same bootstrap calls (AllGather, Barrier, Split) in the same order",
+			"bootstrap call #%d of group %s: rank %d called %s%s but rank %d called %s%s; every rank must make the same bootstrap calls (AllGather, Barrier, Split, Shrink with the same exclusions) in the same order",
 			rd.Seq, rd.Group, rank, rd.Op, memberNote(rd.Members), r.firstRank, r.op, memberNote(r.members))
 		s.failRoundLocked(key, r, err)
 		s.mu.Unlock()
@@ -176,7 +175,11 @@ func memberNote(members []int32) string {
 	if len(members) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" over %d ranks", len(members))
+	ranks := make([]int, len(members))
+	for i, m := range members {
+		ranks[i] = int(m)
+	}
+	return " over ranks " + rankList(ranks)
 }
 
 // AllGather answers every member's data once all members contributed.

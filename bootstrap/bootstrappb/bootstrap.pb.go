@@ -1326,10 +1326,12 @@ func (x *WatchRequest) GetRank() int32 {
 }
 
 type Notice struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          Notice_Kind            `protobuf:"varint,1,opt,name=kind,proto3,enum=gccl.bootstrap.v1.Notice_Kind" json:"kind,omitempty"`
-	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   Notice_Kind            `protobuf:"varint,1,opt,name=kind,proto3,enum=gccl.bootstrap.v1.Notice_Kind" json:"kind,omitempty"`
+	Rank   int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The group the rank aborted (RANK_ABORTED only).
+	Group         string `protobuf:"bytes,4,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1385,10 +1387,19 @@ func (x *Notice) GetReason() string {
 	return ""
 }
 
+func (x *Notice) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 type AbortRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rank          int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Rank   int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The group given up on; empty means the whole job.
+	Group         string `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1433,6 +1444,13 @@ func (x *AbortRequest) GetRank() int32 {
 func (x *AbortRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *AbortRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -1608,18 +1626,20 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\x0e\n" +
 	"\fHeartbeatAck\"\"\n" +
 	"\fWatchRequest\x12\x12\n" +
-	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xa7\x01\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xbd\x01\n" +
 	"\x06Notice\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.gccl.bootstrap.v1.Notice.KindR\x04kind\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"=\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"=\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRANK_LOST\x10\x01\x12\x10\n" +
-	"\fRANK_ABORTED\x10\x02\":\n" +
+	"\fRANK_ABORTED\x10\x02\"P\n" +
 	"\fAbortRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x0f\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\"\x0f\n" +
 	"\rAbortResponse\";\n" +
 	"\x11SplitContribution\x12\x14\n" +
 	"\x05color\x18\x01 \x01(\x12R\x05color\x12\x10\n" +

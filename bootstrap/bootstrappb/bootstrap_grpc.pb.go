@@ -74,8 +74,9 @@ type BootstrapClient interface {
 	Heartbeat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatAck], error)
 	// Watch streams every notice of the job (losses, aborts), oldest first.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Notice], error)
-	// Abort tells every rank that this rank gave up; pending and later
-	// blocking calls of every rank fail.
+	// Abort tells every rank that this rank gave up on a group (the job or a
+	// group made by Split or Shrink); pending and later blocking calls of that
+	// group fail, on every rank.
 	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
 }
 
@@ -259,8 +260,9 @@ type BootstrapServer interface {
 	Heartbeat(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatAck]) error
 	// Watch streams every notice of the job (losses, aborts), oldest first.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[Notice]) error
-	// Abort tells every rank that this rank gave up; pending and later
-	// blocking calls of every rank fail.
+	// Abort tells every rank that this rank gave up on a group (the job or a
+	// group made by Split or Shrink); pending and later blocking calls of that
+	// group fail, on every rank.
 	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
 	mustEmbedUnimplementedBootstrapServer()
 }
