@@ -65,7 +65,7 @@ type Server struct {
 	rounds         map[string]*round
 	failedRounds   map[string]error // so late arrivals get the failure at once
 	notices        []*pb.Notice
-	noticesChanged chan struct{} // closed and replaced on every new notice
+	noticesChanged chan struct{}         // closed and replaced on every new notice
 	abort          *pb.Notice            // the first abort of any group; nil while the job is healthy
 	abortedGroups  map[string]*pb.Notice // each aborted group's first abort
 }
