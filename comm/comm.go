@@ -82,6 +82,7 @@ type Comm struct {
 	cfg        Config        // as given, for communicators made by Split
 	world      *inproc.World // set for in-process communicators
 	splitSeq   uint64
+	shrinkSeq  uint64
 	log        *slog.Logger
 	timeout    time.Duration
 	watchdog   time.Duration

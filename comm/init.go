@@ -287,13 +287,14 @@ func parseInfos(blobs [][]byte) ([]peerInfo, error) {
 
 // splitRemote makes the communicator of one color of a multi-process Split,
 // over the parent's rendezvous connection. Its shared-memory names carry the
-// split's number and color, so sibling communicators never collide.
+// parent's names, the split's number and color, so sibling communicators,
+// and the children of siblings, never collide.
 func (c *Comm) splitRemote(ctx context.Context, color, key int) (*Comm, error) {
 	sub, err := c.boot.Split(ctx, color, key)
 	if err != nil {
 		return nil, err
 	}
-	jobID := fmt.Sprintf("%s-s%dc%d", c.boot.JobID(), c.splitSeq, color)
+	jobID := fmt.Sprintf("%s-s%dc%d", c.jobID, c.splitSeq, color)
 	nc, err := connect(ctx, sub, &c.cfg, jobID)
 	if err != nil {
 		sub.Close()

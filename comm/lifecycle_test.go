@@ -80,6 +80,13 @@ func TestAbortEndsClose(t *testing.T) {
 func initJob(t *testing.T, n int) (cs []*comm.Comm, stop func()) {
 	t.Helper()
 	t.Setenv("GCCL_SHM_DISABLE", "1")
+	return initJobOver(t, n)
+}
+
+// initJobOver is initJob over the transports the environment allows:
+// shared memory between the ranks, unless GCCL_SHM_DISABLE=1.
+func initJobOver(t *testing.T, n int) (cs []*comm.Comm, stop func()) {
+	t.Helper()
 	t.Setenv("GCCL_SOCKET_IFNAME", "lo")
 	quiet := slog.New(slog.DiscardHandler)
 	secret := bootstrap.NewSecret()

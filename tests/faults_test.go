@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
@@ -134,6 +135,33 @@ func TestKilledRankFailsSurvivors(t *testing.T) {
 				assertLost(t, r, code, out)
 			}
 			t.Logf("survivors failed within %v of the kill", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestSurvivorsShrinkAndGoOn: a rank dies in the middle of the check; the
+// survivors' operation fails, they Shrink the communicator without it and
+// pass the whole check on the new one.
+func TestSurvivorsShrinkAndGoOn(t *testing.T) {
+	for _, tc := range []struct{ name, env string }{
+		{"shm", ""},
+		{"tcp", "GCCL_SHM_DISABLE=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := func(int) []string { return []string{tc.env, "GCCL_SOCKET_IFNAME=lo"} }
+			p := startRanks(t, 4, []int{0, 1, 2, 3},
+				collcheckArgv("-iters", "1000", "-large", "200003", "-die-at", "40", "-victim", "2", "-shrink", "-timeout", "2m"), env)
+			if code, out := p.waitExit(t, 2, 60*time.Second); code == 0 {
+				t.Fatalf("the victim exited 0:\n%s", out)
+			}
+			for i, r := range []int{0, 1, 3} {
+				code, out := p.waitExit(t, r, 60*time.Second)
+				if code != 0 {
+					t.Fatalf("survivor rank %d failed (exit %d):\n%s", r, code, out)
+				}
+				mustContain(t, out, "peer lost", fmt.Sprintf("collcheck: rank %d shrank to rank %d of 3 ok", r, i))
+				t.Logf("rank %d: %s", r, strings.TrimSpace(out))
+			}
 		})
 	}
 }

@@ -7,11 +7,14 @@
 //
 // Flags select a fault to inject, for the fault tests: -die-at N makes rank
 // -victim exit abruptly (kill -9 style) after N collectives; -stall makes it
-// stop instead.
+// stop instead. With -shrink, the survivors of a lost rank go on: they
+// Shrink the communicator without the victim, run the check once more on
+// it, and print "collcheck: rank R shrank to rank R' of N ok".
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,6 +33,7 @@ func main() {
 	timeout := flag.Duration("timeout", time.Minute, "whole-run deadline")
 	split := flag.Bool("split", false, "also check Split: even and odd ranks form two communicators")
 	sym := flag.Bool("sym", false, "run the large all-reduces on buffers from Comm.Alloc (symmetric memory)")
+	shrink := flag.Bool("shrink", false, "when a peer is lost, shrink the communicator without -victim and check it")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -48,7 +52,15 @@ func main() {
 		}
 	}
 	for it := 0; it < *iters; it++ {
-		if err := ck.round(*large); err != nil {
+		err := ck.round(*large)
+		if err != nil && *shrink && errors.Is(err, comm.ErrPeerLost) {
+			fmt.Printf("collcheck: rank %d: %v\n", c.Rank(), err)
+			err = shrinkAndCheck(ctx, c, *victim, *large)
+			if err == nil {
+				return
+			}
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
 			os.Exit(1)
 		}
@@ -245,6 +257,21 @@ func (k *checker) agree(count int) error {
 			return fmt.Errorf("float32 AllReduce %v of %d elements: %w", op, count, err)
 		}
 	}
+	return nil
+}
+
+// shrinkAndCheck makes the communicator of the survivors of victim and runs
+// the whole check on it.
+func shrinkAndCheck(ctx context.Context, c *comm.Comm, victim, large int) error {
+	nc, err := c.Shrink(ctx, []int{victim})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := (&checker{c: nc, ctx: ctx, dieAt: -1, stallAt: -1, victim: -1}).round(large); err != nil {
+		return fmt.Errorf("after shrinking: %w", err)
+	}
+	fmt.Printf("collcheck: rank %d shrank to rank %d of %d ok\n", c.Rank(), nc.Rank(), nc.Size())
 	return nil
 }
 

@@ -1,0 +1,206 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/transport/inproc"
+)
+
+// Shrink makes a communicator of c's ranks that are not in exclude, in the
+// same order (ncclCommShrink, MPI_Comm_shrink): the way to go on after
+// ranks fail. Every rank not excluded calls it with the same list of ranks
+// of c, in any order; excluded ranks do not call it and may be dead. It
+// needs nothing from them, so it works on a Comm that an operation aborted
+// (the usual case: a collective failed with ErrPeerLost, whose error names
+// the lost rank), and on a healthy one, which stays usable. Ranks that pass
+// different lists all get an error.
+//
+// c and the new Comm are independent: close c when done with it. Across
+// processes the rendezvous must survive, so the rank that serves it (rank 0
+// of the job, unless gccl-bootstrap runs it) cannot be excluded while dead.
+// A rank excluded while alive must not call Shrink on c afterwards; like
+// every rank it numbers its Shrink calls on c, and it would be behind.
+func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
+	if c.released.Load() {
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: ErrClosed}
+	}
+	// Numbered before any check, so that a rank whose call is refused stays
+	// in step with the others for the next attempt.
+	c.shrinkSeq++
+	out, err := shrinkSet(c.rank, c.size, exclude)
+	if err != nil {
+		if c.boot != nil {
+			// The rendezvous client numbers its calls too: let it refuse
+			// the same list, so that it stays in step as well.
+			c.boot.Shrink(ctx, exclude)
+		}
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
+	}
+	if c.boot != nil {
+		return c.shrinkRemote(ctx, exclude)
+	}
+	if c.world == nil {
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Shrink of this communicator", ErrNotSupported)}
+	}
+	return c.shrinkLocal(ctx, out)
+}
+
+// shrinkSet checks an exclusion list and returns it as a set.
+func shrinkSet(rank, size int, exclude []int) ([]bool, error) {
+	out := make([]bool, size)
+	for _, r := range exclude {
+		switch {
+		case r < 0 || r >= size:
+			return nil, invalid("excluded rank %d is outside 0..%d", r, size-1)
+		case out[r]:
+			return nil, invalid("rank %d is excluded twice", r)
+		}
+		out[r] = true
+	}
+	if out[rank] {
+		return nil, invalid("rank %d excludes itself (excluded ranks do not call Shrink)", rank)
+	}
+	return out, nil
+}
+
+// shrinkRemote makes the communicator over the rendezvous, which checks that
+// the survivors agree and needs nothing from the excluded ranks.
+func (c *Comm) shrinkRemote(ctx context.Context, exclude []int) (*Comm, error) {
+	sub, err := c.boot.Shrink(ctx, exclude)
+	if err != nil {
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: fromBootstrap(err)}
+	}
+	// Shared-memory names carry the shrink's number, as a split's do.
+	jobID := fmt.Sprintf("%s-x%d", c.jobID, c.shrinkSeq)
+	nc, err := connect(ctx, sub, &c.cfg, jobID)
+	if err != nil {
+		sub.Close()
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
+	}
+	return nc, nil
+}
+
+// fromBootstrap adds comm's sentinel to an error of the rendezvous, so that
+// callers test one set of errors. The list was checked here first, so an
+// invalid argument from the rendezvous means the survivors' lists differ.
+func fromBootstrap(err error) error {
+	for _, m := range []struct{ boot, comm error }{
+		{bootstrap.ErrInvalidArgument, ErrMismatch},
+		{bootstrap.ErrRankLost, ErrPeerLost},
+		{bootstrap.ErrRendezvousLost, ErrPeerLost},
+		{bootstrap.ErrTimeout, ErrTimeout},
+		{bootstrap.ErrAborted, ErrAborted},
+		{bootstrap.ErrClosed, ErrClosed},
+	} {
+		if errors.Is(err, m.boot) {
+			return fmt.Errorf("%w: %w", m.comm, err)
+		}
+	}
+	return err
+}
+
+// The in-process worlds being made by Shrink, until every survivor has taken
+// its endpoint or the survivors disagreed.
+var (
+	shrinkMu  sync.Mutex
+	shrinksOf = map[shrinkKey]*pendingShrink{}
+)
+
+type shrinkKey struct {
+	parent *inproc.World
+	seq    uint64
+}
+
+type pendingShrink struct {
+	out     []bool // the first caller's exclusions
+	w       *inproc.World
+	group   localGroup
+	arrived int
+	ready   chan struct{} // closed when every survivor arrived, or on err
+	err     error
+}
+
+func (c *Comm) shrinkLocal(ctx context.Context, out []bool) (*Comm, error) {
+	var survivors []int
+	newRank := 0
+	for r, x := range out {
+		if !x {
+			if r == c.rank {
+				newRank = len(survivors)
+			}
+			survivors = append(survivors, r)
+		}
+	}
+	k := shrinkKey{c.world, c.shrinkSeq}
+	shrinkMu.Lock()
+	p := shrinksOf[k]
+	if p == nil {
+		w, err := inproc.NewWorld(len(survivors), c.cfg.SlotSize, c.cfg.SlotCount)
+		if err != nil {
+			shrinkMu.Unlock()
+			return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
+		}
+		p = &pendingShrink{out: out, w: w, group: make(localGroup, len(survivors)), ready: make(chan struct{})}
+		shrinksOf[k] = p
+	}
+	switch {
+	case p.err != nil:
+	case !slices.Equal(p.out, out):
+		p.err = fmt.Errorf("%w: rank %d excludes ranks %v, another rank excludes %v: every survivor must pass the same list",
+			ErrMismatch, c.rank, setRanks(out), setRanks(p.out))
+		close(p.ready)
+	default:
+		if p.arrived++; p.arrived == len(p.group) {
+			delete(shrinksOf, k)
+			close(p.ready)
+		}
+	}
+	shrinkMu.Unlock()
+
+	var timer <-chan time.Time
+	if c.timeout > 0 {
+		t := time.NewTimer(c.timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: ctx.Err()}
+	case <-timer:
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: after %v, %d of the %d survivors have called Shrink", ErrTimeout, c.timeout, arrivedSoFar(p), len(p.group))}
+	}
+	if p.err != nil {
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: p.err}
+	}
+	nc, err := newComm(p.w.Endpoint(newRank), &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	nc.world = p.w
+	p.group[newRank].Store(nc)
+	nc.laggards = p.group.laggards
+	return nc, nil
+}
+
+func arrivedSoFar(p *pendingShrink) int {
+	shrinkMu.Lock()
+	defer shrinkMu.Unlock()
+	return p.arrived
+}
+
+func setRanks(set []bool) []int {
+	var out []int
+	for r, x := range set {
+		if x {
+			out = append(out, r)
+		}
+	}
+	return out
+}
