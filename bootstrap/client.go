@@ -75,6 +75,7 @@ type session struct {
 	mu       sync.Mutex
 	root     *Client
 	watchers map[*Client]bool // open clients: their Lost channels get notices
+	lostJob  map[int32]bool   // job ranks the rendezvous declared lost
 	failed   bool
 }
 
@@ -87,7 +88,7 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{cfg: cfg, rank: int32(cfg.Rank), log: cfg.Logger, watchers: map[*Client]bool{}}
+	s := &session{cfg: cfg, rank: int32(cfg.Rank), log: cfg.Logger, watchers: map[*Client]bool{}, lostJob: map[int32]bool{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	dialAddr := cfg.Addr
 	if cfg.Serve {
@@ -293,6 +294,10 @@ func (s *session) watch() {
 		kind := NoticeRankLost
 		if n.Kind == pb.Notice_RANK_ABORTED {
 			kind = NoticeAbort
+		} else {
+			s.mu.Lock()
+			s.lostJob[n.Rank] = true
+			s.mu.Unlock()
 		}
 		s.deliver(Notice{Kind: kind, Rank: int(n.Rank), Reason: n.Reason, group: n.Group})
 	}
@@ -422,6 +427,24 @@ func (c *Client) concerns(n Notice) bool {
 		return n.group == c.group
 	}
 	return true
+}
+
+// LostRanks returns the ranks of the client's group (in group numbering)
+// that the rendezvous has declared lost so far, in order: what Shrink
+// should exclude. A rank whose process died is declared lost within
+// milliseconds (its connection breaks); a hung one after the heartbeat
+// timeout.
+func (c *Client) LostRanks() []int {
+	s := c.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for r := range c.size {
+		if s.lostJob[int32(c.jobRank(r))] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (c *Client) hasJobRank(r int) bool {

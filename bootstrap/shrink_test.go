@@ -23,6 +23,11 @@ func TestShrinkAfterLoss(t *testing.T) {
 			t.Fatalf("rank %d: notice %v, want rank 2 lost", cl.Rank(), n)
 		}
 	}
+	for _, cl := range survivors {
+		if got := cl.LostRanks(); !slices.Equal(got, []int{2}) {
+			t.Fatalf("rank %d: LostRanks = %v, want [2]", cl.Rank(), got)
+		}
+	}
 	if err := c[0].Barrier(context.Background()); !errors.Is(err, ErrRankLost) {
 		t.Fatalf("job Barrier after rank 2 was lost: %v, want ErrRankLost", err)
 	}
@@ -40,6 +45,9 @@ func TestShrinkAfterLoss(t *testing.T) {
 	}))
 	t.Cleanup(func() { closeAll(t, subs) })
 	for i, sub := range subs {
+		if got := sub.LostRanks(); len(got) != 0 {
+			t.Fatalf("survivor %d: LostRanks of the shrunk group = %v, want none", i, got)
+		}
 		if sub.Rank() != i || sub.Size() != 3 || !slices.Equal(sub.JobRanks(), []int{0, 1, 3}) {
 			t.Fatalf("survivor %d: rank %d of %d, job ranks %v; want rank %d of 3, job ranks [0 1 3]", i, sub.Rank(), sub.Size(), sub.JobRanks(), i)
 		}

@@ -51,6 +51,20 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	return c.shrinkLocal(ctx, out)
 }
 
+// LostRanks returns the ranks of c that the rendezvous has declared lost so
+// far, in order: the list to pass to Shrink. A rank whose process died is
+// declared lost within milliseconds of its death, a hung one after the
+// heartbeat timeout (3 s); so a survivor whose operation failed may see an
+// empty list for a moment. In-process communicators have no rendezvous:
+// their ranks are goroutines, which are never lost on their own; LostRanks
+// returns nil.
+func (c *Comm) LostRanks() []int {
+	if c.boot == nil {
+		return nil
+	}
+	return c.boot.LostRanks()
+}
+
 // shrinkSet checks an exclusion list and returns it as a set.
 func shrinkSet(rank, size int, exclude []int) ([]bool, error) {
 	out := make([]bool, size)

@@ -260,10 +260,17 @@ func (k *checker) agree(count int) error {
 	return nil
 }
 
-// shrinkAndCheck makes the communicator of the survivors of victim and runs
-// the whole check on it.
+// shrinkAndCheck makes the communicator of the survivors, once the
+// rendezvous has declared victim lost, and runs the whole check on it.
 func shrinkAndCheck(ctx context.Context, c *comm.Comm, victim, large int) error {
-	nc, err := c.Shrink(ctx, []int{victim})
+	lost := c.LostRanks()
+	for wait := time.Now(); len(lost) == 0 && time.Since(wait) < 10*time.Second; lost = c.LostRanks() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(lost) != 1 || lost[0] != victim {
+		return fmt.Errorf("LostRanks = %v, want [%d]", lost, victim)
+	}
+	nc, err := c.Shrink(ctx, lost)
 	if err != nil {
 		return err
 	}
