@@ -409,7 +409,7 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	x := &c.exec
 	tag := transport.MakeTag(kind, cl.seq).WithCheck(transport.ArgCheck(uint64(a.count), cl.argBits()))
 	x.begin(ctx, cl.name(), cl.seq, tag)
-	c.reached.Store(cl.seq)
+	c.arrive(cl.seq, cl.name())
 	return x.runPlan(a)
 }
 

@@ -89,6 +89,7 @@ type Comm struct {
 	algoPref   algo.Algorithm // 0: the tuner decides
 
 	reached  atomic.Uint64 // sequence number of the last collective entered
+	arrivals [arrivalLog]arrival
 	laggards func(seq uint64) ([]int, error)
 
 	state    atomic.Int32

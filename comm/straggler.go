@@ -1,0 +1,95 @@
+package comm
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// arrivalLog is how many of a Comm's latest collectives Stragglers can
+// report on.
+const arrivalLog = 64
+
+// arrival is when this rank reached one collective: ready to exchange data
+// (an async call when the progress goroutine starts it, not when it was
+// issued).
+type arrival struct {
+	seq uint64
+	op  string
+	at  int64 // wall clock, ns since 1970, comparable between processes
+}
+
+// arrive marks the collective seq as reached, for the watchdog and for
+// Stragglers. It is on every collective's path: no allocation, no lock (one
+// goroutine runs the Comm's operations at a time).
+func (c *Comm) arrive(seq uint64, op string) {
+	c.reached.Store(seq)
+	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: time.Now().UnixNano()}
+}
+
+// Straggle is one collective's arrival spread: which rank reached it last,
+// and how long after the first.
+type Straggle struct {
+	Op    string
+	Seq   uint64 // the collective's sequence number on the Comm
+	First int    // the rank that arrived first
+	Last  int    // the rank that arrived last: the one the others waited for
+	Late  time.Duration
+}
+
+// Stragglers reports, for each of the Comm's latest collectives (up to 64)
+// that every rank reached, which rank arrived last and how late: the
+// per-operation straggler report of a job that runs slower than it should.
+// It is collective: every rank calls it, at the same point, and every rank
+// gets the same report, oldest first. Arrival times are read from each
+// host's wall clock, so across hosts their precision is that of the hosts'
+// clock synchronization (NTP: about a millisecond; PTP: microseconds);
+// within a host they are exact.
+func (c *Comm) Stragglers(ctx context.Context) ([]Straggle, error) {
+	if c.async.pending.Load() > 0 {
+		// The log is written by the progress goroutine meanwhile. Numbered
+		// as the all-gather it skips, so that the peers' call fails too.
+		if err := c.enter(); err != nil {
+			return nil, err
+		}
+		defer c.leave()
+		return nil, c.rejected("Stragglers", invalid("async operations are still running: wait for them first"))
+	}
+	mine := make([]int64, 2*arrivalLog)
+	for i, a := range c.arrivals {
+		mine[2*i], mine[2*i+1] = int64(a.seq), a.at
+	}
+	all := make([]int64, c.size*len(mine))
+	if err := AllGather(ctx, c, mine, all); err != nil {
+		return nil, err
+	}
+	var out []Straggle
+	for i, a := range c.arrivals {
+		if a.seq == 0 {
+			continue
+		}
+		s := Straggle{Op: a.op, Seq: a.seq}
+		var first, last int64
+		everyone := true
+		for r := range c.size {
+			seq, at := all[r*len(mine)+2*i], all[r*len(mine)+2*i+1]
+			if uint64(seq) != a.seq {
+				everyone = false // a rank has not reached it, or never will
+				break
+			}
+			if r == 0 || at < first {
+				first, s.First = at, r
+			}
+			if r == 0 || at > last {
+				last, s.Last = at, r
+			}
+		}
+		if everyone {
+			s.Late = time.Duration(last - first)
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b Straggle) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
