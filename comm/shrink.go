@@ -193,14 +193,7 @@ func (c *Comm) shrinkLocal(ctx context.Context, out []bool) (*Comm, error) {
 	if p.err != nil {
 		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: p.err}
 	}
-	nc, err := newComm(p.w.Endpoint(newRank), &c.cfg)
-	if err != nil {
-		return nil, err
-	}
-	nc.world = p.w
-	p.group[newRank].Store(nc)
-	nc.laggards = p.group.laggards
-	return nc, nil
+	return joinLocal(p.w, p.group, newRank, &c.cfg)
 }
 
 func arrivedSoFar(p *pendingShrink) int {

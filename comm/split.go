@@ -64,13 +64,19 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := newComm(p.w.Endpoint(newRank), &c.cfg)
+	return joinLocal(p.w, p.group, newRank, &c.cfg)
+}
+
+// joinLocal makes rank's communicator of an in-process world made by Split
+// or Shrink, and registers it with the group's watchdog.
+func joinLocal(w *inproc.World, group localGroup, rank int, cfg *Config) (*Comm, error) {
+	nc, err := newComm(w.Endpoint(rank), cfg)
 	if err != nil {
 		return nil, err
 	}
-	nc.world = p.w
-	p.group[newRank].Store(nc)
-	nc.laggards = p.group.laggards
+	nc.world = w
+	group[rank].Store(nc)
+	nc.laggards = group.laggards
 	return nc, nil
 }
 
