@@ -105,6 +105,19 @@ func TestSplitAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestShrinkUnderGcclRun: with --keep-going, gccl-run lets the survivors of
+// a killed rank shrink and finish, and still exits with the victim's status.
+func TestShrinkUnderGcclRun(t *testing.T) {
+	res := run(t, 2*time.Minute, nil, bins.run, "-np", "4", "--keep-going",
+		bins.collcheck, "-iters", "1000", "-large", "100003", "-die-at", "25", "-victim", "1", "-shrink")
+	if res.code != 128+9 {
+		t.Fatalf("exit %d, want 137 (rank 1's SIGKILL):\n%s", res.code, res.out)
+	}
+	for i, r := range []int{0, 2, 3} {
+		mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d shrank to rank %d of 3 ok", r, i))
+	}
+}
+
 // Init describes the host: GCCL_TOPO_DUMP_FILE writes the detected graph
 // (NCCL's XML, readable back), GCCL_TOPO_FILE replaces detection and a bad
 // one fails Init with the reason, and a CPU mask of one core is a WARN.

@@ -19,6 +19,7 @@ type options struct {
 	tagOutput  bool
 	timeout    time.Duration
 	killGrace  time.Duration // 0: SIGKILL at once
+	keepGoing  bool
 	verbose    bool
 	help       bool
 	argv       []string // the program and its arguments
@@ -50,6 +51,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.Var((*valueBool)(&o.tagOutput), "tag-output", "")
 	fs.Var((*seconds)(&o.timeout), "timeout", "")
 	fs.Var((*seconds)(&o.killGrace), "kill-grace", "")
+	fs.BoolVar(&o.keepGoing, "keep-going", false, "")
 	fs.BoolVar(&o.verbose, "v", false, "")
 	fs.BoolVar(&o.verbose, "verbose", false, "")
 	fs.BoolVar(&o.help, "h", false, "")

@@ -86,3 +86,28 @@ func TestParseArgsRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestParseArgsKeepGoing(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-np", "2", "p"}, false},
+		{[]string{"-np", "2", "--keep-going", "p", "--keep-going"}, true},
+	} {
+		o, err := parseArgs(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.keepGoing != tc.want || len(o.argv) != len(tc.args)-2-btoi(tc.want) {
+			t.Errorf("parseArgs(%q): keepGoing %v, argv %q", tc.args, o.keepGoing, o.argv)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -53,6 +53,8 @@ Flags (flags end at the program's name; "--" ends them too):
                            exit 124
   --kill-grace D           time between SIGTERM and SIGKILL when stopping
                            ranks (default 3s; 0: SIGKILL at once)
+  --keep-going             a failed rank does not stop the others, for
+                           programs that go on without it (Comm.Shrink)
   -v, --verbose            report what gccl-run does on stderr
   -h, --help               this text
 
@@ -75,7 +77,9 @@ the same 32 hex characters on every node, or --secret-file:
 
 Failures. When a rank exits non-zero or dies from a signal, gccl-run stops
 the others (SIGTERM to each rank's process group, SIGKILL after the grace
-period) and exits with that rank's status, or 128+signal. SIGINT, SIGTERM
+period) and exits with that rank's status, or 128+signal. With --keep-going
+the others run on, and gccl-run exits with the first failure's status once
+every rank has ended: a lost rank is never hidden. SIGINT, SIGTERM
 and SIGHUP are forwarded to the ranks; a second one kills them. When
 gccl-run's own output is closed (gccl-run ... | head), it stops the ranks
 the same way and exits 141, as SIGPIPE would. Ranks read stdin from
@@ -155,6 +159,7 @@ func run(args, environ []string, stdout, stderr io.Writer, signals <-chan os.Sig
 	job.Stdout, job.Stderr = stdout, stderr
 	job.Timeout = opts.timeout
 	job.KillGrace = opts.killGrace
+	job.KeepGoing = opts.keepGoing
 	if job.KillGrace == 0 {
 		job.KillGrace = launch.NoKillGrace // Job's 0 would mean the default
 	}
@@ -178,7 +183,11 @@ func run(args, environ []string, stdout, stderr io.Writer, signals <-chan os.Sig
 	if err != nil {
 		msg := message(err)
 		if rerr := (*launch.RankError)(nil); errors.As(err, &rerr) && job.NProcs > 1 {
-			msg += "; stopped the other ranks"
+			if job.KeepGoing {
+				msg += "; the other ranks went on (--keep-going)"
+			} else {
+				msg += "; stopped the other ranks"
+			}
 		}
 		fmt.Fprintf(stderr, "gccl-run: %s\n", msg)
 	}

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // child runs a rank's script: "env" prints the job variables, "ready"
-// prints "ready <pid>", "sleep=D" sleeps, "exit=N" exits, "ignore-term"
+// prints "ready <pid>", "print=TEXT" prints TEXT, "sleep=D" sleeps, "exit=N" exits, "ignore-term"
 // ignores SIGTERM, "spam" prints lines until it fails, "spawn" starts a
 // sleeping grandchild and prints "grandchild <pid>" on stderr, "shm=DIR"
 // creates DIR/gccl-$GCCL_JOB_ID-rank$RANK; "R:action" runs only on global
@@ -62,6 +62,8 @@ func child(actions []string) int {
 			}
 		case "ready":
 			fmt.Printf("ready %d\n", os.Getpid())
+		case "print":
+			fmt.Println(arg)
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
@@ -311,6 +313,19 @@ func TestFailingRankDecidesTheExitCode(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "gccl-run: rank 1 (pid ") || !strings.Contains(stderr, "exited with status 3; stopped the other ranks") {
 		t.Errorf("stderr %q should say which rank failed", stderr)
+	}
+}
+
+func TestKeepGoingLetsTheOthersFinish(t *testing.T) {
+	code, stdout, stderr := gcclRun(t, hermeticEnv(), "-np", "3", "--keep-going", "CHILD", "1:exit=3", "sleep=300ms", "print=finished")
+	if code != 3 {
+		t.Errorf("exit %d, want 3 (rank 1's)", code)
+	}
+	if !strings.Contains(stderr, "exited with status 3; the other ranks went on (--keep-going)") {
+		t.Errorf("stderr %q should say rank 1 failed and the others went on", stderr)
+	}
+	if !strings.Contains(stdout, "[rank 0] finished") || !strings.Contains(stdout, "[rank 2] finished") {
+		t.Errorf("stdout %q: ranks 0 and 2 should have run to their end", stdout)
 	}
 }
 

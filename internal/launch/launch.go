@@ -101,6 +101,10 @@ type Job struct {
 	// stopped; 0 means DefaultKillGrace and NoKillGrace (any negative
 	// value) SIGKILL at once.
 	KillGrace time.Duration
+	// KeepGoing lets the other ranks run on when one fails, for programs
+	// that go on without it (comm.Comm.Shrink). The first failure still
+	// decides the result, once every rank has ended.
+	KeepGoing bool
 
 	// Signals, if not nil, delivers signals to forward to every rank (the
 	// caller subscribes with signal.Notify). A forwarded signal stops the

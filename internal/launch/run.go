@@ -63,7 +63,8 @@ func (e *RankError) Code() int {
 // Run starts the job's NProcs local ranks and waits for them. It returns 0
 // and a nil error when every rank exits 0. Otherwise the first failure
 // stops the others (SIGTERM to each rank's process group, SIGKILL after
-// KillGrace) and decides the result:
+// KillGrace; with KeepGoing a failed rank stops no one, and the result
+// waits for every rank to end) and decides the result:
 //
 //   - a rank exits with status s, or is killed by signal g: s or 128+g,
 //     and a *RankError;
@@ -388,6 +389,11 @@ func (s *supervisor) reap(e rankExit) {
 	}
 	if s.stopping {
 		s.log.Debug("rank stopped", "rank", p.rank, "how", rerr.Error())
+		return
+	}
+	if s.job.KeepGoing {
+		s.log.Warn("rank failed; the others go on (keep going)", "rank", p.rank, "how", rerr.Error())
+		s.record(rerr.Code(), rerr)
 		return
 	}
 	s.log.Debug("rank failed; stopping the job", "rank", p.rank, "how", rerr.Error())

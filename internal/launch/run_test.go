@@ -94,6 +94,20 @@ func TestRunFailingRankStopsTheOthers(t *testing.T) {
 	waitGone(t, out.pidsAfter("ready"))
 }
 
+func TestRunKeepGoing(t *testing.T) {
+	// Rank 1 fails first, then rank 2 is killed; rank 0 runs on to the end.
+	job, out := helperJob(t, 3, "1:exit=3", "2:sleep=200ms", "2:kill=9", "sleep=600ms", "print=finished")
+	job.KeepGoing = true
+	code, err := runJob(t, job, jobLimit)
+	var rerr *RankError
+	if code != 3 || !errors.As(err, &rerr) || rerr.Rank != 1 {
+		t.Fatalf("code %d, err %v; want 3 and rank 1's RankError (the first failure)", code, err)
+	}
+	if got := out.text("stdout"); got != "[rank 0] finished\n" {
+		t.Fatalf("stdout %q: rank 0 should have run to its end", got)
+	}
+}
+
 func TestRunRankKilledBySignal(t *testing.T) {
 	job, _ := helperJob(t, 3, fmt.Sprintf("2:kill=%d", syscall.SIGKILL), "sleep=60s")
 	code, err := runJob(t, job, jobLimit)
