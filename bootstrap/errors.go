@@ -22,7 +22,7 @@ var (
 	ErrJoinRejected = errors.New("join rejected")
 	// ErrTimeout: a blocking call did not complete in time.
 	ErrTimeout = errors.New("timed out")
-	// ErrClosed: the Client (or the parent it was split from) was closed.
+	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("bootstrap client closed")
 	// ErrRankLost: a rank needed by the call died, stalled or left.
 	ErrRankLost = errors.New("rank lost")
@@ -33,6 +33,10 @@ var (
 	// ErrInvalidArgument: a bad Config, environment or argument, or ranks
 	// that made different bootstrap calls in the same order slot.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrMismatch, a kind of ErrInvalidArgument: ranks made different
+	// bootstrap calls in the same order slot (or Shrink with different
+	// lists).
+	ErrMismatch = fmt.Errorf("%w: ranks disagree", ErrInvalidArgument)
 )
 
 // Reasons carried in a google.rpc.ErrorInfo detail of every error status the
@@ -64,7 +68,7 @@ var reasonSentinel = map[string]error{
 	reasonServerStopped:  ErrRendezvousLost,
 	reasonInvalid:        ErrInvalidArgument,
 	reasonNotMember:      ErrInvalidArgument,
-	reasonRoundMismatch:  ErrInvalidArgument,
+	reasonRoundMismatch:  ErrMismatch,
 	reasonValueNotNumber: ErrInvalidArgument,
 }
 

@@ -66,7 +66,6 @@ type Server struct {
 	failedRounds   map[string]error // so late arrivals get the failure at once
 	notices        []*pb.Notice
 	noticesChanged chan struct{}         // closed and replaced on every new notice
-	abort          *pb.Notice            // the first abort of any group; nil while the job is healthy
 	abortedGroups  map[string]*pb.Notice // each aborted group's first abort
 }
 
@@ -224,8 +223,10 @@ func (s *Server) Done() <-chan struct{} { return s.ended }
 func (s *Server) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.abort != nil {
-		return fmt.Errorf("%w by rank %d%s: %s", ErrAborted, s.abort.Rank, groupNote(s.abort.Group), s.abort.Reason)
+	for _, n := range s.notices {
+		if n.Kind == pb.Notice_RANK_ABORTED {
+			return fmt.Errorf("%w by rank %d%s: %s", ErrAborted, n.Rank, groupNote(n.Group), n.Reason)
+		}
 	}
 	var lostRanks []int
 	for r, m := range s.members {

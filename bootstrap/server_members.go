@@ -321,9 +321,6 @@ func (s *Server) Abort(_ context.Context, req *pb.AbortRequest) (*pb.AbortRespon
 	}
 	n := &pb.Notice{Kind: pb.Notice_RANK_ABORTED, Rank: req.Rank, Reason: req.Reason, Group: group}
 	s.addNoticeLocked(n)
-	if s.abort == nil {
-		s.abort = n
-	}
 	if s.abortedGroups[group] == nil {
 		s.abortedGroups[group] = n
 		err := s.abortErrorLocked(group)

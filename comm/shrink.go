@@ -31,22 +31,18 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: ErrClosed}
 	}
 	// Numbered before any check, so that a rank whose call is refused stays
-	// in step with the others for the next attempt.
+	// in step with the others for the next attempt (the rendezvous client
+	// numbers its own calls the same way).
 	c.shrinkSeq++
-	out, err := shrinkSet(c.rank, c.size, exclude)
-	if err != nil {
-		if c.boot != nil {
-			// The rendezvous client numbers its calls too: let it refuse
-			// the same list, so that it stays in step as well.
-			c.boot.Shrink(ctx, exclude)
-		}
-		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
-	}
 	if c.boot != nil {
 		return c.shrinkRemote(ctx, exclude)
 	}
 	if c.world == nil {
 		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: Shrink of this communicator", ErrNotSupported)}
+	}
+	out, err := shrinkSet(c.rank, c.size, exclude)
+	if err != nil {
+		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
 	}
 	return c.shrinkLocal(ctx, out)
 }
@@ -65,7 +61,8 @@ func (c *Comm) LostRanks() []int {
 	return c.boot.LostRanks()
 }
 
-// shrinkSet checks an exclusion list and returns it as a set.
+// shrinkSet checks an in-process Shrink's exclusion list (the rendezvous
+// checks a remote one) and returns it as a set.
 func shrinkSet(rank, size int, exclude []int) ([]bool, error) {
 	out := make([]bool, size)
 	for _, r := range exclude {
@@ -83,8 +80,9 @@ func shrinkSet(rank, size int, exclude []int) ([]bool, error) {
 	return out, nil
 }
 
-// shrinkRemote makes the communicator over the rendezvous, which checks that
-// the survivors agree and needs nothing from the excluded ranks.
+// shrinkRemote makes the communicator over the rendezvous, which checks the
+// list and that the survivors agree, and needs nothing from the excluded
+// ranks.
 func (c *Comm) shrinkRemote(ctx context.Context, exclude []int) (*Comm, error) {
 	sub, err := c.boot.Shrink(ctx, exclude)
 	if err != nil {
@@ -101,11 +99,11 @@ func (c *Comm) shrinkRemote(ctx context.Context, exclude []int) (*Comm, error) {
 }
 
 // fromBootstrap adds comm's sentinel to an error of the rendezvous, so that
-// callers test one set of errors. The list was checked here first, so an
-// invalid argument from the rendezvous means the survivors' lists differ.
+// callers test one set of errors.
 func fromBootstrap(err error) error {
 	for _, m := range []struct{ boot, comm error }{
-		{bootstrap.ErrInvalidArgument, ErrMismatch},
+		{bootstrap.ErrMismatch, ErrMismatch}, // before its kind, ErrInvalidArgument
+		{bootstrap.ErrInvalidArgument, ErrInvalidArgument},
 		{bootstrap.ErrRankLost, ErrPeerLost},
 		{bootstrap.ErrRendezvousLost, ErrPeerLost},
 		{bootstrap.ErrTimeout, ErrTimeout},
@@ -141,26 +139,25 @@ type pendingShrink struct {
 }
 
 func (c *Comm) shrinkLocal(ctx context.Context, out []bool) (*Comm, error) {
-	var survivors []int
-	newRank := 0
+	survivors, newRank := 0, 0
 	for r, x := range out {
 		if !x {
 			if r == c.rank {
-				newRank = len(survivors)
+				newRank = survivors
 			}
-			survivors = append(survivors, r)
+			survivors++
 		}
 	}
 	k := shrinkKey{c.world, c.shrinkSeq}
 	shrinkMu.Lock()
 	p := shrinksOf[k]
 	if p == nil {
-		w, err := inproc.NewWorld(len(survivors), c.cfg.SlotSize, c.cfg.SlotCount)
+		w, err := inproc.NewWorld(survivors, c.cfg.SlotSize, c.cfg.SlotCount)
 		if err != nil {
 			shrinkMu.Unlock()
 			return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
 		}
-		p = &pendingShrink{out: out, w: w, group: make(localGroup, len(survivors)), ready: make(chan struct{})}
+		p = &pendingShrink{out: out, w: w, group: make(localGroup, survivors), ready: make(chan struct{})}
 		shrinksOf[k] = p
 	}
 	switch {
