@@ -352,6 +352,21 @@ func (c *Comm) Abort(err error) {
 	c.async.stop(c)
 }
 
+// Err reports whether the Comm can still run operations: nil while it is
+// open; once it aborted, ErrAborted wrapping the first failure (an
+// operation's error, a peer the rendezvous declared lost, or Abort's
+// argument); once it is closing or closed, ErrClosed. It is this rank's
+// view: a peer's failure shows once this rank hears of it, from a transport
+// or from the rendezvous. Like ncclCommGetAsyncError, it lets a training
+// loop notice between collectives that a peer died, and Shrink or stop.
+// It is safe to call from any goroutine.
+func (c *Comm) Err() error {
+	if c.state.Load() == stateOpen {
+		return nil
+	}
+	return c.closedErr()
+}
+
 // Close waits for the async operations issued before it (they run to
 // completion; later calls fail with ErrClosed), then releases the Comm:
 // its transport, symmetric memory, goroutines and rendezvous connection,

@@ -136,3 +136,56 @@ func TestCloseAfterAbortReleasesEverything(t *testing.T) {
 		})
 	}
 }
+
+// TestErrReportsFailureBetweenCalls: Err is nil while a Comm is usable, and
+// turns into the abort's cause without any call, also when the failure
+// happened on another rank (the rendezvous tells the others).
+func TestErrReportsFailureBetweenCalls(t *testing.T) {
+	cs := world(t, 2, nil)
+	allReduce := func(c *comm.Comm) error {
+		x := []float32{1}
+		return comm.AllReduce(bg, c, x, x, comm.Sum)
+	}
+	mustAll(t, onAll(t, cs, allReduce))
+	for r, c := range cs {
+		if err := c.Err(); err != nil {
+			t.Fatalf("rank %d: Err = %v on a healthy Comm", r, err)
+		}
+	}
+	cause := errors.New("operator stop")
+	cs[0].Abort(cause)
+	if err := cs[0].Err(); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, cause) {
+		t.Fatalf("after Abort: Err = %v, want ErrAborted wrapping the cause", err)
+	}
+	if err := cs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[0].Err(); !errors.Is(err, cause) {
+		t.Fatalf("after Close of an aborted Comm: Err = %v, want the abort's cause", err)
+	}
+	if err := cs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[1].Err(); !errors.Is(err, comm.ErrClosed) {
+		t.Fatalf("after Close: Err = %v, want ErrClosed", err)
+	}
+
+	job, stop := initJob(t, 3)
+	defer stop()
+	defer func() {
+		for _, c := range job {
+			c.Close()
+		}
+	}()
+	mustAll(t, onAll(t, job, allReduce))
+	job[2].Abort(cause)
+	for r, c := range job[:2] {
+		deadline := time.Now().Add(10 * time.Second)
+		for c.Err() == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := c.Err(); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, comm.ErrPeerLost) {
+			t.Fatalf("rank %d, idle while rank 2 aborted: Err = %v, want ErrAborted wrapping ErrPeerLost", r, err)
+		}
+	}
+}
