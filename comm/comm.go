@@ -107,6 +107,8 @@ type Comm struct {
 	senders   []transport.Sender
 	receivers []transport.Receiver
 	plans     map[planKey]*algo.Plan
+	lastKey   planKey // the latest plan looked up: a loop's calls skip the map
+	lastPlan  *algo.Plan
 	tmp       []byte
 	scratch   []byte // staging for in-place all-to-all
 	barrier   [2]byte

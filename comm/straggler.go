@@ -25,8 +25,18 @@ type arrival struct {
 // goroutine runs the Comm's operations at a time).
 func (c *Comm) arrive(seq uint64, op string) {
 	c.reached.Store(seq)
-	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: time.Now().UnixNano()}
+	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: wallNow()}
 }
+
+// clockBase pairs a wall-clock reading with the monotonic clock.
+var clockBase = time.Now()
+
+// wallNow is the wall clock in ns since 1970, read through the monotonic
+// clock from clockBase: one clock read instead of time.Now's two (25 ns of
+// the smallest collective on a VM's slow vDSO clock). NTP slews both clocks
+// alike; a step of the wall clock after start is not seen, which only
+// matters across hosts, where arrival times are as good as NTP anyway.
+func wallNow() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
 
 // Straggle is one collective's arrival spread: which rank reached it last,
 // and how long after the first.

@@ -93,3 +93,19 @@ func TestStragglersWithAsyncPending(t *testing.T) {
 		}
 	}
 }
+
+// TestArrivalClockIsTheWallClock: arrival times, read through the monotonic
+// clock, agree with the wall clock (other hosts compare against theirs).
+func TestArrivalClockIsTheWallClock(t *testing.T) {
+	for range 3 {
+		before := time.Now().UnixNano()
+		at := comm.WallNow()
+		after := time.Now().UnixNano()
+		// A wall-clock step since the process started would show here;
+		// allow for one millisecond of NTP slew.
+		if at < before-int64(time.Millisecond) || at > after+int64(time.Millisecond) {
+			t.Fatalf("arrival clock %d, wall clock between %d and %d", at, before, after)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

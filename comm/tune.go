@@ -77,7 +77,11 @@ func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorit
 // plan returns the cached plan for a collective on this rank.
 func (c *Comm) plan(coll algo.Collective, root, bytes int, scaled bool) *algo.Plan {
 	k := planKey{coll: coll, alg: c.choose(coll, bytes, scaled), root: root}
+	if k == c.lastKey && c.lastPlan != nil {
+		return c.lastPlan
+	}
 	if p := c.plans[k]; p != nil {
+		c.lastKey, c.lastPlan = k, p
 		return p
 	}
 	var p *algo.Plan
@@ -101,6 +105,7 @@ func (c *Comm) plan(coll algo.Collective, root, bytes int, scaled bool) *algo.Pl
 		p = generate(k, c.size, c.rank)
 	}
 	c.plans[k] = p
+	c.lastKey, c.lastPlan = k, p
 	return p
 }
 
