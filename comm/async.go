@@ -41,12 +41,20 @@ func (r *Request) Wait(ctx context.Context) error {
 
 // detach copies a call for the queue. The group is copied element by
 // element so that the caller's variadic slice never escapes: a blocking
-// Group that runs in place stays allocation-free.
+// Group that runs in place stays allocation-free. So are a variable-size
+// collective's counts.
 func (cl *call) detach() call {
 	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq, holds: cl.holds}
 	if cl.group != nil {
 		d.group = make([]P2P, len(cl.group))
 		copy(d.group, cl.group)
+	}
+	if cl.vkind != 0 {
+		// The counts are copied too: the caller may reuse them as soon as
+		// the call returns.
+		d.vkind = cl.vkind
+		d.sendCounts = append([]int(nil), cl.sendCounts...)
+		d.recvCounts = append([]int(nil), cl.recvCounts...)
 	}
 	return d
 }

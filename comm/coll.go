@@ -21,6 +21,10 @@ type call struct {
 	root    int
 	seq     uint64
 	holds   streamHolds // the streams the call holds (streams.go)
+	// A variable-size collective (vcoll.go): its tag kind, and its counts
+	// (the caller's until the call is detached for the queue).
+	vkind                  uint8
+	sendCounts, recvCounts []int
 }
 
 func (cl *call) name() string {
@@ -29,6 +33,8 @@ func (cl *call) name() string {
 		return "Barrier"
 	case cl.isGroup:
 		return "Group"
+	case cl.vkind != 0:
+		return tagKindName(cl.vkind)
 	}
 	return cl.coll.String()
 }
@@ -338,7 +344,9 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	}
 	if err == nil {
 		if cl.isGroup {
-			err = c.runGroup(ctx, cl.group, dev, cl.holds.n > 0)
+			err = c.runGroup(ctx, "Group", 0, cl.group, dev, cl.holds.n > 0)
+		} else if cl.vkind != 0 {
+			err = c.runV(ctx, cl)
 		} else {
 			err = c.runCollective(ctx, cl)
 		}

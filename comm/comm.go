@@ -114,6 +114,7 @@ type Comm struct {
 	barrier   [2]byte
 	p2pState  []p2pProgress
 	groupOps  []P2P // a blocking group's copy of its ops, when it has device buffers
+	vOps      []P2P // the sends and receives of a variable-size collective (vcoll.go)
 
 	async asyncState
 	boot  *bootstrap.Client // multi-process communicators only

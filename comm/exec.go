@@ -156,8 +156,11 @@ func (x *executor) next(peer, n int, tag transport.Tag) ([]byte, transport.Recei
 func (x *executor) check(peer int, m []byte, n int, got, want transport.Tag) error {
 	if got != want && got.WithCheck(0) == want.WithCheck(0) {
 		what := "count, data type, op or root"
-		if want.Kind() == tagP2P {
+		switch want.Kind() {
+		case tagP2P:
 			what = "length: a send's length must equal its receive's"
+		case tagAllToAllV, tagAllGatherV:
+			what = "count or data type: the count a rank sends a peer must equal the count that peer expects from it"
 		}
 		return &OpError{Op: x.op, Rank: x.c.rank, Seq: want.Seq(), Peer: peer, Err: fmt.Errorf(
 			"%w: peer runs %s #%d with other arguments than this rank (%s)",
@@ -185,6 +188,10 @@ func tagKindName(k uint8) string {
 		return "a collective on symmetric memory"
 	case tagDevArrive, tagDevDepart:
 		return "a collective on device buffers"
+	case tagAllToAllV:
+		return "AllToAllV"
+	case tagAllGatherV:
+		return "AllGatherV"
 	}
 	return algo.Collective(k).String()
 }

@@ -14,6 +14,11 @@ type P2P struct {
 	recv bool
 	v    view
 	err  error
+	// tag, when set, is the op's message tag, preset by a variable-size
+	// collective (vcoll.go) instead of the next Send/Recv number; such an
+	// op exchanges one message even when it is empty, so that a peer
+	// expecting another count meets it at once.
+	tag transport.Tag
 }
 
 // SendTo describes sending s to peer.
@@ -74,7 +79,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
-	err := c.runGroup(ctx, ops, false, false)
+	err := c.runGroup(ctx, "Group", 0, ops, false, false)
 	if err != nil {
 		var oe *OpError
 		if !errors.As(err, &oe) {
@@ -169,8 +174,10 @@ func (c *Comm) prepareGroup(group []P2P) error {
 
 // runGroup progresses every op of a group until all are done. dev says
 // the group has device buffers (prepareDeviceGroup), held that their
-// streams were waited for.
-func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
+// streams were waited for. name and tag name the operation in errors and
+// for the watchdog: "Group" and 0 for a group call, a variable-size
+// collective's name and the kind and number its ops' tags carry.
+func (c *Comm) runGroup(ctx context.Context, name string, tag transport.Tag, ops []P2P, dev, held bool) error {
 	if cap(c.p2pState) < len(ops) {
 		c.p2pState = make([]p2pProgress, len(ops))
 	}
@@ -193,6 +200,11 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 				st[i].self = nextSelfRecv
 				nextSelfRecv++
 			}
+			continue
+		}
+		if op.tag != 0 { // preset, numbered as a collective
+			st[i].tag = op.tag
+			left++
 			continue
 		}
 		// Message numbers per peer detect mismatched send/receive pairs.
@@ -248,7 +260,7 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 		}
 	}
 	x := &c.exec
-	x.begin(ctx, "Group", 0, 0)
+	x.begin(ctx, name, tag.Seq(), tag)
 	slot := c.ep.SlotSize()
 	x.bo.Reset()
 	for left > 0 {
@@ -283,9 +295,10 @@ func (c *Comm) runGroup(ctx context.Context, ops []P2P, dev, held bool) error {
 					continue
 				}
 				x.tag = s.tag
-				if t.Kind() != tagP2P {
+				if t.Kind() != tagP2P && op.tag == 0 {
 					// A peer's device send (devp2p.go) reaches host
-					// receives too.
+					// receives too (a variable-size collective's receives
+					// take none: x.check reports it).
 					handled, err := c.p2pControl(ops, st, i, m, t, r, &left)
 					if err != nil {
 						return x.stepErr(op.peer, s.tag, err)

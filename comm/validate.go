@@ -12,6 +12,9 @@ func (c *Comm) validate(cl *call) error {
 	if cl.barrier {
 		return nil
 	}
+	if cl.vkind != 0 {
+		return c.validateV(cl)
+	}
 	n, r := c.size, c.rank
 	if cl.coll.Rooted() && (cl.root < 0 || cl.root >= n) {
 		return invalid("root %d out of range [0,%d)", cl.root, n)
