@@ -84,6 +84,28 @@ func TestSymmetricMemoryAcrossProcesses(t *testing.T) {
 	}
 }
 
+// AllToAllV and AllGatherV across processes, over shm and tcp: counts
+// differ per pair of ranks, some are zero, one block spans many slots.
+func TestVariableCollectivesAcrossProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"shm", nil},
+		{"tcp", []string{"GCCL_SHM_DISABLE=1", "GCCL_SOCKET_IFNAME=lo"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, 2*time.Minute, tc.env, bins.run, "-np", "3", bins.collcheck, "-vcoll", "-large", "300001")
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			for r := 0; r < 3; r++ {
+				mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of 3 ok", r))
+			}
+		})
+	}
+}
+
 func TestStrictRefusesDowngrade(t *testing.T) {
 	res := run(t, time.Minute, []string{"GCCL_SHM_DISABLE=1", "GCCL_STRICT=1", "GCCL_SOCKET_IFNAME=lo"},
 		bins.run, "-np", "2", bins.collcheck)

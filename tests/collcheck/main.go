@@ -9,7 +9,8 @@
 // -victim exit abruptly (kill -9 style) after N collectives; -stall makes it
 // stop instead. With -shrink, the survivors of a lost rank go on: they
 // Shrink the communicator without the victim, run the check once more on
-// it, and print "collcheck: rank R shrank to rank R' of N ok".
+// it, and print "collcheck: rank R shrank to rank R' of N ok". With -vcoll,
+// it also checks the variable-size collectives (AllToAllV, AllGatherV).
 package main
 
 import (
@@ -34,6 +35,7 @@ func main() {
 	split := flag.Bool("split", false, "also check Split: even and odd ranks form two communicators")
 	sym := flag.Bool("sym", false, "run the large all-reduces on buffers from Comm.Alloc (symmetric memory)")
 	shrink := flag.Bool("shrink", false, "when a peer is lost, shrink the communicator without -victim and check it")
+	vcoll := flag.Bool("vcoll", false, "also check AllToAllV and AllGatherV")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -62,6 +64,12 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
+	}
+	if *vcoll {
+		if err := checkV(ctx, c, *large); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: rank %d: vcoll: %v\n", c.Rank(), err)
 			os.Exit(1)
 		}
 	}
@@ -309,6 +317,86 @@ func checkSplit(ctx context.Context, c *comm.Comm) error {
 	for i := 1; i < len(ranks); i++ {
 		if ranks[i] > ranks[i-1] {
 			return fmt.Errorf("sub-communicator ranks %v do not follow the keys", ranks)
+		}
+	}
+	return c.Barrier(ctx)
+}
+
+// checkV checks AllToAllV (int64, out of place and in place) and AllGatherV
+// (uint8, out of place and in place) with counts that differ per pair of
+// ranks, zeros included, and one block of large elements (several slots).
+func checkV(ctx context.Context, c *comm.Comm, large int) error {
+	n, r := c.Size(), c.Rank()
+	for k := range 3 {
+		// cnt is what rank s sends rank d; symmetric in the in-place round.
+		cnt := func(s, d int) int {
+			if k == 2 {
+				s, d = min(s, d), max(s, d)
+			}
+			if s == 0 && d == n-1 {
+				return large
+			}
+			return (s*3 + d*5 + k) % 7 // zero for some pairs
+		}
+		v := func(s, d, i int) int64 { return int64(s)<<40 | int64(d)<<32 | int64(i) }
+		sc, rc := make([]int, n), make([]int, n)
+		var st, rt int
+		for p := range n {
+			sc[p], rc[p] = cnt(r, p), cnt(p, r)
+			st, rt = st+sc[p], rt+rc[p]
+		}
+		send, recv := make([]int64, st), make([]int64, rt)
+		off := 0
+		for p := range n {
+			for i := range sc[p] {
+				send[off+i] = v(r, p, i)
+			}
+			off += sc[p]
+		}
+		if k == 2 {
+			recv = send
+		}
+		if err := comm.AllToAllV(ctx, c, send, sc, recv, rc); err != nil {
+			return err
+		}
+		off = 0
+		for p := range n {
+			for i := range rc[p] {
+				if got, want := recv[off+i], v(p, r, i); got != want {
+					return fmt.Errorf("AllToAllV round %d block from %d element %d = %#x, want %#x", k, p, i, got, want)
+				}
+			}
+			off += rc[p]
+		}
+		// AllGatherV: rank p contributes cnt(p, n-1) bytes (rank 0 large).
+		counts := make([]int, n)
+		total, disp := 0, 0
+		for p := range n {
+			counts[p] = cnt(p, n-1)
+			if p == r {
+				disp = total
+			}
+			total += counts[p]
+		}
+		all := make([]uint8, total)
+		mine := make([]uint8, counts[r])
+		if k == 2 {
+			mine = all[disp : disp+counts[r]]
+		}
+		for i := range mine {
+			mine[i] = uint8(r*31 + i)
+		}
+		if err := comm.AllGatherV(ctx, c, mine, all, counts); err != nil {
+			return err
+		}
+		off = 0
+		for p := range n {
+			for i := range counts[p] {
+				if got, want := all[off+i], uint8(p*31+i); got != want {
+					return fmt.Errorf("AllGatherV round %d block of %d element %d = %d, want %d", k, p, i, got, want)
+				}
+			}
+			off += counts[p]
 		}
 	}
 	return c.Barrier(ctx)
