@@ -3,10 +3,14 @@ package comm_test
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // vCount is the count rank src sends rank dst in round k: random, a
@@ -428,6 +432,46 @@ func TestRejectedVariableCollectiveIsDetected(t *testing.T) {
 		var oe *comm.OpError
 		if errors.Is(err, comm.ErrMismatch) && (!errors.As(err, &oe) || oe.Op != "AllToAllV" || oe.Seq != uint64(2-r)) {
 			t.Errorf("rank %d's error %v does not name AllToAllV #%d", r, err, 2-r)
+		}
+	}
+}
+
+// TestWatchdogNamesRanksLateForAllToAllV: a variable-size collective is
+// numbered as the collectives are, so the watchdog names the ranks that
+// have not reached it.
+func TestWatchdogNamesRanksLateForAllToAllV(t *testing.T) {
+	var logs testutil.SyncBuffer
+	cs := world(t, 3, &comm.Config{Watchdog: 50 * time.Millisecond, Timeout: -1,
+		Logger: logx.New(&logs, "WARN", "")})
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error { // collective #1
+		x := []float32{1}
+		return comm.AllReduce(bg, c, x, x, comm.Sum)
+	}))
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 { // rank 2 never arrives
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts := []int{1, 1, 1}
+			errs[r] = comm.AllToAllV(bg, cs[r], make([]float32, 3), counts, make([]float32, 3), counts)
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(logs.String(), "watchdog: AllToAllV #2 has waited") || !strings.Contains(logs.String(), "ranks [2] have not reached it") {
+		if time.Now().After(deadline) {
+			t.Errorf("no watchdog report naming AllToAllV #2 and rank 2; logs:\n%s", logs.String())
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range cs[:2] {
+		c.Abort(errors.New("test over"))
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrAborted) && !errors.Is(err, comm.ErrPeerLost) {
+			t.Errorf("rank %d's hung AllToAllV: %v", r, err)
 		}
 	}
 }
