@@ -66,8 +66,11 @@ func (c *Comm) Stragglers(ctx context.Context) ([]Straggle, error) {
 		defer c.leave()
 		return nil, c.rejected("Stragglers", invalid("async operations are still running: wait for them first"))
 	}
+	// A copy: the all-gather below logs its own arrival, over the oldest
+	// entry, which the report must still cover.
+	logged := c.arrivals
 	mine := make([]int64, 2*arrivalLog)
-	for i, a := range c.arrivals {
+	for i, a := range logged {
 		mine[2*i], mine[2*i+1] = int64(a.seq), a.at
 	}
 	all := make([]int64, c.size*len(mine))
@@ -75,7 +78,7 @@ func (c *Comm) Stragglers(ctx context.Context) ([]Straggle, error) {
 		return nil, err
 	}
 	var out []Straggle
-	for i, a := range c.arrivals {
+	for i, a := range logged {
 		if a.seq == 0 {
 			continue
 		}

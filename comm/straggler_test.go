@@ -109,3 +109,29 @@ func TestArrivalClockIsTheWallClock(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestStragglersAfterWrapAround: once more than 64 collectives ran, the
+// report covers the latest 64, every one of them (the log is a ring; the
+// all-gather that Stragglers itself makes overwrites the oldest entry).
+func TestStragglersAfterWrapAround(t *testing.T) {
+	const ops = 100
+	cs := world(t, 2, nil)
+	reports := make([][]comm.Straggle, len(cs))
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		x := []int64{1}
+		for range ops {
+			if err := comm.AllReduce(bg, c, x, x, comm.Sum); err != nil {
+				return err
+			}
+		}
+		var err error
+		reports[c.Rank()], err = c.Stragglers(bg)
+		return err
+	}))
+	for r, rep := range reports {
+		if len(rep) != 64 || rep[0].Seq != ops-63 || rep[63].Seq != ops {
+			t.Fatalf("rank %d: %d collectives reported (%+v ... %+v), want the 64 from #%d to #%d",
+				r, len(rep), rep[0], rep[len(rep)-1], ops-63, ops)
+		}
+	}
+}
