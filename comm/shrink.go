@@ -133,7 +133,8 @@ type pendingShrink struct {
 	out     []bool // the first caller's exclusions
 	w       *inproc.World
 	group   localGroup
-	arrived int
+	arrived int           // calls so far
+	gaveUp  int           // of those, the ones that stopped waiting
 	ready   chan struct{} // closed when every survivor arrived, or on err
 	err     error
 }
@@ -167,7 +168,7 @@ func (c *Comm) shrinkLocal(ctx context.Context, out []bool) (*Comm, error) {
 			ErrMismatch, c.rank, setRanks(out), setRanks(p.out))
 		close(p.ready)
 	default:
-		if p.arrived++; p.arrived == len(p.group) {
+		if p.arrived++; p.arrived-p.gaveUp == len(p.group) {
 			delete(shrinksOf, k)
 			close(p.ready)
 		}
@@ -183,20 +184,44 @@ func (c *Comm) shrinkLocal(ctx context.Context, out []bool) (*Comm, error) {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
-		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: ctx.Err()}
+		if _, _, ok := p.withdraw(k); ok {
+			return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: ctx.Err()}
+		}
 	case <-timer:
-		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: after %v, %d of the %d survivors have called Shrink", ErrTimeout, c.timeout, arrivedSoFar(p), len(p.group))}
+		if arrived, gaveUp, ok := p.withdraw(k); ok {
+			err := fmt.Errorf("%w: after %v, %d of the %d survivors have called Shrink", ErrTimeout, c.timeout, arrived, len(p.group))
+			if gaveUp > 0 {
+				err = fmt.Errorf("%w (%d of them gave up before the others came)", err, gaveUp)
+			}
+			return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: err}
+		}
 	}
+	// Every survivor arrived, or they disagreed.
 	if p.err != nil {
 		return nil, &OpError{Op: "Shrink", Rank: c.rank, Peer: -1, Err: p.err}
 	}
 	return joinLocal(p.w, p.group, newRank, &c.cfg)
 }
 
-func arrivedSoFar(p *pendingShrink) int {
+// withdraw takes back the arrival of a survivor that gives up waiting, so
+// that one arriving later waits for the others (and fails) rather than
+// getting a communicator whose members are gone; the last to leave removes
+// the entry. It returns how many survivors had called Shrink and how many
+// of them gave up before this one, and false when it is too late: every
+// survivor arrived, or they disagreed, meanwhile.
+func (p *pendingShrink) withdraw(k shrinkKey) (arrived, gaveUp int, ok bool) {
 	shrinkMu.Lock()
 	defer shrinkMu.Unlock()
-	return p.arrived
+	select {
+	case <-p.ready:
+		return p.arrived, p.gaveUp, false
+	default:
+	}
+	arrived, gaveUp = p.arrived, p.gaveUp
+	if p.gaveUp++; p.gaveUp == p.arrived {
+		delete(shrinksOf, k)
+	}
+	return arrived, gaveUp, true
 }
 
 func setRanks(set []bool) []int {

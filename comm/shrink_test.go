@@ -260,3 +260,31 @@ func TestNestedSplitsDoNotCollide(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestShrinkLateSurvivorAfterTimeout: survivors that gave up on a Shrink
+// take no part in it any more; one that arrives after they timed out must
+// not get a communicator whose other members are gone, and the next
+// Shrink, by everyone, works.
+func TestShrinkLateSurvivorAfterTimeout(t *testing.T) {
+	cs := world(t, 3, &comm.Config{Timeout: 200 * time.Millisecond})
+	for r, err := range onAll(t, cs[:2], func(c *comm.Comm) error {
+		_, err := c.Shrink(bg, nil)
+		return err
+	}) {
+		if !errors.Is(err, comm.ErrTimeout) {
+			t.Fatalf("rank %d: Shrink without rank 2: %v, want ErrTimeout", r, err)
+		}
+	}
+	if nc, err := cs[2].Shrink(bg, nil); !errors.Is(err, comm.ErrTimeout) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("rank 2: Shrink after the others gave up: %v, want ErrTimeout", err)
+	}
+	shrunk := shrinkAll(t, cs, nil)
+	checkShrunk(t, shrunk)
+	survivorsSum(t, shrunk, 1)
+	for _, c := range shrunk {
+		c.Close()
+	}
+}
