@@ -75,7 +75,7 @@ type session struct {
 	mu       sync.Mutex
 	root     *Client
 	watchers map[*Client]bool // open clients: their Lost channels get notices
-	lostJob  map[int32]bool   // job ranks the rendezvous declared lost
+	goneJob  map[int32]bool   // job ranks the rendezvous declared lost, or that left
 	failed   bool
 }
 
@@ -88,7 +88,7 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{cfg: cfg, rank: int32(cfg.Rank), log: cfg.Logger, watchers: map[*Client]bool{}, lostJob: map[int32]bool{}}
+	s := &session{cfg: cfg, rank: int32(cfg.Rank), log: cfg.Logger, watchers: map[*Client]bool{}, goneJob: map[int32]bool{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	dialAddr := cfg.Addr
 	if cfg.Serve {
@@ -289,15 +289,19 @@ func (s *session) watch() {
 				s.fail(NoticeRankLost, int(s.rank), fmt.Errorf("%w: the rendezvous declared this rank lost: %s", ErrRankLost, n.Reason))
 				return
 			}
-			continue // this rank's own abort
+			continue // this rank's own abort, or its own leaving
+		}
+		if n.Kind != pb.Notice_RANK_ABORTED {
+			s.mu.Lock()
+			s.goneJob[n.Rank] = true
+			s.mu.Unlock()
 		}
 		kind := NoticeRankLost
-		if n.Kind == pb.Notice_RANK_ABORTED {
+		switch n.Kind {
+		case pb.Notice_RANK_LEFT:
+			continue // nothing failed: only LostRanks needs to know
+		case pb.Notice_RANK_ABORTED:
 			kind = NoticeAbort
-		} else {
-			s.mu.Lock()
-			s.lostJob[n.Rank] = true
-			s.mu.Unlock()
 		}
 		s.deliver(Notice{Kind: kind, Rank: int(n.Rank), Reason: n.Reason, group: n.Group})
 	}
@@ -430,17 +434,18 @@ func (c *Client) concerns(n Notice) bool {
 }
 
 // LostRanks returns the ranks of the client's group (in group numbering)
-// that the rendezvous has declared lost so far, in order: what Shrink
-// should exclude. A rank whose process died is declared lost within
-// milliseconds (its connection breaks); a hung one after the heartbeat
-// timeout.
+// that are gone from the job so far, in order: what Shrink should exclude.
+// They are the ranks the rendezvous declared lost and those that left (closed
+// their last client, say on an error of their own). A rank whose process died
+// is declared lost within milliseconds (its connection breaks); a hung one
+// after the heartbeat timeout.
 func (c *Client) LostRanks() []int {
 	s := c.sess
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []int
 	for r := range c.size {
-		if s.lostJob[int32(c.jobRank(r))] {
+		if s.goneJob[int32(c.jobRank(r))] {
 			out = append(out, r)
 		}
 	}

@@ -20,7 +20,7 @@ var Version = "0.1.0-dev"
 
 // ProtocolVersion is the version of the rendezvous wire protocol
 // (bootstrappb/bootstrap.proto); it changes with any incompatible change.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // DefaultPort is the rendezvous port used when the launcher names a host but
 // no port (single-host MPI and PMI jobs), the same default as torchrun's.

@@ -33,7 +33,9 @@
 // Shrink): it tells the group's ranks and fails their pending and later
 // blocking calls of that group with ErrAborted; other groups are not
 // touched. So the survivors of a failure can Shrink the group they were
-// in, excluding the lost ranks, and go on. If the rendezvous itself
+// in, excluding the lost ranks, and go on. A rank that leaves (closes its
+// last client) is no failure and aborts nothing, but LostRanks names it
+// too: it can be in no later group. If the rendezvous itself
 // goes away, pending calls fail with ErrRendezvousLost. Every blocking call is
 // bounded by its context and by Config.Timeout (60 s by default), and a
 // timeout names what was missing (which ranks, which keys).

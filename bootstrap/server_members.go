@@ -248,6 +248,10 @@ func (s *Server) markGoneLocked(rank int32, state memberState, reason string) {
 	if state == lost {
 		s.log.Warn(fmt.Sprintf("rank %d lost: %s", rank, reason))
 		s.addNoticeLocked(&pb.Notice{Kind: pb.Notice_RANK_LOST, Rank: rank, Reason: reason})
+	} else {
+		// No loss, but the others' LostRanks must name it, or survivors
+		// that Shrink would wait for it.
+		s.addNoticeLocked(&pb.Notice{Kind: pb.Notice_RANK_LEFT, Rank: rank, Reason: reason})
 	}
 	if s.joined == s.size && s.gone == s.size && !s.endedClosed {
 		s.endedClosed = true

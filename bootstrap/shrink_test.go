@@ -204,3 +204,34 @@ func TestAbortIsScopedToItsGroup(t *testing.T) {
 		t.Fatalf("Server.Err = %v, want the group's abort", err)
 	}
 }
+
+// TestLostRanksNamesRanksThatLeft: a rank that closes its client (a process
+// that ends on an error of its own, with a deferred Close) is gone for good:
+// LostRanks names it, so that the others can shrink without it. Nothing
+// failed, so nobody is told to abort.
+func TestLostRanksNamesRanksThatLeft(t *testing.T) {
+	srv, secret := startServer(t, 3)
+	c := joinAll(t, srv, secret, 3, nil)
+	survivors := c[:2]
+	if err := c[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range survivors {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(cl.LostRanks()) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := cl.LostRanks(); !slices.Equal(got, []int{2}) {
+			t.Fatalf("rank %d: LostRanks = %v after rank 2 closed its client, want [2]", cl.Rank(), got)
+		}
+		expectNoNotice(t, cl, 20*time.Millisecond)
+	}
+	subs := make([]*Client, 2)
+	noErrors(t, onEveryRank(survivors, func(i int, cl *Client) error {
+		var err error
+		subs[i], err = cl.Shrink(context.Background(), cl.LostRanks())
+		return err
+	}))
+	t.Cleanup(func() { closeAll(t, subs) })
+	noErrors(t, onEveryRank(subs, func(_ int, sub *Client) error { return sub.Barrier(context.Background()) }))
+}

@@ -47,8 +47,10 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	return c.shrinkLocal(ctx, out)
 }
 
-// LostRanks returns the ranks of c that the rendezvous has declared lost so
-// far, in order: the list to pass to Shrink. A rank whose process died is
+// LostRanks returns the ranks of c that are gone from the job so far, in
+// order: the list to pass to Shrink. They are the ranks the rendezvous
+// declared lost and those whose process left the job (closed its last
+// communicator, say after an error of its own). A rank whose process died is
 // declared lost within milliseconds of its death, a hung one after the
 // heartbeat timeout (3 s); so a survivor whose operation failed may see an
 // empty list for a moment. In-process communicators have no rendezvous:

@@ -288,3 +288,38 @@ func TestShrinkLateSurvivorAfterTimeout(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestShrinkWithoutARankThatClosed: a rank whose process closes its
+// communicator (an error of its own, a deferred Close) is gone for good:
+// the others' LostRanks names it without their Comm failing, and they
+// shrink without it.
+func TestShrinkWithoutARankThatClosed(t *testing.T) {
+	cs, stop := initJobOver(t, 3)
+	defer stop()
+	survivorsSum(t, cs, 1)
+	if err := cs[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	survivors := cs[:2]
+	for r, c := range survivors {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(c.LostRanks()) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := fmt.Sprint(c.LostRanks()); got != "[2]" {
+			t.Fatalf("rank %d: LostRanks = %s after rank 2 closed, want [2]", r, got)
+		}
+		if err := c.Err(); err != nil {
+			t.Fatalf("rank %d: Err = %v: a rank that left is no failure", r, err)
+		}
+	}
+	shrunk := make([]*comm.Comm, len(survivors))
+	mustAll(t, onAll(t, survivors, func(c *comm.Comm) error {
+		var err error
+		shrunk[c.Rank()], err = c.Shrink(bg, c.LostRanks())
+		return err
+	}))
+	checkShrunk(t, shrunk)
+	survivorsSum(t, shrunk, 3)
+	mustAll(t, onAll(t, append(shrunk, survivors...), func(c *comm.Comm) error { return c.Close() }))
+}

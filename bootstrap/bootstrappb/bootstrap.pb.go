@@ -39,6 +39,10 @@ const (
 	Notice_RANK_LOST Notice_Kind = 1
 	// The rank called Abort.
 	Notice_RANK_ABORTED Notice_Kind = 2
+	// The rank closed its client: it is gone from the job, nothing failed.
+	// Ranks do not abort on it (a job's ranks leave as they finish), but
+	// it is not a member any later Shrink can wait for.
+	Notice_RANK_LEFT Notice_Kind = 3
 )
 
 // Enum value maps for Notice_Kind.
@@ -47,11 +51,13 @@ var (
 		0: "KIND_UNSPECIFIED",
 		1: "RANK_LOST",
 		2: "RANK_ABORTED",
+		3: "RANK_LEFT",
 	}
 	Notice_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"RANK_LOST":        1,
 		"RANK_ABORTED":     2,
+		"RANK_LEFT":        3,
 	}
 )
 
@@ -1626,16 +1632,17 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\x0e\n" +
 	"\fHeartbeatAck\"\"\n" +
 	"\fWatchRequest\x12\x12\n" +
-	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xbd\x01\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xcc\x01\n" +
 	"\x06Notice\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.gccl.bootstrap.v1.Notice.KindR\x04kind\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05group\x18\x04 \x01(\tR\x05group\"=\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"L\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRANK_LOST\x10\x01\x12\x10\n" +
-	"\fRANK_ABORTED\x10\x02\"P\n" +
+	"\fRANK_ABORTED\x10\x02\x12\r\n" +
+	"\tRANK_LEFT\x10\x03\"P\n" +
 	"\fAbortRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
