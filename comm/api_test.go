@@ -490,3 +490,19 @@ func mustContainLine(t *testing.T, s, want string) {
 		t.Fatalf("missing %q in:\n%s", want, s)
 	}
 }
+
+// TestOpErrorText: the text names the rank, the operation, its number when
+// it has one (Group and Shrink calls have none) and the peer.
+func TestOpErrorText(t *testing.T) {
+	for _, tc := range []struct {
+		err  comm.OpError
+		want string
+	}{
+		{comm.OpError{Op: "AllReduce", Rank: 0, Seq: 5, Peer: 2, Err: comm.ErrPeerLost}, "gccl: rank 0: AllReduce #5 (peer rank 2): gccl: peer lost"},
+		{comm.OpError{Op: "Shrink", Rank: 1, Peer: -1, Err: comm.ErrClosed}, "gccl: rank 1: Shrink: gccl: communicator closed"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
+}

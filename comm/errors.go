@@ -38,7 +38,10 @@ type OpError struct {
 }
 
 func (e *OpError) Error() string {
-	s := fmt.Sprintf("gccl: rank %d: %s #%d", e.Rank, e.Op, e.Seq)
+	s := fmt.Sprintf("gccl: rank %d: %s", e.Rank, e.Op)
+	if e.Seq > 0 { // calls that are not numbered (Group, Shrink) have none
+		s += fmt.Sprintf(" #%d", e.Seq)
+	}
 	if e.Peer >= 0 {
 		s += fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
