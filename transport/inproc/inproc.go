@@ -66,16 +66,18 @@ func (w *World) Endpoint(r int) *Endpoint { return w.eps[r] }
 func (w *World) getRing(src, dst int) (*ring, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.eps[src].closed.Load() || w.eps[dst].closed.Load() {
-		// A ring to a closed endpoint could never be drained or filled.
+	key := [2]int{src, dst}
+	r := w.rings[key]
+	// A ring to a closed receiver could never be drained, and a new one
+	// from a closed sender never filled; but what a sender committed
+	// before it closed is still the receiver's to read.
+	if w.eps[dst].closed.Load() || (r == nil && w.eps[src].closed.Load()) {
 		closedRank := dst
 		if w.eps[src].closed.Load() {
 			closedRank = src
 		}
 		return nil, &transport.PeerError{Peer: closedRank, Err: transport.ErrPeerClosed}
 	}
-	key := [2]int{src, dst}
-	r := w.rings[key]
 	if r == nil {
 		r = &ring{
 			slotSize: w.slotSize,

@@ -162,3 +162,41 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per message", a)
 	}
 }
+
+// TestClosedSendersMessagesAreDelivered: what a rank committed before it
+// closed reaches its peer, also when the peer first asks for the connection
+// after the close; then the peer learns that the rank is gone.
+func TestClosedSendersMessagesAreDelivered(t *testing.T) {
+	w := mustWorld(t, 3)
+	s, err := w.Endpoint(0).Sender(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok, err := s.TryReserve(3)
+	if !ok || err != nil {
+		t.Fatalf("reserve: ok=%v err=%v", ok, err)
+	}
+	copy(b, "abc")
+	s.Commit(7)
+	w.Endpoint(0).Close()
+
+	r, err := w.Endpoint(1).Receiver(0)
+	if err != nil {
+		t.Fatalf("receiver from a closed rank that sent first: %v", err)
+	}
+	m, tag, ok, err := r.TryNext()
+	if !ok || err != nil || string(m) != "abc" || tag != 7 {
+		t.Fatalf("TryNext = %q, %v, %v, %v; want the message sent before the close", m, tag, ok, err)
+	}
+	r.Release()
+	if _, _, _, err := r.TryNext(); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("after the last message: %v, want ErrPeerClosed", err)
+	}
+	// Nothing was ever sent on these: they are dead at once.
+	if _, err := w.Endpoint(2).Receiver(0); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("receiver from a closed rank that sent nothing: %v, want ErrPeerClosed", err)
+	}
+	if _, err := w.Endpoint(1).Sender(0); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("sender to a closed rank: %v, want ErrPeerClosed", err)
+	}
+}
