@@ -76,13 +76,13 @@ func (c *Comm) useTopology(infos []peerInfo, localRank, localSize int) {
 	cpus, warn := progressCPUs(g, localRank, localSize, inherited)
 	if len(cpus) < len(inherited) {
 		c.progressCPUs = cpus
-		c.log.Info(fmt.Sprintf("progress thread pinned to CPUs %v", cpus), "subsys", "INIT")
+		c.log.Info(fmt.Sprintf("progress thread on CPUs %v (pinned)", cpus), "subsys", "INIT")
 	} else {
 		// Nothing to narrow (one NUMA node, or a launcher that bound the
 		// rank already): a locked thread would only cost two thread
 		// switches per hand-off between the caller and the progress
 		// goroutine.
-		c.log.Info(fmt.Sprintf("progress thread on the inherited CPUs %v, not pinned", cpus), "subsys", "INIT")
+		c.log.Info(fmt.Sprintf("progress thread on CPUs %v (all it inherited: not pinned)", cpus), "subsys", "INIT")
 	}
 	if warn != "" {
 		c.log.Warn("progress thread: "+warn, "subsys", "INIT")
