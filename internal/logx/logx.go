@@ -1,7 +1,8 @@
 // Package logx configures gccl's logging from the environment, the way NCCL
 // users expect: GCCL_DEBUG=WARN (default), INFO or TRACE sets the level, and
 // GCCL_DEBUG_SUBSYS=INIT,COLL,... (or ^SUBSYS to exclude) picks subsystems.
-// Records go to standard error as "host:pid gccl LEVEL [SUBSYS] message k=v".
+// Records go to standard error as "host:pid gccl LEVEL [SUBSYS] message k=v",
+// or to the file GCCL_DEBUG_FILE names (%h: the host name, %p: the pid).
 package logx
 
 import (
@@ -25,9 +26,49 @@ var (
 // Default returns the process-wide logger configured from the environment.
 func Default() *slog.Logger {
 	once.Do(func() {
-		def = New(os.Stderr, os.Getenv("GCCL_DEBUG"), os.Getenv("GCCL_DEBUG_SUBSYS"))
+		var w io.Writer = os.Stderr
+		if pattern := os.Getenv("GCCL_DEBUG_FILE"); pattern != "" {
+			f, err := OpenDebugFile(pattern)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "gccl: GCCL_DEBUG_FILE: %v; logging to standard error\n", err)
+			} else {
+				w = f // open for the life of the process, as NCCL's is
+			}
+		}
+		def = New(w, os.Getenv("GCCL_DEBUG"), os.Getenv("GCCL_DEBUG_SUBSYS"))
 	})
 	return def
+}
+
+// OpenDebugFile creates (or truncates) the log file that pattern names, as
+// NCCL_DEBUG_FILE does: %h stands for the host name and %p for the pid, so
+// that every process of a job writes its own (%% is a percent sign).
+func OpenDebugFile(pattern string) (*os.File, error) {
+	host, _ := os.Hostname()
+	return os.OpenFile(ExpandDebugFile(pattern, host, os.Getpid()), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+}
+
+// ExpandDebugFile replaces %h, %p and %% in pattern; any other % stays.
+func ExpandDebugFile(pattern, host string, pid int) string {
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		if pattern[i] != '%' || i+1 == len(pattern) {
+			b.WriteByte(pattern[i])
+			continue
+		}
+		switch pattern[i+1] {
+		case 'h':
+			b.WriteString(host)
+		case 'p':
+			fmt.Fprint(&b, pid)
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteString(pattern[i : i+2])
+		}
+		i++
+	}
+	return b.String()
 }
 
 // New returns a logger writing to w at the given GCCL_DEBUG level, limited to
