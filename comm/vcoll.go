@@ -108,18 +108,10 @@ func (c *Comm) AllGatherVAsync(send, recv Buffer, recvCounts []int) *Request {
 // vBuffersCall makes the call of a Buffer form of a variable-size
 // collective in cl, as buffersCall does for the others.
 func vBuffersCall(cl *call, kind uint8, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
-	in, err := viewOfBuffer(send)
-	if err != nil {
+	if err := buffersCall(cl, 0, send, recv, Op{}, 0); err != nil {
 		return err
 	}
-	out, err := viewOfBuffer(recv)
-	if err != nil {
-		return err
-	}
-	if in.dev != nil && recv == send {
-		out = in // one device buffer as both: in place, one staging
-	}
-	*cl = call{vkind: kind, in: in, out: out, sendCounts: sendCounts, recvCounts: recvCounts}
+	cl.vkind, cl.sendCounts, cl.recvCounts = kind, sendCounts, recvCounts
 	return nil
 }
 
