@@ -27,6 +27,9 @@ import (
 // keys were missing) arrives before the client gives up on its own.
 const rpcSlack = 2 * time.Second
 
+// goneQueryTimeout bounds LostRanks' question to the rendezvous.
+const goneQueryTimeout = 2 * time.Second
+
 // leaveTimeout bounds the Leave call of Close.
 const leaveTimeout = 5 * time.Second
 
@@ -289,19 +292,15 @@ func (s *session) watch() {
 				s.fail(NoticeRankLost, int(s.rank), fmt.Errorf("%w: the rendezvous declared this rank lost: %s", ErrRankLost, n.Reason))
 				return
 			}
-			continue // this rank's own abort, or its own leaving
+			continue // this rank's own abort
 		}
-		if n.Kind != pb.Notice_RANK_ABORTED {
+		kind := NoticeRankLost
+		if n.Kind == pb.Notice_RANK_ABORTED {
+			kind = NoticeAbort
+		} else {
 			s.mu.Lock()
 			s.goneJob[n.Rank] = true
 			s.mu.Unlock()
-		}
-		kind := NoticeRankLost
-		switch n.Kind {
-		case pb.Notice_RANK_LEFT:
-			continue // nothing failed: only LostRanks needs to know
-		case pb.Notice_RANK_ABORTED:
-			kind = NoticeAbort
 		}
 		s.deliver(Notice{Kind: kind, Rank: int(n.Rank), Reason: n.Reason, group: n.Group})
 	}
@@ -438,9 +437,25 @@ func (c *Client) concerns(n Notice) bool {
 // They are the ranks the rendezvous declared lost and those that left (closed
 // their last client, say on an error of their own). A rank whose process died
 // is declared lost within milliseconds (its connection breaks); a hung one
-// after the heartbeat timeout.
+// after the heartbeat timeout. A rank that left is not announced (every rank
+// leaves at the end of a job): LostRanks asks the rendezvous, waiting at most
+// goneQueryTimeout, and without an answer reports the losses it was told of.
 func (c *Client) LostRanks() []int {
 	s := c.sess
+	if c.usable("lost ranks") == nil {
+		ctx, cancel := context.WithTimeout(s.ctx, goneQueryTimeout)
+		resp, err := s.rpc.Gone(ctx, &pb.GoneRequest{Rank: s.rank})
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			for _, r := range resp.Ranks {
+				s.goneJob[r] = true
+			}
+			s.mu.Unlock()
+		} else {
+			s.log.Warn(fmt.Sprintf("rank %d: cannot ask the rendezvous which ranks left: %v", s.rank, err))
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []int

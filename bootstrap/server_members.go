@@ -248,10 +248,6 @@ func (s *Server) markGoneLocked(rank int32, state memberState, reason string) {
 	if state == lost {
 		s.log.Warn(fmt.Sprintf("rank %d lost: %s", rank, reason))
 		s.addNoticeLocked(&pb.Notice{Kind: pb.Notice_RANK_LOST, Rank: rank, Reason: reason})
-	} else {
-		// No loss, but the others' LostRanks must name it, or survivors
-		// that Shrink would wait for it.
-		s.addNoticeLocked(&pb.Notice{Kind: pb.Notice_RANK_LEFT, Rank: rank, Reason: reason})
 	}
 	if s.joined == s.size && s.gone == s.size && !s.endedClosed {
 		s.endedClosed = true
@@ -336,4 +332,20 @@ func (s *Server) Abort(_ context.Context, req *pb.AbortRequest) (*pb.AbortRespon
 		s.kvChangedLocked() // wakes the group's waiting Gets, which fail
 	}
 	return &pb.AbortResponse{}, nil
+}
+
+// Gone lists the job ranks that left or were declared lost.
+func (s *Server) Gone(_ context.Context, req *pb.GoneRequest) (*pb.GoneResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.memberLocked(req.Rank); err != nil {
+		return nil, err
+	}
+	resp := &pb.GoneResponse{}
+	for r, m := range s.members {
+		if m.state == left || m.state == lost {
+			resp.Ranks = append(resp.Ranks, int32(r))
+		}
+	}
+	return resp, nil
 }

@@ -39,10 +39,6 @@ const (
 	Notice_RANK_LOST Notice_Kind = 1
 	// The rank called Abort.
 	Notice_RANK_ABORTED Notice_Kind = 2
-	// The rank closed its client: it is gone from the job, nothing failed.
-	// Ranks do not abort on it (a job's ranks leave as they finish), but
-	// it is not a member any later Shrink can wait for.
-	Notice_RANK_LEFT Notice_Kind = 3
 )
 
 // Enum value maps for Notice_Kind.
@@ -51,13 +47,11 @@ var (
 		0: "KIND_UNSPECIFIED",
 		1: "RANK_LOST",
 		2: "RANK_ABORTED",
-		3: "RANK_LEFT",
 	}
 	Notice_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"RANK_LOST":        1,
 		"RANK_ABORTED":     2,
-		"RANK_LEFT":        3,
 	}
 )
 
@@ -1551,6 +1545,95 @@ func (x *SplitContribution) GetKey() int64 {
 	return 0
 }
 
+type GoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GoneRequest) Reset() {
+	*x = GoneRequest{}
+	mi := &file_bootstrap_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GoneRequest) ProtoMessage() {}
+
+func (x *GoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GoneRequest.ProtoReflect.Descriptor instead.
+func (*GoneRequest) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GoneRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+type GoneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Job ranks, in order.
+	Ranks         []int32 `protobuf:"varint,1,rep,packed,name=ranks,proto3" json:"ranks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GoneResponse) Reset() {
+	*x = GoneResponse{}
+	mi := &file_bootstrap_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GoneResponse) ProtoMessage() {}
+
+func (x *GoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GoneResponse.ProtoReflect.Descriptor instead.
+func (*GoneResponse) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GoneResponse) GetRanks() []int32 {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
 var File_bootstrap_proto protoreflect.FileDescriptor
 
 const file_bootstrap_proto_rawDesc = "" +
@@ -1632,17 +1715,16 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\x0e\n" +
 	"\fHeartbeatAck\"\"\n" +
 	"\fWatchRequest\x12\x12\n" +
-	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xcc\x01\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xbd\x01\n" +
 	"\x06Notice\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.gccl.bootstrap.v1.Notice.KindR\x04kind\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05group\x18\x04 \x01(\tR\x05group\"L\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"=\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRANK_LOST\x10\x01\x12\x10\n" +
-	"\fRANK_ABORTED\x10\x02\x12\r\n" +
-	"\tRANK_LEFT\x10\x03\"P\n" +
+	"\fRANK_ABORTED\x10\x02\"P\n" +
 	"\fAbortRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
@@ -1650,7 +1732,11 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\rAbortResponse\";\n" +
 	"\x11SplitContribution\x12\x14\n" +
 	"\x05color\x18\x01 \x01(\x12R\x05color\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\x12R\x03key2\x82\b\n" +
+	"\x03key\x18\x02 \x01(\x12R\x03key\"!\n" +
+	"\vGoneRequest\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\"$\n" +
+	"\fGoneResponse\x12\x14\n" +
+	"\x05ranks\x18\x01 \x03(\x05R\x05ranks2\xcb\b\n" +
 	"\tBootstrap\x12G\n" +
 	"\x04Join\x12\x1e.gccl.bootstrap.v1.JoinRequest\x1a\x1f.gccl.bootstrap.v1.JoinResponse\x12J\n" +
 	"\x05Leave\x12\x1f.gccl.bootstrap.v1.LeaveRequest\x1a .gccl.bootstrap.v1.LeaveResponse\x12D\n" +
@@ -1664,7 +1750,8 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\aBarrier\x12!.gccl.bootstrap.v1.BarrierRequest\x1a\".gccl.bootstrap.v1.BarrierResponse\x12U\n" +
 	"\tHeartbeat\x12#.gccl.bootstrap.v1.HeartbeatRequest\x1a\x1f.gccl.bootstrap.v1.HeartbeatAck(\x010\x01\x12E\n" +
 	"\x05Watch\x12\x1f.gccl.bootstrap.v1.WatchRequest\x1a\x19.gccl.bootstrap.v1.Notice0\x01\x12J\n" +
-	"\x05Abort\x12\x1f.gccl.bootstrap.v1.AbortRequest\x1a .gccl.bootstrap.v1.AbortResponseB,Z*github.com/gccl/gccl/bootstrap/bootstrappbb\x06proto3"
+	"\x05Abort\x12\x1f.gccl.bootstrap.v1.AbortRequest\x1a .gccl.bootstrap.v1.AbortResponse\x12G\n" +
+	"\x04Gone\x12\x1e.gccl.bootstrap.v1.GoneRequest\x1a\x1f.gccl.bootstrap.v1.GoneResponseB,Z*github.com/gccl/gccl/bootstrap/bootstrappbb\x06proto3"
 
 var (
 	file_bootstrap_proto_rawDescOnce sync.Once
@@ -1679,7 +1766,7 @@ func file_bootstrap_proto_rawDescGZIP() []byte {
 }
 
 var file_bootstrap_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bootstrap_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_bootstrap_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_bootstrap_proto_goTypes = []any{
 	(Notice_Kind)(0),              // 0: gccl.bootstrap.v1.Notice.Kind
 	(*JoinRequest)(nil),           // 1: gccl.bootstrap.v1.JoinRequest
@@ -1710,6 +1797,8 @@ var file_bootstrap_proto_goTypes = []any{
 	(*AbortRequest)(nil),          // 26: gccl.bootstrap.v1.AbortRequest
 	(*AbortResponse)(nil),         // 27: gccl.bootstrap.v1.AbortResponse
 	(*SplitContribution)(nil),     // 28: gccl.bootstrap.v1.SplitContribution
+	(*GoneRequest)(nil),           // 29: gccl.bootstrap.v1.GoneRequest
+	(*GoneResponse)(nil),          // 30: gccl.bootstrap.v1.GoneResponse
 }
 var file_bootstrap_proto_depIdxs = []int32{
 	17, // 0: gccl.bootstrap.v1.AllGatherRequest.round:type_name -> gccl.bootstrap.v1.Round
@@ -1728,21 +1817,23 @@ var file_bootstrap_proto_depIdxs = []int32{
 	22, // 13: gccl.bootstrap.v1.Bootstrap.Heartbeat:input_type -> gccl.bootstrap.v1.HeartbeatRequest
 	24, // 14: gccl.bootstrap.v1.Bootstrap.Watch:input_type -> gccl.bootstrap.v1.WatchRequest
 	26, // 15: gccl.bootstrap.v1.Bootstrap.Abort:input_type -> gccl.bootstrap.v1.AbortRequest
-	2,  // 16: gccl.bootstrap.v1.Bootstrap.Join:output_type -> gccl.bootstrap.v1.JoinResponse
-	4,  // 17: gccl.bootstrap.v1.Bootstrap.Leave:output_type -> gccl.bootstrap.v1.LeaveResponse
-	6,  // 18: gccl.bootstrap.v1.Bootstrap.Set:output_type -> gccl.bootstrap.v1.SetResponse
-	8,  // 19: gccl.bootstrap.v1.Bootstrap.Get:output_type -> gccl.bootstrap.v1.GetResponse
-	10, // 20: gccl.bootstrap.v1.Bootstrap.Add:output_type -> gccl.bootstrap.v1.AddResponse
-	12, // 21: gccl.bootstrap.v1.Bootstrap.CompareAndSet:output_type -> gccl.bootstrap.v1.CompareAndSetResponse
-	14, // 22: gccl.bootstrap.v1.Bootstrap.Wait:output_type -> gccl.bootstrap.v1.WaitResponse
-	16, // 23: gccl.bootstrap.v1.Bootstrap.Delete:output_type -> gccl.bootstrap.v1.DeleteResponse
-	19, // 24: gccl.bootstrap.v1.Bootstrap.AllGather:output_type -> gccl.bootstrap.v1.AllGatherResponse
-	21, // 25: gccl.bootstrap.v1.Bootstrap.Barrier:output_type -> gccl.bootstrap.v1.BarrierResponse
-	23, // 26: gccl.bootstrap.v1.Bootstrap.Heartbeat:output_type -> gccl.bootstrap.v1.HeartbeatAck
-	25, // 27: gccl.bootstrap.v1.Bootstrap.Watch:output_type -> gccl.bootstrap.v1.Notice
-	27, // 28: gccl.bootstrap.v1.Bootstrap.Abort:output_type -> gccl.bootstrap.v1.AbortResponse
-	16, // [16:29] is the sub-list for method output_type
-	3,  // [3:16] is the sub-list for method input_type
+	29, // 16: gccl.bootstrap.v1.Bootstrap.Gone:input_type -> gccl.bootstrap.v1.GoneRequest
+	2,  // 17: gccl.bootstrap.v1.Bootstrap.Join:output_type -> gccl.bootstrap.v1.JoinResponse
+	4,  // 18: gccl.bootstrap.v1.Bootstrap.Leave:output_type -> gccl.bootstrap.v1.LeaveResponse
+	6,  // 19: gccl.bootstrap.v1.Bootstrap.Set:output_type -> gccl.bootstrap.v1.SetResponse
+	8,  // 20: gccl.bootstrap.v1.Bootstrap.Get:output_type -> gccl.bootstrap.v1.GetResponse
+	10, // 21: gccl.bootstrap.v1.Bootstrap.Add:output_type -> gccl.bootstrap.v1.AddResponse
+	12, // 22: gccl.bootstrap.v1.Bootstrap.CompareAndSet:output_type -> gccl.bootstrap.v1.CompareAndSetResponse
+	14, // 23: gccl.bootstrap.v1.Bootstrap.Wait:output_type -> gccl.bootstrap.v1.WaitResponse
+	16, // 24: gccl.bootstrap.v1.Bootstrap.Delete:output_type -> gccl.bootstrap.v1.DeleteResponse
+	19, // 25: gccl.bootstrap.v1.Bootstrap.AllGather:output_type -> gccl.bootstrap.v1.AllGatherResponse
+	21, // 26: gccl.bootstrap.v1.Bootstrap.Barrier:output_type -> gccl.bootstrap.v1.BarrierResponse
+	23, // 27: gccl.bootstrap.v1.Bootstrap.Heartbeat:output_type -> gccl.bootstrap.v1.HeartbeatAck
+	25, // 28: gccl.bootstrap.v1.Bootstrap.Watch:output_type -> gccl.bootstrap.v1.Notice
+	27, // 29: gccl.bootstrap.v1.Bootstrap.Abort:output_type -> gccl.bootstrap.v1.AbortResponse
+	30, // 30: gccl.bootstrap.v1.Bootstrap.Gone:output_type -> gccl.bootstrap.v1.GoneResponse
+	17, // [17:31] is the sub-list for method output_type
+	3,  // [3:17] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -1759,7 +1850,7 @@ func file_bootstrap_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bootstrap_proto_rawDesc), len(file_bootstrap_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Bootstrap_Heartbeat_FullMethodName     = "/gccl.bootstrap.v1.Bootstrap/Heartbeat"
 	Bootstrap_Watch_FullMethodName         = "/gccl.bootstrap.v1.Bootstrap/Watch"
 	Bootstrap_Abort_FullMethodName         = "/gccl.bootstrap.v1.Bootstrap/Abort"
+	Bootstrap_Gone_FullMethodName          = "/gccl.bootstrap.v1.Bootstrap/Gone"
 )
 
 // BootstrapClient is the client API for Bootstrap service.
@@ -78,6 +79,10 @@ type BootstrapClient interface {
 	// group made by Split or Shrink); pending and later blocking calls of that
 	// group fail, on every rank.
 	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
+	// Gone lists the ranks that left the job or were declared lost. Leaving
+	// is no failure and is not announced (every rank leaves at the end of a
+	// job); a rank asks when it needs to know, to Shrink without them.
+	Gone(ctx context.Context, in *GoneRequest, opts ...grpc.CallOption) (*GoneResponse, error)
 }
 
 type bootstrapClient struct {
@@ -230,6 +235,16 @@ func (c *bootstrapClient) Abort(ctx context.Context, in *AbortRequest, opts ...g
 	return out, nil
 }
 
+func (c *bootstrapClient) Gone(ctx context.Context, in *GoneRequest, opts ...grpc.CallOption) (*GoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GoneResponse)
+	err := c.cc.Invoke(ctx, Bootstrap_Gone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BootstrapServer is the server API for Bootstrap service.
 // All implementations must embed UnimplementedBootstrapServer
 // for forward compatibility.
@@ -264,6 +279,10 @@ type BootstrapServer interface {
 	// group made by Split or Shrink); pending and later blocking calls of that
 	// group fail, on every rank.
 	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
+	// Gone lists the ranks that left the job or were declared lost. Leaving
+	// is no failure and is not announced (every rank leaves at the end of a
+	// job); a rank asks when it needs to know, to Shrink without them.
+	Gone(context.Context, *GoneRequest) (*GoneResponse, error)
 	mustEmbedUnimplementedBootstrapServer()
 }
 
@@ -312,6 +331,9 @@ func (UnimplementedBootstrapServer) Watch(*WatchRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedBootstrapServer) Abort(context.Context, *AbortRequest) (*AbortResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Abort not implemented")
+}
+func (UnimplementedBootstrapServer) Gone(context.Context, *GoneRequest) (*GoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Gone not implemented")
 }
 func (UnimplementedBootstrapServer) mustEmbedUnimplementedBootstrapServer() {}
 func (UnimplementedBootstrapServer) testEmbeddedByValue()                   {}
@@ -550,6 +572,24 @@ func _Bootstrap_Abort_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bootstrap_Gone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BootstrapServer).Gone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bootstrap_Gone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BootstrapServer).Gone(ctx, req.(*GoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Bootstrap_ServiceDesc is the grpc.ServiceDesc for Bootstrap service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -600,6 +640,10 @@ var Bootstrap_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Abort",
 			Handler:    _Bootstrap_Abort_Handler,
+		},
+		{
+			MethodName: "Gone",
+			Handler:    _Bootstrap_Gone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
