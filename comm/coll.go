@@ -322,6 +322,9 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	if !c.running() {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
 	}
+	if !cl.isGroup { // groups are not numbered
+		c.arrive(cl.seq, cl.name())
+	}
 	dev := cl.hasDevice()
 	if dev && c.deviceCall(cl) {
 		handled, err := c.runDevice(ctx, cl)
@@ -417,7 +420,6 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	x := &c.exec
 	tag := transport.MakeTag(kind, cl.seq).WithCheck(transport.ArgCheck(uint64(a.count), cl.argBits()))
 	x.begin(ctx, cl.name(), cl.seq, tag)
-	c.arrive(cl.seq, cl.name())
 	return x.runPlan(a)
 }
 

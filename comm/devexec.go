@@ -239,7 +239,6 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	}
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagDevArrive, cl.seq))
-	c.arrive(cl.seq, cl.name())
 	me.put(d.msg[:])
 	failed, err := c.devRound(d.msg[:])
 	if err != nil {

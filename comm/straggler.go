@@ -11,9 +11,9 @@ import (
 // report on.
 const arrivalLog = 64
 
-// arrival is when this rank reached one collective: ready to exchange data
-// (an async call when the progress goroutine starts it, not when it was
-// issued).
+// arrival is when this rank reached one collective: when it starts running
+// it, whichever path it then takes (an async call when the progress
+// goroutine starts it, not when it was issued).
 type arrival struct {
 	seq uint64
 	op  string
@@ -21,18 +21,12 @@ type arrival struct {
 }
 
 // arrive marks the collective seq as reached, for the watchdog and for
-// Stragglers. It is on every collective's path: no allocation, no lock (one
-// goroutine runs the Comm's operations at a time).
+// Stragglers, once per collective (runHeld). It is on every collective's
+// path: no allocation, no lock (one goroutine runs the Comm's operations at
+// a time).
 func (c *Comm) arrive(seq uint64, op string) {
 	c.reached.Store(seq)
-	a := &c.arrivals[seq%arrivalLog]
-	if a.seq == seq {
-		// A device call run through host staging arrives again after the
-		// device round, which waited for every rank: the first arrival is
-		// the one that shows who was late.
-		return
-	}
-	*a = arrival{seq: seq, op: op, at: wallNow()}
+	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: wallNow()}
 }
 
 // clockBase pairs a wall-clock reading with the monotonic clock.

@@ -142,7 +142,6 @@ func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) 
 	c.symOps.Add(1)
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagSymArrive, cl.seq))
-	c.arrive(cl.seq, cl.name())
 	if err := c.symArrive(&me); err != nil {
 		return true, err
 	}

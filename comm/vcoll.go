@@ -237,7 +237,6 @@ func (c *Comm) runV(ctx context.Context, cl *call) error {
 			ops[2*((r-p+n)%n-1)+1] = vOp(p, true, dt, rb, base, cl.recvCounts[p], bits)
 		}
 	}
-	c.arrive(cl.seq, cl.name())
 	err := c.runGroup(ctx, cl.name(), base, ops, false, false)
 	clear(ops) // the caller's buffers are not kept alive
 	return err
