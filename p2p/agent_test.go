@@ -88,6 +88,21 @@ var backendConfigs = []struct {
 // one is a descriptor list of type typ.
 func one(typ MemType, d ...Desc) DescList { return DescList{Type: typ, Descs: d} }
 
+// request4K makes a request of op between a fresh 4 KiB heap region of a
+// and dst on peer, the shape most of these tests need.
+func request4K(t testing.TB, a *Agent, op Op, peer string, dst Desc) *Request {
+	t.Helper()
+	lr, err := a.RegisterMem(make([]byte, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := a.CreateRequest(op, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, peer, DescList{Type: DRAM, Descs: []Desc{dst}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 func targetRegion(t testing.TB, b *Agent, size int, heap bool) *Region {
 	t.Helper()
 	if heap || runtime.GOOS != "linux" {
@@ -194,11 +209,7 @@ func TestMetadataReload(t *testing.T) {
 	if _, err := a.LoadRemote(ctxT(t), old); err != nil {
 		t.Fatal(err)
 	}
-	lr, _ := a.RegisterMem(make([]byte, 4096))
-	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 4096)}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request4K(t, a, Write, "b", r1.Desc(0, 4096))
 	r2, _ := b.RegisterMem(make([]byte, 8192))
 	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 		t.Fatal(err)
@@ -287,11 +298,7 @@ func TestConcurrentPostAndWait(t *testing.T) {
 	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 		t.Fatal(err)
 	}
-	lr, _ := a.RegisterMem(make([]byte, 4096))
-	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request4K(t, a, Write, "b", tr.Desc(0, 4096))
 	end := time.Now().Add(300 * time.Millisecond)
 	var posts atomic.Int64
 	var wg sync.WaitGroup

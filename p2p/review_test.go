@@ -289,11 +289,7 @@ func TestPostAfterClose(t *testing.T) {
 			if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 				t.Fatal(err)
 			}
-			lr, _ := a.RegisterMem(make([]byte, 4096))
-			req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := request4K(t, a, Write, "b", tr.Desc(0, 4096))
 			a.Close()
 			if _, err := req.Post(); !errors.Is(err, ErrClosed) {
 				t.Fatalf("Post after Close: %v", err)
@@ -445,11 +441,7 @@ func readFrame(t *testing.T, c net.Conn) header {
 func TestLateReadResponse(t *testing.T) {
 	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 5 * time.Second})
 	c := fakeTarget(t, a, 4096)
-	lr, _ := a.RegisterMem(make([]byte, 4096))
-	req, err := a.CreateRequest(Read, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "fake", DescList{Type: DRAM, Descs: []Desc{{Addr: 1 << 40, Len: 4096}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request4K(t, a, Read, "fake", Desc{Addr: 1 << 40, Len: 4096})
 	req.Post()
 	old := readFrame(t, c)
 	// The answer starts; its data is slow to come.
@@ -523,11 +515,7 @@ func TestRepostRightAfterStatusDone(t *testing.T) {
 	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 		t.Fatal(err)
 	}
-	lr, _ := a.RegisterMem(make([]byte, 4096))
-	req, err := a.CreateRequest(Write, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}}, "b", DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, 4096)}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request4K(t, a, Write, "b", tr.Desc(0, 4096))
 	defer req.Release()
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
 		if _, err := req.Post(); err != nil {
