@@ -624,3 +624,22 @@ CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsi
 	return submit(s, o);
 }
 #endif
+
+// Unloading the library (the last Driver.Close) must not leave a stream's
+// thread in code that is about to be unmapped: a Device closed with a live
+// Stream (TestCloseTwiceAndUseAfterClose) left one that, on a loaded
+// machine, had not even started yet, and crashed the test process when it
+// did. Stop and join them, as a driver that owns its threads would.
+__attribute__((destructor)) static void fake_unload(void) {
+	pthread_mutex_lock(&mu);
+	struct stream *live = streams;
+	streams = NULL;
+	pthread_mutex_unlock(&mu);
+	for (struct stream *st = live; st; st = st->next) {
+		pthread_mutex_lock(&st->mu);
+		st->quit = 1;
+		pthread_cond_broadcast(&st->cv);
+		pthread_mutex_unlock(&st->mu);
+		pthread_join(st->thr, NULL);
+	}
+}
