@@ -78,13 +78,30 @@ func TestIPv6(t *testing.T) {
 // of stream included, must stay readable.
 func TestPeerSendsAfterClose(t *testing.T) {
 	eps := connectWorld(t, 2, testConfig(4096, 4, 1))
-	// Rank 1 polls instead of sleeping, so it notices nothing by itself.
+	// Rank 1 must not notice the close by itself: it polls instead of
+	// sleeping, so the watcher stops reading for it. Its socket is still
+	// armed for one event from before, though, which would read the end of
+	// the stream in the background if it fired late; a first message fires
+	// it now, and the bell says when the watcher is through with it.
+	seen := eps[1].Seq()
 	eps[1].PrepareWait()
-	if r, err := eps[1].Receiver(0); err != nil {
+	r, err := eps[1].Receiver(0)
+	if err != nil {
 		t.Fatal(err)
-	} else if _, _, ok, err := r.TryNext(); ok || err != nil {
+	}
+	if _, _, ok, err := r.TryNext(); ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	send(t, eps[0], 1, []byte("first"), 7)
+	for deadline := time.Now().Add(testTimeout); eps[1].Seq() == seen; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never read the first message")
+		}
+	}
+	if m, tag, ok, err := r.TryNext(); !ok || err != nil || tag != 7 || string(m) != "first" {
+		t.Fatalf("first message: %q tag %d, %v %v", m, tag, ok, err)
+	}
+	r.Release()
 	for i := range 3 {
 		send(t, eps[0], 1, pattern(0, i, 4096), transport.Tag(i))
 	}
