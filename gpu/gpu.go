@@ -90,7 +90,8 @@ func (d *Device) Ordinal() int { return d.ordinal }
 // PCIBusID is the device's PCI address, as topo and NCCL spell it.
 func (d *Device) PCIBusID() string { return d.busID }
 
-// Close releases the context and unloads the driver. Buffers must be freed
+// Close releases the context and closes the driver (its library stays
+// loaded, as the CUDA runtime leaves it). Buffers must be freed
 // first. Calls after the first do nothing; the Device's (and its Buffers'
 // and Streams') other calls then fail with ErrClosed.
 func (d *Device) Close() error {

@@ -428,7 +428,7 @@ func (g *gpuState) closeIPC(m *ipcMapping) {
 }
 
 // close releases the streams, events, bounce buffers, pins and contexts
-// and unloads the driver. The agent's transfers must be over.
+// and closes the driver. The agent's transfers must be over.
 func (g *gpuState) close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -20,8 +20,7 @@ import (
 var ErrNotSupported = errors.New("cuda: not supported on this system")
 
 // ErrClosed is returned by calls through a Driver after its Close (and
-// through its Contexts): the library is unloaded, and its code must not
-// be called.
+// through its Contexts).
 var ErrClosed = errors.New("cuda: driver closed")
 
 // ErrOutsideAllocation is wrapped by PointerInfo.CheckRange's error for a

@@ -121,10 +121,15 @@ type Driver struct {
 	lib     *dl.Library
 	fn      map[string]unsafe.Pointer
 	version int
-	// closed is set by Close before the library is unloaded: every call
-	// after it fails with ErrClosed instead of calling into unmapped code.
+	// closed is set by Close: every call after it fails with ErrClosed.
 	closed atomic.Bool
 }
+
+// The library stays loaded for the life of the process once gccl has
+// called into it, as the CUDA runtime and NCCL leave it: the driver starts
+// threads and registers exit handlers of its own, and unloading their code
+// under them crashes the process later (unloading it after a failed cuInit
+// has crashed others' programs). Loading it again finds it mapped.
 
 // DevicePtr is a device address (CUdeviceptr).
 type DevicePtr uint64
@@ -148,12 +153,10 @@ func Load() (*Driver, error) {
 		return nil, err
 	}
 	if err := d.check("cuInit", C.c_init(d.fn["cuInit"], 0)); err != nil {
-		d.lib.Close()
 		return nil, fmt.Errorf("%w: %s loaded, but it cannot initialize (no GPU here, or its kernel module is not loaded): %w", ErrNotSupported, path, err)
 	}
 	var v C.int
 	if err := d.check("cuDriverGetVersion", C.c_int_out(d.fn["cuDriverGetVersion"], &v)); err != nil {
-		d.lib.Close()
 		return nil, err
 	}
 	d.version = int(v)
@@ -642,8 +645,9 @@ func (c *Context) Launch(f Function, grid, block uint32, s Stream, arg unsafe.Po
 	})
 }
 
-// Close unloads the driver library. Contexts and memory must be released
-// first.
+// Close ends the use of the driver: later calls fail with ErrClosed.
+// Contexts and memory must be released first. The library stays loaded
+// (see Driver).
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -651,7 +655,6 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed.Store(true)
-	d.lib.Close()
 	d.lib = nil // d.fn stays, unwritten: a late call reads it without a race, and stops at closed
 	return nil
 }

@@ -417,3 +417,43 @@ func TestInstalledDriverLibrary(t *testing.T) {
 	}
 	t.Logf("no usable GPU: %v", err)
 }
+
+// The driver stays loaded after Close, and after a Load that failed in
+// cuInit, as the CUDA runtime leaves it: its threads and exit handlers must
+// not lose their code.
+func TestDriverStaysLoaded(t *testing.T) {
+	// A build of its own, which no other test has loaded.
+	fakeDriver(t, "-DGCCL_TEST_STAYS_LOADED")
+	lib := os.Getenv("GCCL_CUDA_LIBRARY")
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Skipf("cannot read the process's mappings: %v", err)
+		}
+		return bytes.Contains(maps, []byte(lib))
+	}
+	t.Setenv("FAKECUDA_NO_DEVICE", "1")
+	if _, err := Load(); err == nil {
+		t.Fatal("Load succeeded without devices")
+	}
+	if !mapped() {
+		t.Fatal("a Load that failed in cuInit unloaded the driver")
+	}
+	os.Unsetenv("FAKECUDA_NO_DEVICE")
+	d, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if !mapped() {
+		t.Fatal("Close unloaded the driver")
+	}
+	if _, err := d.DeviceCount(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("DeviceCount after Close: %v", err)
+	}
+	d, err = Load()
+	if err != nil {
+		t.Fatalf("Load after Close: %v", err)
+	}
+	d.Close()
+}

@@ -82,8 +82,9 @@ func Load() (*Library, error) {
 			return nil, fmt.Errorf("%w: %s has no cuFileDriverClose", cuda.ErrNotSupported, path)
 		}
 	}
+	// From here on the library stays loaded, as the CUDA driver does (see
+	// cuda.Driver): it may have started threads of its own.
 	if err := check("cuFileDriverOpen", C.f_void(l.fn["cuFileDriverOpen"])); err != nil {
-		lib.Close()
 		return nil, fmt.Errorf("%w: %w", cuda.ErrNotSupported, err)
 	}
 	return l, nil
@@ -96,7 +97,7 @@ func check(call string, e C.cufile_error) error {
 	return &Error{Call: call, Status: int(e.err), CUDA: int(e.cu_err)}
 }
 
-// Close closes the driver and the library.
+// Close closes the driver (cuFileDriverClose); the library stays loaded.
 func (l *Library) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -104,9 +105,7 @@ func (l *Library) Close() error {
 		return nil
 	}
 	l.done = true
-	err := check("cuFileDriverClose", C.f_void(l.fn["close"]))
-	l.lib.Close()
-	return err
+	return check("cuFileDriverClose", C.f_void(l.fn["close"]))
 }
 
 // Register registers an open file descriptor (opened with O_DIRECT for the
