@@ -388,6 +388,9 @@ func (c *Comm) Close() error {
 	c.async.stop(c)
 	c.freeAllSym()
 	err := c.ep.Close()
+	if c.world != nil && c.world.Closed() {
+		forgetShrinks(c.world)
+	}
 	if c.boot != nil {
 		// An abort notice leaves through the rendezvous connection: let it
 		// go first (it gives up after 5 s).

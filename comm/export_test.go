@@ -43,3 +43,16 @@ func SetRingOrder(cs []*Comm, order []int) error {
 
 // WallNow is the clock arrival times are read from.
 var WallNow = wallNow
+
+// PendingShrinks counts the in-process shrinks of c's world still on record.
+func PendingShrinks(c *Comm) int {
+	shrinkMu.Lock()
+	defer shrinkMu.Unlock()
+	n := 0
+	for k := range shrinksOf {
+		if k.parent == c.world {
+			n++
+		}
+	}
+	return n
+}

@@ -120,7 +120,9 @@ func fromBootstrap(err error) error {
 }
 
 // The in-process worlds being made by Shrink, until every survivor has taken
-// its endpoint or the survivors disagreed.
+// its endpoint; when the survivors disagreed, until the parent world is
+// closed (latecomers to a failed shrink must fail too, and nobody knows how
+// many will come).
 var (
 	shrinkMu  sync.Mutex
 	shrinksOf = map[shrinkKey]*pendingShrink{}
@@ -224,6 +226,19 @@ func (p *pendingShrink) withdraw(k shrinkKey) (arrived, gaveUp int, ok bool) {
 		delete(shrinksOf, k)
 	}
 	return arrived, gaveUp, true
+}
+
+// forgetShrinks drops the shrinks of a world whose every rank has closed:
+// no rank of it can call Shrink again, and one still waiting in Shrink
+// holds its entry itself.
+func forgetShrinks(parent *inproc.World) {
+	shrinkMu.Lock()
+	defer shrinkMu.Unlock()
+	for k := range shrinksOf {
+		if k.parent == parent {
+			delete(shrinksOf, k)
+		}
+	}
 }
 
 func setRanks(set []bool) []int {

@@ -323,3 +323,34 @@ func TestShrinkWithoutARankThatClosed(t *testing.T) {
 	survivorsSum(t, shrunk, 3)
 	mustAll(t, onAll(t, append(shrunk, survivors...), func(c *comm.Comm) error { return c.Close() }))
 }
+
+// A shrink whose survivors disagreed stays on record for latecomers, which
+// fail too, until the parent world's last rank closes.
+func TestMismatchedLocalShrinkIsForgottenAtClose(t *testing.T) {
+	cs := world(t, 3, &comm.Config{Timeout: 20 * time.Second})
+	lists := [][]int{{2}, {}}
+	errs := onAll(t, cs[:2], func(c *comm.Comm) error {
+		nc, err := c.Shrink(bg, lists[c.Rank()])
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) {
+			t.Fatalf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+	if _, err := cs[2].Shrink(bg, nil); !errors.Is(err, comm.ErrMismatch) {
+		t.Fatalf("a latecomer to the failed shrink: %v, want ErrMismatch", err)
+	}
+	for i, c := range cs {
+		if n := comm.PendingShrinks(cs[0]); n != 1 {
+			t.Fatalf("with %d of 3 ranks closed, %d shrinks on record, want the failed one", i, n)
+		}
+		c.Close()
+	}
+	if n := comm.PendingShrinks(cs[0]); n != 0 {
+		t.Fatalf("%d shrinks on record after every rank closed", n)
+	}
+}

@@ -59,6 +59,16 @@ func NewWorld(n, slotSize, slotCount int) (*World, error) {
 	return w, nil
 }
 
+// Closed reports whether every endpoint of the world is closed.
+func (w *World) Closed() bool {
+	for _, e := range w.eps {
+		if !e.closed.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // Endpoint returns rank r's endpoint.
 func (w *World) Endpoint(r int) *Endpoint { return w.eps[r] }
 
