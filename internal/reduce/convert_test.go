@@ -170,3 +170,35 @@ func TestNaNConversions(t *testing.T) {
 		t.Errorf("F16ToF32(0x7c01) = %#x, want 0x7fc02000", got)
 	}
 }
+
+// The fp8 kernels' tables hold, for every pair of inputs, what widening,
+// the float32 op and narrowing give, bit for bit.
+func TestFP8KernelsRoundAsTheFloat32Op(t *testing.T) {
+	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
+	for i := range a {
+		a[i], b[i] = byte(i>>8), byte(i)
+	}
+	ops := map[Op]func(x, y float32) float32{
+		Sum:  func(x, y float32) float32 { return x + y },
+		Prod: func(x, y float32) float32 { return x * y },
+		Min:  minF32,
+		Max:  maxF32,
+	}
+	for _, f := range []struct {
+		dt     DType
+		widen  func(uint8) float32
+		narrow func(float32) uint8
+	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+		for op, fn := range ops {
+			for _, set := range testSets() {
+				dst := make([]byte, len(a))
+				set.funcs[f.dt][op](dst, a, b)
+				for i := range dst {
+					if want := f.narrow(fn(f.widen(a[i]), f.widen(b[i]))); dst[i] != want {
+						t.Fatalf("%s %v %v(%#x, %#x) = %#x, want %#x", set.name, f.dt, op, a[i], b[i], dst[i], want)
+					}
+				}
+			}
+		}
+	}
+}

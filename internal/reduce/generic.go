@@ -2,6 +2,7 @@ package reduce
 
 import (
 	"math"
+	"sync"
 	"unsafe"
 )
 
@@ -273,35 +274,42 @@ func maxBF16(dst, a, b []uint16) {
 	}
 }
 
-// fp8: widening is a table lookup, narrowing is computed.
+// fp8 kernels look each pair of inputs up in a 64 KiB table of the op's
+// results, built on first use from the float32 op and the rounding of
+// F32ToE4M3 or F32ToE5M2: they round exactly as widening, operating and
+// narrowing would, at one load per element instead of a narrowing.
 
-func sumE4M3(dst, a, b []uint8) {
+// fp8Op is one op on one fp8 format.
+type fp8Op struct {
+	widen  *[256]float32
+	op     func(x, y float32) float32
+	narrow func(float32) uint8
+	once   sync.Once
+	table  *[1 << 16]uint8
+}
+
+func (f *fp8Op) results() *[1 << 16]uint8 {
+	f.once.Do(func() {
+		t := new([1 << 16]uint8)
+		for i := range t {
+			t[i] = f.narrow(f.op(f.widen[i>>8], f.widen[i&0xff]))
+		}
+		f.table = t
+	})
+	return f.table
+}
+
+// kernel reduces a and b into dst.
+func (f *fp8Op) kernel(dst, a, b []uint8) {
+	t := f.results()
 	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		dst[i] = F32ToE4M3(e4m3Table[a[i]] + e4m3Table[b[i]])
+		dst[i] = t[uint16(a[i])<<8|uint16(b[i])]
 	}
 }
 
-func prodE4M3(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE4M3(e4m3Table[a[i]] * e4m3Table[b[i]])
-	}
-}
-
-func minE4M3(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE4M3(minF32(e4m3Table[a[i]], e4m3Table[b[i]]))
-	}
-}
-
-func maxE4M3(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE4M3(maxF32(e4m3Table[a[i]], e4m3Table[b[i]]))
-	}
-}
+func addF32(x, y float32) float32 { return x + y }
+func mulF32(x, y float32) float32 { return x * y }
 
 var e5m2Table = func() (t [256]float32) {
 	for i := range t {
@@ -310,33 +318,23 @@ var e5m2Table = func() (t [256]float32) {
 	return t
 }()
 
-func sumE5M2(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE5M2(e5m2Table[a[i]] + e5m2Table[b[i]])
+// fp8Ops are the kernels' tables, by format and op.
+var fp8Ops = func() map[DType]*[numOps + 1]*fp8Op {
+	ops := map[DType]*[numOps + 1]*fp8Op{}
+	for _, f := range []struct {
+		dt     DType
+		widen  *[256]float32
+		narrow func(float32) uint8
+	}{{Float8E4M3, &e4m3Table, F32ToE4M3}, {Float8E5M2, &e5m2Table, F32ToE5M2}} {
+		ops[f.dt] = &[numOps + 1]*fp8Op{
+			Sum:  {widen: f.widen, op: addF32, narrow: f.narrow},
+			Prod: {widen: f.widen, op: mulF32, narrow: f.narrow},
+			Min:  {widen: f.widen, op: minF32, narrow: f.narrow},
+			Max:  {widen: f.widen, op: maxF32, narrow: f.narrow},
+		}
 	}
-}
-
-func prodE5M2(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE5M2(e5m2Table[a[i]] * e5m2Table[b[i]])
-	}
-}
-
-func minE5M2(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE5M2(minF32(e5m2Table[a[i]], e5m2Table[b[i]]))
-	}
-}
-
-func maxE5M2(dst, a, b []uint8) {
-	a, b = a[:len(dst)], b[:len(dst)]
-	for i := range dst {
-		dst[i] = F32ToE5M2(maxF32(e5m2Table[a[i]], e5m2Table[b[i]]))
-	}
-}
+	return ops
+}()
 
 // intKernels fills the four kernels of one integer type.
 func intKernels[T integer](t *kernelTable, dt DType) {
@@ -367,7 +365,10 @@ func genericSet() *kernelSet {
 	}
 	t[Float16] = [numOps + 1]Func{Sum: typed(sumF16), Prod: typed(prodF16), Min: typed(minF16), Max: typed(maxF16)}
 	t[BFloat16] = [numOps + 1]Func{Sum: typed(sumBF16), Prod: typed(prodBF16), Min: typed(minBF16), Max: typed(maxBF16)}
-	t[Float8E4M3] = [numOps + 1]Func{Sum: typed(sumE4M3), Prod: typed(prodE4M3), Min: typed(minE4M3), Max: typed(maxE4M3)}
-	t[Float8E5M2] = [numOps + 1]Func{Sum: typed(sumE5M2), Prod: typed(prodE5M2), Min: typed(minE5M2), Max: typed(maxE5M2)}
+	for _, dt := range []DType{Float8E4M3, Float8E5M2} {
+		for _, op := range []Op{Sum, Prod, Min, Max} {
+			t[dt][op] = typed(fp8Ops[dt][op].kernel)
+		}
+	}
 	return s
 }
