@@ -94,8 +94,8 @@ func F32ToBF16(f float32) uint16 {
 // E4M3ToF32 widens an OCP FP8 E4M3FN value to float32 exactly.
 func E4M3ToF32(b uint8) float32 { return e4m3Table[b] }
 
-// e4m3Table holds all 256 E4M3 values: fp8 kernels are table-driven on the
-// widening side.
+// e4m3Table holds all 256 E4M3 values, for widening and for building the
+// fp8 kernels' tables of results.
 var e4m3Table = func() (t [256]float32) {
 	for i := range t {
 		t[i] = e4m3ToF32Slow(uint8(i))
