@@ -97,7 +97,7 @@ func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*E
 	if e.stream, err = ctx.NewStream(); err != nil {
 		return nil, err
 	}
-	e.shared = joinContext(e)
+	joinContext(e)
 	return e, nil
 }
 

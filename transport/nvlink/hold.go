@@ -53,8 +53,9 @@ var contexts struct {
 	m  map[uintptr]*ctxHolds
 }
 
-// joinContext returns the shared hold count of e's context, registering e.
-func joinContext(e *Engine) *ctxHolds {
+// joinContext sets e.shared to the shared hold count of e's context and
+// registers e there.
+func joinContext(e *Engine) {
 	contexts.mu.Lock()
 	defer contexts.mu.Unlock()
 	k := e.ctx.Handle()
@@ -66,10 +67,11 @@ func joinContext(e *Engine) *ctxHolds {
 		c = &ctxHolds{}
 		contexts.m[k] = c
 	}
+	// Set before e is visible to the others' releases (done), which read it.
+	e.shared = c
 	c.mu.Lock()
 	c.engines = append(c.engines, e)
 	c.mu.Unlock()
-	return c
 }
 
 // leaveContext unregisters a closing engine.

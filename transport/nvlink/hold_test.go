@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
+	"github.com/gccl/gccl/transport/nvlink"
 )
 
 // A hold keeps the stream's later work waiting until it is released; its
@@ -109,4 +112,50 @@ func stream(t *testing.T, ctx *cuda.Context) cuda.Stream {
 	}
 	t.Cleanup(func() { ctx.DestroyStream(s) })
 	return s
+}
+
+// An engine made on a context while another engine's holds come and go is
+// registered complete: the release of the context's last hold may visit it
+// (closeDeferred) at once, from another goroutine. (Run with -race: it
+// reported the engine's half-set state; without the detector it could
+// panic on it.)
+func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
+	cudatest.Driver(t)
+	d, ctxs := devtest.Retain(t, 1)
+	ctx := ctxs[0]
+	e, err := nvlink.NewEngine(d, ctx, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	s := stream(t, ctx)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			h, err := e.Hold(s)
+			if err != nil {
+				done <- err
+				return
+			}
+			h.Release()
+		}
+	}()
+	for range 200 {
+		other, err := nvlink.NewEngine(d, ctx, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
