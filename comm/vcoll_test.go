@@ -328,14 +328,7 @@ func TestVariableCollectivesCountsMismatch(t *testing.T) {
 				}
 				return c.Barrier(bg)
 			})
-			if !errors.Is(errs[1], comm.ErrMismatch) {
-				t.Fatalf("rank 1, which expects another count: %v, want ErrMismatch", errs[1])
-			}
-			for r, err := range errs {
-				if err == nil || errors.Is(err, comm.ErrTimeout) {
-					t.Errorf("rank %d: %v, want an error other than a timeout", r, err)
-				}
-			}
+			wantMismatchWithoutTimeout(t, errs, 1)
 		})
 	}
 	t.Run("allgatherv", func(t *testing.T) {
@@ -350,14 +343,7 @@ func TestVariableCollectivesCountsMismatch(t *testing.T) {
 			}
 			return c.Barrier(bg)
 		})
-		if !errors.Is(errs[2], comm.ErrMismatch) {
-			t.Fatalf("rank 2: %v, want ErrMismatch", errs[2])
-		}
-		for r, err := range errs {
-			if err == nil || errors.Is(err, comm.ErrTimeout) {
-				t.Errorf("rank %d: %v, want an error other than a timeout", r, err)
-			}
-		}
+		wantMismatchWithoutTimeout(t, errs, 2)
 	})
 	t.Run("data type", func(t *testing.T) {
 		cs := world(t, 2, &comm.Config{Timeout: time.Minute})
@@ -374,6 +360,21 @@ func TestVariableCollectivesCountsMismatch(t *testing.T) {
 			t.Fatalf("int32 against float32: %v, want ErrMismatch, and an error on both ranks", errs)
 		}
 	})
+}
+
+// wantMismatchWithoutTimeout checks that rank, which holds other counts than
+// its peers, gets ErrMismatch and that every rank fails without waiting
+// for its timeout.
+func wantMismatchWithoutTimeout(t *testing.T, errs []error, rank int) {
+	t.Helper()
+	if !errors.Is(errs[rank], comm.ErrMismatch) {
+		t.Fatalf("rank %d, which expects other counts: %v, want ErrMismatch", rank, errs[rank])
+	}
+	for r, err := range errs {
+		if err == nil || errors.Is(err, comm.ErrTimeout) {
+			t.Errorf("rank %d: %v, want an error other than a timeout", r, err)
+		}
+	}
 }
 
 // TestVariableCollectivesOtherOperation: a variable-size collective facing
