@@ -69,7 +69,10 @@ func TestCloseWithSilentConnection(t *testing.T) {
 // for longer than RequestTimeout (keepalives every PeerTimeout/4) must not
 // fail on a write deadline left over from the last flush.
 func TestTCPWriteAfterIdle(t *testing.T) {
-	cfg := Config{DisableSHM: true, DisablePVM: true, RequestTimeout: 200 * time.Millisecond, PeerTimeout: 10 * time.Second}
+	// The timeout leaves a loaded machine time to move 4 MiB; the idle
+	// time below only has to exceed it.
+	const timeout = time.Second
+	cfg := Config{DisableSHM: true, DisablePVM: true, RequestTimeout: timeout, PeerTimeout: 10 * time.Second}
 	a, b := pair(t, cfg)
 	const size = 4 << 20
 	tr, _ := b.RegisterMem(make([]byte, size))
@@ -91,7 +94,7 @@ func TestTCPWriteAfterIdle(t *testing.T) {
 		if err := req.Wait(ctxT(t)); err != nil {
 			t.Fatalf("post %d: %v", i, err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(timeout * 3 / 2)
 	}
 	if !bytes.Equal(tr.Bytes(), src) {
 		t.Fatal("data differs")
