@@ -327,41 +327,62 @@ func TestAbortWakesPeerWithReason(t *testing.T) {
 // rank 0 more than rank 0's receive slots hold, so rank 0 has unread input
 // in its socket; then rank 0 sends until nothing more fits anywhere, and
 // rank 1 takes just enough for rank 0's slots to drain into its socket
-// (and a little more, so the socket has room for one more frame). Rank 0's
-// socket is left with sent data the peer has not taken yet. It returns how
-// many messages rank 0 sent and how many of them rank 1 has read.
+// (and a little more, so the socket has room for one more frame), but never
+// the last message. It returns how many messages rank 0 sent and how many
+// of them rank 1 has read; at least one is still on its way, in rank 0's
+// socket when the kernel's buffers are large (net.core.wmem_max and
+// rmem_max), perhaps only in rank 1's slots when they are small.
 func backlog(t *testing.T, eps []*Endpoint, slot, slots int) (sent, got int) {
 	t.Helper()
-	for i := range slots + 2 {
-		send(t, eps[1], 0, pattern(1, i, slot), 9)
-	}
-	s, err := eps[0].Sender(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		b, ok, err := s.TryReserve(slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		copy(b, pattern(0, sent, slot))
-		s.Commit(transport.Tag(sent))
-		sent++
-	}
+	unreadInput(t, eps, slot, slots)
+	sent = fill(t, eps[0], 1, slot)
 	tx := eps[0].peers[1].tx
-	for more := slots; got < sent && more > 0; got++ {
+	for more := slots; more > 0 && got < sent-1; got++ {
 		expectMessage(t, eps[1], 0, got, slot)
 		if tx.idle() {
 			more--
 		}
 	}
-	if !tx.idle() || got == sent {
-		t.Fatalf("rank 0 sent %d messages and rank 1 read %d: no backlog left in the socket", sent, got)
+	// With small kernel buffers the last message may still be in rank 0's
+	// slots; there is room for it now, and rank 0's watcher writes it.
+	for deadline := time.Now().Add(testTimeout); !tx.idle(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 sent %d messages, rank 1 read %d, and rank 0 never wrote the rest", sent, got)
+		}
 	}
 	return sent, got
+}
+
+// unreadInput has rank 1 send rank 0 more than rank 0's receive slots hold;
+// rank 0 never reads it.
+func unreadInput(t *testing.T, eps []*Endpoint, slot, slots int) {
+	t.Helper()
+	for i := range slots + 2 {
+		send(t, eps[1], 0, pattern(1, i, slot), 9)
+	}
+}
+
+// fill has e send peer messages of n bytes, message i carrying tag i and
+// pattern(e's rank, i, n), until its slots and sockets are full; it returns
+// how many it sent.
+func fill(t *testing.T, e *Endpoint, peer, n int) (sent int) {
+	t.Helper()
+	s, err := e.Sender(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, ok, err := s.TryReserve(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return sent
+		}
+		copy(b, pattern(e.Rank(), sent, n))
+		s.Commit(transport.Tag(sent))
+		sent++
+	}
 }
 
 // expectMessage reads message seq of backlog from peer.
@@ -411,23 +432,39 @@ func TestCloseWithUnreadInputDeliversEverything(t *testing.T) {
 	}
 }
 
-// A peer that does not read holds Close up only until the linger deadline,
-// and then closing still delivers: nothing unread is left to reset the
-// connection.
+// A peer that does not read holds Close up until the linger deadline, and
+// no longer; what Close handed to the kernel still arrives, intact and in
+// order, since nothing unread is left to reset the connection.
 func TestCloseLingersUntilDeadline(t *testing.T) {
 	defer func(d time.Duration) { closeLinger = d }(closeLinger)
 	closeLinger = 200 * time.Millisecond
 	const slot = 64 << 10
 	eps := connectWorld(t, 2, testConfig(slot, 4, 2))
-	sent, got := backlog(t, eps, slot, 4)
+	unreadInput(t, eps, slot, 4)
+	// Rank 1 reads nothing while rank 0 closes: its transport takes at most
+	// its receive slots from the socket, far less than rank 0 has queued
+	// (its slots and a full socket), so rank 0's data cannot all get out.
+	sent := fill(t, eps[0], 1, slot)
 	start := time.Now()
 	eps[0].Close()
 	if d := time.Since(start); d < closeLinger || d > closeLinger+2*time.Second {
 		t.Errorf("Close took %v with a peer that does not read, want about %v", d, closeLinger)
 	}
-	if err := expectRest(t, eps[1], 0, got, sent, slot); !errors.Is(err, transport.ErrPeerClosed) {
-		t.Fatalf("after the last message: %v", err)
+	// What got out arrives intact and in order, then the end.
+	var got int
+	for ; ; got++ {
+		m, tag, err := tryRecv(eps[1], 0)
+		if err != nil {
+			if !errors.Is(err, transport.ErrPeerClosed) || got == 0 {
+				t.Fatalf("after %d of %d messages: %v", got, sent, err)
+			}
+			break
+		}
+		if tag != transport.Tag(got) || !bytes.Equal(m, pattern(0, got, slot)) {
+			t.Fatalf("message %d: tag %d, %d bytes, not the pattern sent", got, tag, len(m))
+		}
 	}
+	t.Logf("rank 1 got %d of the %d messages rank 0 queued", got, sent)
 }
 
 // Abort's reason reaches the peer behind what was already sent, even when
