@@ -3,6 +3,10 @@ package tcp
 import (
 	"io"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -185,12 +189,28 @@ func discardFD(fd int, buf []byte) error {
 	return nil
 }
 
-// setSocketBuffers asks for large kernel buffers (capped by
-// net.core.[rw]mem_max), so a whole slot fits in flight.
+// setSocketBuffers asks for socketBufferSize kernel buffers where the kernel
+// grants that much (net.core.wmem_max and rmem_max), so a whole slot fits in
+// flight. Where it would grant less, the socket keeps the kernel's automatic
+// sizing instead: asking for a size turns that off for the socket, and under
+// the default caps (208 KiB) would pin each buffer far below what automatic
+// sizing reaches (net.ipv4.tcp_wmem and tcp_rmem maxima, 4 and 6 MiB by
+// default), too small for a fast link's bandwidth-delay product.
 func setSocketBuffers(_, _ string, c syscall.RawConn) error {
+	snd, rcv := socketBufferCaps()
+	var opts []int
+	if askBufferSize(snd) {
+		opts = append(opts, unix.SO_SNDBUF)
+	}
+	if askBufferSize(rcv) {
+		opts = append(opts, unix.SO_RCVBUF)
+	}
+	if len(opts) == 0 {
+		return nil
+	}
 	var serr error
 	err := c.Control(func(fd uintptr) {
-		for _, opt := range []int{unix.SO_SNDBUF, unix.SO_RCVBUF} {
+		for _, opt := range opts {
 			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, socketBufferSize); e != nil && serr == nil {
 				serr = e
 			}
@@ -200,6 +220,28 @@ func setSocketBuffers(_, _ string, c syscall.RawConn) error {
 		return err
 	}
 	return serr
+}
+
+// askBufferSize reports whether to ask for socketBufferSize given the
+// kernel's cap on asked-for sizes (-1: unknown, then ask as before).
+func askBufferSize(limit int) bool { return limit < 0 || limit >= socketBufferSize }
+
+// socketBufferCaps returns net.core.wmem_max and rmem_max, -1 where
+// unreadable. A variable so that tests can pretend other caps.
+var socketBufferCaps = sync.OnceValues(func() (snd, rcv int) {
+	return readSysctlInt("/proc/sys/net/core/wmem_max"), readSysctlInt("/proc/sys/net/core/rmem_max")
+})
+
+func readSysctlInt(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // Interest bits for poller.arm.

@@ -131,3 +131,58 @@ func TestPeerSendsAfterClose(t *testing.T) {
 		t.Fatalf("after the last message: %v", err)
 	}
 }
+
+// Sockets ask for socketBufferSize only where the kernel grants it; under
+// smaller caps they keep the kernel's automatic sizing, which asking would
+// turn off (and pin the buffers at the cap).
+func TestSocketBuffersFollowTheKernelCaps(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		ask   bool
+	}{{-1, true}, {0, false}, {212992, false}, {socketBufferSize - 1, false}, {socketBufferSize, true}, {64 << 20, true}} {
+		if got := askBufferSize(c.limit); got != c.ask {
+			t.Errorf("askBufferSize(%d) = %v, want %v", c.limit, got, c.ask)
+		}
+	}
+	snd, rcv := socketBufferCaps()
+	if snd < socketBufferSize || rcv < socketBufferSize {
+		t.Skipf("net.core.wmem_max %d and rmem_max %d: a host below %d cannot tell an asked-for size from the kernel's own", snd, rcv, socketBufferSize)
+	}
+	// Every socket of both ranks, as the kernel reports them: an asked-for
+	// size comes back doubled (the kernel's allowance for its overhead).
+	sizes := func(eps []*Endpoint) (out [][2]int) {
+		for _, e := range eps {
+			for _, p := range e.peers {
+				if p == nil {
+					continue
+				}
+				for _, fd := range p.fds {
+					s, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+					r, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+					if err := errors.Join(err1, err2); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, [2]int{s, r})
+				}
+			}
+		}
+		return out
+	}
+	asked := 2 * socketBufferSize
+	t.Run("asked", func(t *testing.T) {
+		for _, sr := range sizes(connectWorld(t, 2, testConfig(4096, 2, 2))) {
+			if sr != [2]int{asked, asked} {
+				t.Errorf("caps allow %d: socket buffers %v, want both %d", socketBufferSize, sr, asked)
+			}
+		}
+	})
+	t.Run("automatic", func(t *testing.T) {
+		defer func(f func() (int, int)) { socketBufferCaps = f }(socketBufferCaps)
+		socketBufferCaps = func() (int, int) { return 212992, 212992 }
+		for _, sr := range sizes(connectWorld(t, 2, testConfig(4096, 2, 2))) {
+			if sr[0] == asked || sr[1] == asked {
+				t.Errorf("caps of 208 KiB: socket buffers %v, want the kernel's own sizes", sr)
+			}
+		}
+	})
+}

@@ -54,8 +54,9 @@ const (
 	MaxStreams = 16
 )
 
-// socketBufferSize is the SO_SNDBUF and SO_RCVBUF asked for (the kernel caps
-// it at net.core.wmem_max and rmem_max).
+// socketBufferSize is the SO_SNDBUF and SO_RCVBUF asked for where the kernel
+// grants it (net.core.wmem_max and rmem_max at least this large; elsewhere
+// the kernel sizes the buffers itself).
 const socketBufferSize = 4 << 20
 
 // closeLinger bounds how long Close waits for queued messages to reach the
