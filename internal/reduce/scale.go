@@ -1,5 +1,10 @@
 package reduce
 
+import (
+	"math"
+	"sync/atomic"
+)
+
 // Pre- and post-operations for PreMulSum and Avg. They run once per
 // collective on the final (or first) buffer, not once per step, so they are
 // plain Go on every architecture.
@@ -58,8 +63,8 @@ func init() {
 	setScaling(Float64, scaleFloat[float64], axpyFloat[float64], divFloat[float64])
 	narrowScaling(Float16, F16ToF32, F32ToF16)
 	narrowScaling(BFloat16, BF16ToF32, F32ToBF16)
-	narrowScaling(Float8E4M3, E4M3ToF32, F32ToE4M3)
-	narrowScaling(Float8E5M2, E5M2ToF32, F32ToE5M2)
+	byteScaling(Float8E4M3, E4M3ToF32, F32ToE4M3)
+	byteScaling(Float8E5M2, E5M2ToF32, F32ToE5M2)
 }
 
 // setScaling installs typed loops; the single-input ones take src twice so
@@ -156,4 +161,82 @@ func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow fun
 		}
 	}
 	setScaling(dt, scale, axpy, div)
+}
+
+// byteScaling installs narrowScaling's loops for a one-byte format, as
+// table lookups on large buffers: scaling one element costs 12-19 ns, a
+// lookup under 1 ns. Scale and Div map each of the 256 values the same way
+// for the whole call, so the call first builds that map. Axpy's result
+// depends on both operands; its 64 KiB table is kept for the last factor
+// (Avg's is the same on every call of a communicator) and built again for a
+// new one only when the buffer is large enough to repay it. The tables come
+// from the same conversions as the loops, so the results are the same bits.
+func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
+	narrowScaling(dt, widen, narrow)
+	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
+	scaleFuncs[dt] = func(dst, src []byte, s float64) {
+		if len(dst) <= 256 {
+			scale(dst, src, s)
+			return
+		}
+		var tab [256]uint8
+		m := float32(s)
+		for v := range tab {
+			tab[v] = narrow(widen(uint8(v)) * m)
+		}
+		lookup(dst, src, &tab)
+	}
+	divFuncs[dt] = func(dst, src []byte, n int) {
+		if len(dst) <= 256 {
+			div(dst, src, n)
+			return
+		}
+		var tab [256]uint8
+		m := float32(n)
+		for v := range tab {
+			tab[v] = narrow(widen(uint8(v)) / m)
+		}
+		lookup(dst, src, &tab)
+	}
+	var last atomic.Pointer[axpyTable]
+	axpyFuncs[dt] = func(dst, a, b []byte, s float64) {
+		m := float32(s)
+		t := last.Load()
+		if t == nil || math.Float32bits(t.m) != math.Float32bits(m) {
+			if len(dst) < axpyTableMin {
+				axpy(dst, a, b, s)
+				return
+			}
+			t = &axpyTable{m: m}
+			for x := range 256 {
+				wx := widen(uint8(x))
+				for y := range 256 {
+					t.tab[x<<8|y] = narrow(wx + float32(widen(uint8(y))*m))
+				}
+			}
+			last.Store(t)
+		}
+		a, b = a[:len(dst)], b[:len(dst)]
+		for i := range dst {
+			dst[i] = t.tab[uint16(a[i])<<8|uint16(b[i])]
+		}
+	}
+}
+
+// axpyTableMin is the smallest buffer for which Axpy builds a table for a
+// new factor: about as many elements as the table has entries.
+const axpyTableMin = 1 << 16
+
+// axpyTable holds a one-byte format's Axpy results for factor m, indexed by
+// a<<8 | b. Immutable once published.
+type axpyTable struct {
+	m   float32
+	tab [1 << 16]uint8
+}
+
+func lookup(dst, src []byte, tab *[256]uint8) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = tab[src[i]]
+	}
 }

@@ -142,3 +142,70 @@ func TestDivInts(t *testing.T) {
 		}
 	}
 }
+
+// The one-byte formats' table lookups give the bits of the loops they
+// replace, for every input: each of the 256 values through Scale and Div,
+// each of the 65536 pairs through Axpy (building its table, then from the
+// table kept, then directly for a new factor on a small buffer).
+func TestByteScalingTables(t *testing.T) {
+	for _, f := range []struct {
+		dt     DType
+		widen  func(uint8) float32
+		narrow func(float32) uint8
+	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+		all := make([]byte, 512)
+		for i := range all {
+			all[i] = byte(i)
+		}
+		dst := make([]byte, len(all))
+		for _, s := range []float64{0.125, 1.0 / 3, -2.5, 1e-3, 300, 0} {
+			m := float32(s)
+			Scale(f.dt)(dst, all, s)
+			for i, v := range all {
+				if want := f.narrow(f.widen(v) * m); dst[i] != want {
+					t.Fatalf("%v Scale(%#x, %v) = %#x, want %#x", f.dt, v, s, dst[i], want)
+				}
+			}
+		}
+		for _, n := range []int{1, 2, 3, 7, 100} {
+			Div(f.dt)(dst, all, n)
+			for i, v := range all {
+				if want := f.narrow(f.widen(v) / float32(n)); dst[i] != want {
+					t.Fatalf("%v Div(%#x, %d) = %#x, want %#x", f.dt, v, n, dst[i], want)
+				}
+			}
+		}
+		a, b := make([]byte, axpyTableMin), make([]byte, axpyTableMin)
+		for i := range a {
+			a[i], b[i] = byte(i>>8), byte(i)
+		}
+		check := func(what string, got, a, b []byte, s float64) {
+			t.Helper()
+			m := float32(s)
+			for i := range got {
+				if want := f.narrow(f.widen(a[i]) + float32(f.widen(b[i])*m)); got[i] != want {
+					t.Fatalf("%v Axpy %s(%#x, %#x, %v) = %#x, want %#x", f.dt, what, a[i], b[i], s, got[i], want)
+				}
+			}
+		}
+		out := make([]byte, len(a))
+		for _, s := range []float64{0.125, -1.0 / 3, 7.5} {
+			Axpy(f.dt)(out, a, b, s)
+			check("building its table", out, a, b, s)
+			small := out[:1000]
+			Axpy(f.dt)(small, a[5000:6000], b[5000:6000], s)
+			check("from its table", small, a[5000:6000], b[5000:6000], s)
+			Axpy(f.dt)(small, a[5000:6000], b[5000:6000], s*2)
+			check("directly", small, a[5000:6000], b[5000:6000], s*2)
+			inPlace := slices.Clone(a)
+			Axpy(f.dt)(inPlace, inPlace, b, s)
+			check("in place", inPlace, a, b, s)
+		}
+		if n := testing.AllocsPerRun(10, func() { Axpy(f.dt)(out, a, b, 7.5) }); n != 0 {
+			t.Errorf("%v Axpy with the factor of its table allocates %v times", f.dt, n)
+		}
+		if n := testing.AllocsPerRun(10, func() { Scale(f.dt)(out, a, 0.5); Div(f.dt)(out, a, 3) }); n != 0 {
+			t.Errorf("%v Scale and Div allocate %v times", f.dt, n)
+		}
+	}
+}
