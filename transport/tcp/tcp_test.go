@@ -329,9 +329,9 @@ func TestAbortWakesPeerWithReason(t *testing.T) {
 // rank 1 takes just enough for rank 0's slots to drain into its socket
 // (and a little more, so the socket has room for one more frame), but never
 // the last message. It returns how many messages rank 0 sent and how many
-// of them rank 1 has read; at least one is still on its way, in rank 0's
-// socket when the kernel's buffers are large (net.core.wmem_max and
-// rmem_max), perhaps only in rank 1's slots when they are small.
+// of them rank 1 has read; at least one is still on its way: in rank 0's
+// socket when the kernel's buffers are large, perhaps only in rank 1's
+// receive slots when they are small.
 func backlog(t *testing.T, eps []*Endpoint, slot, slots int) (sent, got int) {
 	t.Helper()
 	unreadInput(t, eps, slot, slots)
@@ -442,8 +442,8 @@ func TestCloseLingersUntilDeadline(t *testing.T) {
 	eps := connectWorld(t, 2, testConfig(slot, 4, 2))
 	unreadInput(t, eps, slot, 4)
 	// Rank 1 reads nothing while rank 0 closes: its transport takes at most
-	// its receive slots from the socket, far less than rank 0 has queued
-	// (its slots and a full socket), so rank 0's data cannot all get out.
+	// its receive slots from the socket, less than rank 0 has queued (as
+	// many slots, and a full socket), so rank 0's data cannot all get out.
 	sent := fill(t, eps[0], 1, slot)
 	start := time.Now()
 	eps[0].Close()
