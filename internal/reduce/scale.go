@@ -174,29 +174,34 @@ func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow fun
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
 	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
+	// mapBytes sets dst[i] = narrow(widen(src[i]) * m), or / m when div.
+	mapBytes := func(dst, src []byte, m float32, div bool) {
+		var tab [256]uint8
+		for v := range tab {
+			if div {
+				tab[v] = narrow(widen(uint8(v)) / m)
+			} else {
+				tab[v] = narrow(widen(uint8(v)) * m)
+			}
+		}
+		src = src[:len(dst)]
+		for i := range dst {
+			dst[i] = tab[src[i]]
+		}
+	}
 	scaleFuncs[dt] = func(dst, src []byte, s float64) {
 		if len(dst) <= 256 {
 			scale(dst, src, s)
-			return
+		} else {
+			mapBytes(dst, src, float32(s), false)
 		}
-		var tab [256]uint8
-		m := float32(s)
-		for v := range tab {
-			tab[v] = narrow(widen(uint8(v)) * m)
-		}
-		lookup(dst, src, &tab)
 	}
 	divFuncs[dt] = func(dst, src []byte, n int) {
 		if len(dst) <= 256 {
 			div(dst, src, n)
-			return
+		} else {
+			mapBytes(dst, src, float32(n), true)
 		}
-		var tab [256]uint8
-		m := float32(n)
-		for v := range tab {
-			tab[v] = narrow(widen(uint8(v)) / m)
-		}
-		lookup(dst, src, &tab)
 	}
 	var last atomic.Pointer[axpyTable]
 	axpyFuncs[dt] = func(dst, a, b []byte, s float64) {
@@ -232,11 +237,4 @@ const axpyTableMin = 1 << 16
 type axpyTable struct {
 	m   float32
 	tab [1 << 16]uint8
-}
-
-func lookup(dst, src []byte, tab *[256]uint8) {
-	src = src[:len(dst)]
-	for i := range dst {
-		dst[i] = tab[src[i]]
-	}
 }
