@@ -169,7 +169,8 @@ func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow fun
 // for the whole call, so the call first builds that map. Axpy's result
 // depends on both operands; its 64 KiB table is kept for the last factor
 // (Avg's is the same on every call of a communicator) and built again for a
-// new one only when the buffer is large enough to repay it. The tables come
+// new one once that factor comes twice in a row, on a buffer large enough
+// to repay it. The tables come
 // from the same conversions as the loops, so the results are the same bits.
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
@@ -204,11 +205,15 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 		}
 	}
 	var last atomic.Pointer[axpyTable]
+	var missed atomic.Uint64 // 1<<32 | the factor of the last call without its table
 	axpyFuncs[dt] = func(dst, a, b []byte, s float64) {
 		m := float32(s)
 		t := last.Load()
 		if t == nil || math.Float32bits(t.m) != math.Float32bits(m) {
-			if len(dst) < axpyTableMin {
+			// Build for a factor seen twice in a row, so that PreMulSum
+			// with a new scalar on every call never allocates.
+			key := 1<<32 | uint64(math.Float32bits(m))
+			if missed.Swap(key) != key || len(dst) < axpyTableMin {
 				axpy(dst, a, b, s)
 				return
 			}

@@ -191,6 +191,8 @@ func TestByteScalingTables(t *testing.T) {
 		out := make([]byte, len(a))
 		for _, s := range []float64{0.125, -1.0 / 3, 7.5} {
 			Axpy(f.dt)(out, a, b, s)
+			check("directly, the factor new", out, a, b, s)
+			Axpy(f.dt)(out, a, b, s)
 			check("building its table", out, a, b, s)
 			small := out[:1000]
 			Axpy(f.dt)(small, a[5000:6000], b[5000:6000], s)
@@ -203,6 +205,10 @@ func TestByteScalingTables(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(10, func() { Axpy(f.dt)(out, a, b, 7.5) }); n != 0 {
 			t.Errorf("%v Axpy with the factor of its table allocates %v times", f.dt, n)
+		}
+		s := 1.0
+		if n := testing.AllocsPerRun(10, func() { s += 0.25; Axpy(f.dt)(out, a, b, s) }); n != 0 {
+			t.Errorf("%v Axpy with a new factor on every call allocates %v times", f.dt, n)
 		}
 		if n := testing.AllocsPerRun(10, func() { Scale(f.dt)(out, a, 0.5); Div(f.dt)(out, a, 3) }); n != 0 {
 			t.Errorf("%v Scale and Div allocate %v times", f.dt, n)
