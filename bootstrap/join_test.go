@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/gccl/gccl/bootstrap/bootstrappb"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 func TestWrongSecret(t *testing.T) {
@@ -131,11 +132,7 @@ func TestJoinRejected(t *testing.T) {
 // waitFor polls cond for up to 5 s.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-	}
+	testutil.WaitFor(t, 5*time.Second, "condition not reached", cond)
 }
 
 func TestJoinTimeoutNamesMissingRanks(t *testing.T) {

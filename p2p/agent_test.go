@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 func newAgent(t testing.TB, name string, cfg Config) *Agent {
@@ -64,13 +65,7 @@ func pair(t testing.TB, cfg Config) (*Agent, *Agent) {
 
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "condition not met", cond)
 }
 
 var backendConfigs = []struct {

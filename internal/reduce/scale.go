@@ -170,8 +170,8 @@ func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow fun
 // depends on both operands; its 64 KiB table is kept for the last factor
 // (Avg's is the same on every call of a communicator) and built again for a
 // new one once that factor comes twice in a row, on a buffer large enough
-// to repay it. The tables come
-// from the same conversions as the loops, so the results are the same bits.
+// to repay it. The tables come from the same conversions as the loops, so
+// the results are the same bits.
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
 	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
@@ -191,14 +191,14 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 		}
 	}
 	scaleFuncs[dt] = func(dst, src []byte, s float64) {
-		if len(dst) <= 256 {
+		if len(dst) < byteMapMin {
 			scale(dst, src, s)
 		} else {
 			mapBytes(dst, src, float32(s), false)
 		}
 	}
 	divFuncs[dt] = func(dst, src []byte, n int) {
-		if len(dst) <= 256 {
+		if len(dst) < byteMapMin {
 			div(dst, src, n)
 		} else {
 			mapBytes(dst, src, float32(n), true)
@@ -232,6 +232,10 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 		}
 	}
 }
+
+// byteMapMin is the smallest buffer for which Scale and Div build the
+// call's map: past its 256 entries, the map costs less than the loop.
+const byteMapMin = 257
 
 // axpyTableMin is the smallest buffer for which Axpy builds a table for a
 // new factor: about as many elements as the table has entries.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 )
 
 // SyncBuffer is a bytes.Buffer that loggers, child processes' output
@@ -45,4 +47,15 @@ func EnvWithoutJob() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// WaitFor polls cond every millisecond until it holds, failing t with what
+// did not happen if it still does not after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (waited %v)", what, timeout)
+		}
+	}
 }

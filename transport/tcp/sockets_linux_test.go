@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/testutil"
 	"github.com/gccl/gccl/transport"
 
 	"golang.org/x/sys/unix"
@@ -93,11 +94,7 @@ func TestPeerSendsAfterClose(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	send(t, eps[0], 1, []byte("first"), 7)
-	for deadline := time.Now().Add(testTimeout); eps[1].Seq() == seen; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never read the first message")
-		}
-	}
+	testutil.WaitFor(t, testTimeout, "the watcher never read the first message", func() bool { return eps[1].Seq() != seen })
 	if m, tag, ok, err := r.TryNext(); !ok || err != nil || tag != 7 || string(m) != "first" {
 		t.Fatalf("first message: %q tag %d, %v %v", m, tag, ok, err)
 	}

@@ -345,11 +345,7 @@ func backlog(t *testing.T, eps []*Endpoint, slot, slots int) (sent, got int) {
 	}
 	// With small kernel buffers the last message may still be in rank 0's
 	// slots; there is room for it now, and rank 0's watcher writes it.
-	for deadline := time.Now().Add(testTimeout); !tx.idle(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 0 sent %d messages, rank 1 read %d, and rank 0 never wrote the rest", sent, got)
-		}
-	}
+	testutil.WaitFor(t, testTimeout, fmt.Sprintf("rank 0 sent %d messages, rank 1 read %d, and rank 0 never wrote the rest", sent, got), tx.idle)
 	return sent, got
 }
 
