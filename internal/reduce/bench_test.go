@@ -118,26 +118,30 @@ func BenchmarkGoLoop(b *testing.B) {
 	})
 }
 
-// BenchmarkScaling: Avg and PreMulSum's passes over a buffer (Scale and Axpy
-// on each rank's input, Div on integer results) for the formats computed
-// in float32.
+// BenchmarkScaling: PreMulSum and Avg's passes over a buffer (Scale on each
+// rank's input, Axpy at every reduction step of a float type, Div once on
+// integer results) for the float types, with the active kernel set and the
+// generic one. Div is generic only.
 func BenchmarkScaling(b *testing.B) {
-	for _, dt := range []DType{BFloat16, Float8E4M3, Float8E5M2} {
+	for _, dt := range []DType{Float32, Float16, BFloat16, Float8E4M3, Float8E5M2} {
 		b.Run(dt.String(), func(b *testing.B) {
 			for _, size := range benchSizes {
 				dst, x, y := benchBuffers(dt, size.bytes)
-				b.Run("Scale/"+size.name, func(b *testing.B) {
-					b.SetBytes(int64(size.bytes))
-					for b.Loop() {
-						Scale(dt)(dst, x, 0.125)
-					}
-				})
-				b.Run("Axpy/"+size.name, func(b *testing.B) {
-					b.SetBytes(int64(size.bytes))
-					for b.Loop() {
-						Axpy(dt)(dst, x, y, 0.125)
-					}
-				})
+				for _, set := range benchImpls() {
+					scale, axpy := set.scale[dt], set.axpy[dt]
+					b.Run("Scale/"+size.name+"/"+set.name, func(b *testing.B) {
+						b.SetBytes(int64(size.bytes))
+						for b.Loop() {
+							scale(dst, x, 0.125)
+						}
+					})
+					b.Run("Axpy/"+size.name+"/"+set.name, func(b *testing.B) {
+						b.SetBytes(int64(size.bytes))
+						for b.Loop() {
+							axpy(dst, x, y, 0.125)
+						}
+					})
+				}
 				b.Run("Div/"+size.name, func(b *testing.B) {
 					b.SetBytes(int64(size.bytes))
 					for b.Loop() {

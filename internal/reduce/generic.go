@@ -347,7 +347,7 @@ func intKernels[T integer](t *kernelTable, dt DType) {
 }
 
 func genericSet() *kernelSet {
-	s := &kernelSet{name: "generic"}
+	s := &kernelSet{name: "generic", scale: scaleFuncs, axpy: axpyFuncs}
 	t := &s.funcs
 	intKernels[int8](t, Int8)
 	intKernels[uint8](t, Uint8)

@@ -58,7 +58,8 @@ func hasAVX512() bool {
 // it has from assembly; Prod of 8-bit integers and the fp8 formats stay generic.
 // The AVX-512 kernels finish any length with a masked vector, so step is 1.
 func avx512Set(streamFrom int, suffix string) *kernelSet {
-	s := &kernelSet{name: "avx512" + suffix, funcs: genericSet().funcs}
+	s := genericSet()
+	s.name = "avx512" + suffix
 	t := &s.funcs
 	set := func(dt DType, op Op, k asmKernel) { t[dt][op] = simdKernel(dt, k, 1, 64, streamFrom, t[dt][op]) }
 	set(Float32, Sum, sumF32AVX512)
@@ -99,6 +100,14 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 	set(Int64, Max, maxI64AVX512)
 	set(Uint64, Min, minU64AVX512)
 	set(Uint64, Max, maxU64AVX512)
+	setScaling := func(dt DType, scale, axpy asmScaling) {
+		s.setScaling(dt, func(k asmScaling, sc bool, generic axpyFunc) axpyFunc {
+			return simdScaling(dt, k, sc, 1, 64, streamFrom, generic)
+		}, scale, axpy)
+	}
+	setScaling(Float32, scaleF32AVX512, axpyF32AVX512)
+	setScaling(Float16, scaleF16AVX512, axpyF16AVX512)
+	setScaling(BFloat16, scaleBF16AVX512, axpyBF16AVX512)
 	return s
 }
 
@@ -107,7 +116,8 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 // steps of 32 bytes (16 for float16); the generic kernel, which rounds
 // identically, finishes the buffer.
 func avx2Set(streamFrom int, suffix string) *kernelSet {
-	s := &kernelSet{name: "avx2" + suffix, funcs: genericSet().funcs}
+	s := genericSet()
+	s.name = "avx2" + suffix
 	t := &s.funcs
 	set := func(dt DType, op Op, step int, k asmKernel) {
 		t[dt][op] = simdKernel(dt, k, step, 32, streamFrom, t[dt][op])
@@ -144,7 +154,24 @@ func avx2Set(streamFrom int, suffix string) *kernelSet {
 	set(Uint32, Max, 32, maxU32AVX2)
 	set(Int64, Sum, 32, sum64AVX2)
 	set(Uint64, Sum, 32, sum64AVX2)
+	setScaling := func(dt DType, step int, scale, axpy asmScaling) {
+		s.setScaling(dt, func(k asmScaling, sc bool, generic axpyFunc) axpyFunc {
+			return simdScaling(dt, k, sc, step, 32, streamFrom, generic)
+		}, scale, axpy)
+	}
+	setScaling(Float32, 32, scaleF32AVX2, axpyF32AVX2)
+	setScaling(Float16, 16, scaleF16AVX2, axpyF16AVX2)
+	setScaling(BFloat16, 32, scaleBF16AVX2, axpyBF16AVX2)
 	return s
+}
+
+// setScaling installs dt's Scale and Axpy kernels, wrapped by wrap around
+// the set's current (generic) loops.
+func (s *kernelSet) setScaling(dt DType, wrap func(k asmScaling, scale bool, generic axpyFunc) axpyFunc, scale, axpy asmScaling) {
+	genericScale := s.scale[dt]
+	sc := wrap(scale, true, func(dst, a, _ []byte, f float64) { genericScale(dst, a, f) })
+	s.scale[dt] = func(dst, src []byte, f float64) { sc(dst, src, src, f) }
+	s.axpy[dt] = wrap(axpy, false, s.axpy[dt])
 }
 
 // simdKernel wraps an assembly kernel that processes multiples of step bytes
@@ -162,25 +189,65 @@ func simdKernel(dt DType, k asmKernel, step, vecBytes, streamFrom int, generic F
 		// Indexing the last byte makes a too-short input panic instead of
 		// letting the assembly read past it; it costs two compares.
 		_, _ = a[n-1], b[n-1]
-		start, stream := 0, false
-		if n >= streamFrom && &dst[0] != &a[0] && &dst[0] != &b[0] {
-			// Non-temporal stores need dst aligned to the vector; run the
-			// generic kernel up to that point, if it is an element boundary.
-			head := min(int(-uintptr(unsafe.Pointer(&dst[0])))&(vecBytes-1), n)
-			if head%size == 0 {
-				stream = true
-				if head > 0 {
-					generic(dst[:head], a[:head], b[:head])
-					start = head
-				}
-			}
+		start, end, stream := simdSpan(dst, a, b, size, step, vecBytes, streamFrom)
+		if start > 0 {
+			generic(dst[:start], a[:start], b[:start])
 		}
-		body := (n - start) &^ (step - 1)
-		if body > 0 {
-			k(&dst[start], &a[start], &b[start], body, stream)
+		if end > start {
+			k(&dst[start], &a[start], &b[start], end-start, stream)
 		}
-		if end := start + body; end < n {
+		if end < n {
 			generic(dst[end:], a[end:n], b[end:n])
+		}
+	}
+}
+
+// simdSpan splits a non-empty dst for a SIMD kernel: the kernel takes
+// dst[start:end], a whole number of steps, streaming its stores if stream;
+// the generic kernel takes the rest. Non-temporal stores need dst aligned to
+// the vector, so streaming starts at the first aligned element boundary
+// (start > 0 only then), and only where dst is a separate buffer.
+func simdSpan(dst, a, b []byte, size, step, vecBytes, streamFrom int) (start, end int, stream bool) {
+	n := len(dst)
+	if n >= streamFrom && &dst[0] != &a[0] && &dst[0] != &b[0] {
+		head := min(int(-uintptr(unsafe.Pointer(&dst[0])))&(vecBytes-1), n)
+		if head%size == 0 {
+			start, stream = head, true
+		}
+	}
+	return start, start + (n-start)&^(step-1), stream
+}
+
+// asmScaling is the signature of the Scale and Axpy kernels: asmKernel's
+// with the factor appended.
+type asmScaling func(dst, a, b *byte, n int, stream bool, s float32)
+
+// simdScaling wraps a Scale (scale set) or Axpy kernel as simdKernel wraps
+// a reduction kernel. A NaN factor goes to the generic loops: multiplying
+// by it yields its own payload, which the bfloat16 kernels' integer
+// rounding could carry into the exponent; it is no case worth a vector path.
+func simdScaling(dt DType, k asmScaling, scale bool, step, vecBytes, streamFrom int, generic axpyFunc) axpyFunc {
+	size := dt.Size()
+	return func(dst, a, b []byte, s float64) {
+		n := len(dst)
+		m := float32(s)
+		if n == 0 || m != m {
+			generic(dst, a, b, s)
+			return
+		}
+		if scale {
+			b = a
+		}
+		_, _ = a[n-1], b[n-1]
+		start, end, stream := simdSpan(dst, a, b, size, step, vecBytes, streamFrom)
+		if start > 0 {
+			generic(dst[:start], a[:start], b[:start], s)
+		}
+		if end > start {
+			k(&dst[start], &a[start], &b[start], end-start, stream, m)
+		}
+		if end < n {
+			generic(dst[end:], a[end:n], b[end:n], s)
 		}
 	}
 }
@@ -372,3 +439,39 @@ func minBF16AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
 func maxBF16AVX2(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func axpyF32AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleF32AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyF16AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleF16AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyBF16AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleBF16AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyF32AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleF32AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyF16AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleF16AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyBF16AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleBF16AVX2(dst, a, b *byte, n int, stream bool, s float32)

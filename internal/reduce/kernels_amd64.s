@@ -542,6 +542,19 @@ ntdone: \
 	SFENCE; \
 	JMP loop
 
+// ---- Scaling (Axpy and Scale of PreMulSum and Avg) ---------------------
+//
+// These kernels take a sixth argument, the float32 factor s, which the TEXT
+// broadcasts before the body into Z27 (AVX-512) or Y15 (AVX2): registers no
+// body uses (Y14/Y15 are left to the operation). Axpy computes a + (b*s),
+// the product rounded to float32 before the add, as the generic loops do;
+// it overwrites b's register, which holds a widened or loaded copy of b.
+// Scale computes a*s; it is called with b == a and ignores b.
+#define OP_AXPYPS512(b, a, r) VMULPS Z27, b, b; VADDPS b, a, r
+#define OP_SCALEPS512(b, a, r) VMULPS Z27, a, r
+#define OP_AXPYPS256(b, a, r) VMULPS Y15, b, b; VADDPS b, a, r
+#define OP_SCALEPS256(b, a, r) VMULPS Y15, a, r
+
 // ---- Kernels ----------------------------------------------------------
 
 // AVX-512 (F, BW, VL, DQ).
@@ -669,6 +682,44 @@ TEXT ·minBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MINPS256)
 TEXT ·maxBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MAXPS256)
+
+// Scaling kernels: func k(dst, a, b *byte, n int, stream bool, s float32).
+TEXT ·axpyF32AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	PLAIN512(OP_AXPYPS512)
+TEXT ·scaleF32AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	PLAIN512(OP_SCALEPS512)
+TEXT ·axpyF16AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	HALF512(OP_AXPYPS512)
+TEXT ·scaleF16AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	HALF512(OP_SCALEPS512)
+TEXT ·axpyBF16AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	BF16x512(OP_AXPYPS512)
+TEXT ·scaleBF16AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	BF16x512(OP_SCALEPS512)
+TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	PLAIN256(OP_AXPYPS256)
+TEXT ·scaleF32AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	PLAIN256(OP_SCALEPS256)
+TEXT ·axpyF16AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	HALF256(OP_AXPYPS256)
+TEXT ·scaleF16AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	HALF256(OP_SCALEPS256)
+TEXT ·axpyBF16AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	BF16x256(OP_AXPYPS256)
+TEXT ·scaleBF16AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	BF16x256(OP_SCALEPS256)
 
 // func cpuidECX(leaf, subleaf uint32) uint32
 TEXT ·cpuidECX(SB), NOSPLIT, $0-12

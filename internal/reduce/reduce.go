@@ -20,7 +20,8 @@
 //
 // Every kernel set (generic, avx2, avx512) produces bit-identical results for
 // every input, so ranks running different kernel sets still agree; only the
-// payload of a NaN result may differ. The bfloat16 SIMD kernels therefore
+// payload of a NaN result may differ. The same holds for Scale and Axpy, the
+// pre-scaling of Avg and PreMulSum, which the sets also provide. The bfloat16 SIMD kernels therefore
 // narrow with integer round-to-nearest-even instead of AVX512-BF16's
 // VCVTNEPS2BF16, which would flush subnormal values to zero. The SIMD kernels
 // write outputs of 1 MiB or more that do not alias an input with
@@ -129,10 +130,13 @@ type Func func(dst, a, b []byte)
 // kernelTable maps (dtype, op) to a kernel; index 0 of each axis is unused.
 type kernelTable [numDTypes + 1][numOps + 1]Func
 
-// kernelSet is one complete family of kernels, e.g. all the AVX2 ones.
+// kernelSet is one complete family of kernels, e.g. all the AVX2 ones,
+// with the Scale and Axpy loops of PreMulSum and Avg.
 type kernelSet struct {
 	name  string
 	funcs kernelTable
+	scale [numDTypes + 1]scaleFunc
+	axpy  [numDTypes + 1]axpyFunc
 }
 
 var (
@@ -147,6 +151,7 @@ var (
 const implEnv = "GCCL_REDUCE_IMPL"
 
 func init() {
+	initScaling() // before the sets, which start from its loops
 	implementations = append([]*kernelSet{genericSet()}, simdSets()...)
 	best := implementations[len(implementations)-1]
 	if forced := findImpl(os.Getenv(implEnv)); forced != nil {

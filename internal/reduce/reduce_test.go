@@ -325,15 +325,17 @@ func TestNoAllocs(t *testing.T) {
 			}
 		}
 	}
-	for _, dt := range allDTypes {
-		n := len(dst) / dt.Size() * dt.Size()
-		scale, axpy, div := Scale(dt), Axpy(dt), Div(dt)
-		if allocs := testing.AllocsPerRun(10, func() {
-			scale(dst[:n], a[:n], 1.5)
-			axpy(dst[:n], a[:n], b[:n], 0.5)
-			div(dst[:n], a[:n], 3)
-		}); allocs != 0 {
-			t.Errorf("%v Scale/Axpy/Div: %v allocs", dt, allocs)
+	for _, set := range testSets() {
+		for _, dt := range allDTypes {
+			n := len(dst) / dt.Size() * dt.Size()
+			scale, axpy, div := set.scale[dt], set.axpy[dt], Div(dt)
+			if allocs := testing.AllocsPerRun(10, func() {
+				scale(dst[:n], a[:n], 1.5)
+				axpy(dst[:n], a[:n], b[:n], 0.5)
+				div(dst[:n], a[:n], 3)
+			}); allocs != 0 {
+				t.Errorf("%s %v Scale/Axpy/Div: %v allocs", set.name, dt, allocs)
+			}
 		}
 	}
 	if allocs := testing.AllocsPerRun(10, func() { _ = Reduce(Float32, Sum, dst[:1024], a[:1024], b[:1024]) }); allocs != 0 {

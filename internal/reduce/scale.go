@@ -5,9 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// Pre- and post-operations for PreMulSum and Avg. They run once per
-// collective on the final (or first) buffer, not once per step, so they are
-// plain Go on every architecture.
+// Pre- and post-operations for PreMulSum and Avg. A float Avg or PreMulSum
+// scales each rank's own input (Scale) and folds each received block in as
+// a + b*s (Axpy), at every reduction step, so Scale and Axpy of float32,
+// float16 and bfloat16 have SIMD kernels in the kernel sets, as the
+// reductions do. An integer Avg divides once, at the end (Div), in Go.
 //
 // Float types compute in float32 (float16, bfloat16, fp8 and float32) or
 // float64 and round back once. Integer types convert s to int64 first
@@ -22,7 +24,7 @@ func Scale(dt DType) func(dst, src []byte, s float64) {
 	if !dt.Valid() {
 		return nil
 	}
-	return scaleFuncs[dt]
+	return active.Load().scale[dt]
 }
 
 // Axpy returns the function computing dst[i] = a[i] + b[i]*s for dt (the
@@ -32,7 +34,7 @@ func Axpy(dt DType) func(dst, a, b []byte, s float64) {
 	if !dt.Valid() {
 		return nil
 	}
-	return axpyFuncs[dt]
+	return active.Load().axpy[dt]
 }
 
 // Div returns the function computing dst[i] = src[i] / n for dt, or nil if
@@ -46,13 +48,23 @@ func Div(dt DType) func(dst, src []byte, n int) {
 	return divFuncs[dt]
 }
 
+type (
+	scaleFunc = func(dst, src []byte, s float64)
+	axpyFunc  = func(dst, a, b []byte, s float64)
+)
+
+// The generic loops, which every kernel set starts from; the SIMD sets
+// replace some of Scale and Axpy's. Div is generic only: Avg divides only
+// integers, once per collective.
 var (
-	scaleFuncs [numDTypes + 1]func(dst, src []byte, s float64)
-	axpyFuncs  [numDTypes + 1]func(dst, a, b []byte, s float64)
+	scaleFuncs [numDTypes + 1]scaleFunc
+	axpyFuncs  [numDTypes + 1]axpyFunc
 	divFuncs   [numDTypes + 1]func(dst, src []byte, n int)
 )
 
-func init() {
+// initScaling fills the generic tables; the package's init calls it before
+// it builds the kernel sets.
+func initScaling() {
 	intScaling[int8](Int8, divSigned[int8])
 	intScaling[uint8](Uint8, divUnsigned[uint8])
 	intScaling[int32](Int32, divSigned[int32])
@@ -61,8 +73,8 @@ func init() {
 	intScaling[uint64](Uint64, divUnsigned[uint64])
 	setScaling(Float32, scaleFloat[float32], axpyFloat[float32], divFloat[float32])
 	setScaling(Float64, scaleFloat[float64], axpyFloat[float64], divFloat[float64])
-	narrowScaling(Float16, F16ToF32, F32ToF16)
-	narrowScaling(BFloat16, BF16ToF32, F32ToBF16)
+	setScaling(Float16, scaleF16, axpyF16, divF16)
+	setScaling(BFloat16, scaleBF16, axpyBF16, divBF16)
 	byteScaling(Float8E4M3, E4M3ToF32, F32ToE4M3)
 	byteScaling(Float8E5M2, E5M2ToF32, F32ToE5M2)
 }
@@ -136,24 +148,94 @@ func divFloat[T float](dst, src, _ []T, n int) {
 	}
 }
 
-// narrowScaling installs the loops of a format computed in float32. The
-// conversions are passed as function values: these loops are not hot.
-func narrowScaling[E uint8 | uint16](dt DType, widen func(E) float32, narrow func(float32) E) {
-	scale := func(dst, src, _ []E, s float64) {
+// float16 and bfloat16 have loops of their own so that the conversions
+// inline, as in the generic kernels (float16 inlines the normal case and
+// calls the full conversions for the rest); through function values each
+// element cost two calls and the loops ran 4-8x slower.
+
+func scaleF16(dst, src, _ []uint16, s float64) {
+	m := float32(s)
+	src = src[:len(dst)]
+	for i := range dst {
+		x, okx := widenF16Normal(src[i])
+		r, ok := narrowF16Normal(x * m)
+		if !(okx && ok) {
+			r = F32ToF16(F16ToF32(src[i]) * m)
+		}
+		dst[i] = r
+	}
+}
+
+func axpyF16(dst, a, b []uint16, s float64) {
+	m := float32(s)
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		x, okx := widenF16Normal(a[i])
+		y, oky := widenF16Normal(b[i])
+		r, ok := narrowF16Normal(x + float32(y*m))
+		if !(okx && oky && ok) {
+			r = F32ToF16(F16ToF32(a[i]) + float32(F16ToF32(b[i])*m))
+		}
+		dst[i] = r
+	}
+}
+
+func divF16(dst, src, _ []uint16, n int) {
+	m := float32(n)
+	src = src[:len(dst)]
+	for i := range dst {
+		x, okx := widenF16Normal(src[i])
+		r, ok := narrowF16Normal(x / m)
+		if !(okx && ok) {
+			r = F32ToF16(F16ToF32(src[i]) / m)
+		}
+		dst[i] = r
+	}
+}
+
+func scaleBF16(dst, src, _ []uint16, s float64) {
+	m := float32(s)
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = F32ToBF16(BF16ToF32(src[i]) * m)
+	}
+}
+
+func axpyBF16(dst, a, b []uint16, s float64) {
+	m := float32(s)
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = F32ToBF16(BF16ToF32(a[i]) + float32(BF16ToF32(b[i])*m))
+	}
+}
+
+func divBF16(dst, src, _ []uint16, n int) {
+	m := float32(n)
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = F32ToBF16(BF16ToF32(src[i]) / m)
+	}
+}
+
+// narrowScaling installs the loops of the fp8 formats, computed in float32.
+// The conversions are passed as function values; byteScaling replaces the
+// loops with table lookups where buffers are large.
+func narrowScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
+	scale := func(dst, src, _ []uint8, s float64) {
 		m := float32(s)
 		src = src[:len(dst)]
 		for i := range dst {
 			dst[i] = narrow(widen(src[i]) * m)
 		}
 	}
-	axpy := func(dst, a, b []E, s float64) {
+	axpy := func(dst, a, b []uint8, s float64) {
 		m := float32(s)
 		a, b = a[:len(dst)], b[:len(dst)]
 		for i := range dst {
 			dst[i] = narrow(widen(a[i]) + float32(widen(b[i])*m))
 		}
 	}
-	div := func(dst, src, _ []E, n int) {
+	div := func(dst, src, _ []uint8, n int) {
 		m := float32(n)
 		src = src[:len(dst)]
 		for i := range dst {

@@ -57,13 +57,16 @@ func scaleRef(dt DType, kind string, x, y uint64, s float64, n int) refResult {
 	return refResult{bits: encodeFloat(dt, r)}
 }
 
+// TestScaleAxpyDiv checks every kernel set's Scale and Axpy, and Div,
+// against the reference at every vector tail length, at odd offsets, out of
+// place and in place, and checks that the sets agree bit for bit.
 func TestScaleAxpyDiv(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	factors := []float64{1.5, -0.3, 1e-3, 3, 0, 7.9, -2.9, 1e5}
+	divisors := []int{1, 2, 3, 7, 8, 100, 127}
 	for _, dt := range allDTypes {
 		size := dt.Size()
-		factors := []float64{1.5, -0.3, 1e-3, 3, 0, 7.9, -2.9, 1e5}
-		divisors := []int{1, 2, 3, 7, 8, 100, 127}
-		for _, n := range []int{0, 1, 7, 64, 257} {
+		for _, n := range testLengths() {
 			nb := n * size
 			src, other := offsetBuf(nb, rng.IntN(8)), offsetBuf(nb, rng.IntN(8))
 			for i := 0; i < nb; i += size {
@@ -73,7 +76,7 @@ func TestScaleAxpyDiv(t *testing.T) {
 			}
 			s := factors[rng.IntN(len(factors))]
 			div := divisors[rng.IntN(len(divisors))]
-			check := func(kind string, got []byte) {
+			check := func(what, kind string, got []byte) {
 				t.Helper()
 				for i := 0; i < nb; i += size {
 					x, y, g := loadElem(dt, src[i:]), loadElem(dt, other[i:]), loadElem(dt, got[i:])
@@ -81,30 +84,51 @@ func TestScaleAxpyDiv(t *testing.T) {
 					if want.anyNaN && isNaNBits(dt, g) || !want.anyNaN && g == want.bits {
 						continue
 					}
-					t.Fatalf("%v %s(s=%v, n=%d) element %d: x=%#x y=%#x got %#x want %#x", dt, kind, s, div, i/size, x, y, g, want.bits)
+					t.Fatalf("%s: %v %s(s=%v, n=%d) element %d of %d: x=%#x y=%#x got %#x want %#x", what, dt, kind, s, div, i/size, n, x, y, g, want.bits)
 				}
 			}
+			var firstScale, firstAxpy []byte // the generic set's outputs
+			for _, set := range testSets() {
+				what := fmt.Sprintf("%s n=%d", set.name, n)
+				dst := offsetBuf(nb, rng.IntN(8))
+				set.scale[dt](dst, src, s)
+				check(what, "scale", dst)
+				inPlace := slices.Clone(src)
+				set.scale[dt](inPlace, inPlace, s)
+				if _, ok := sameBits(dt, inPlace, dst); !ok {
+					t.Errorf("%s: in-place Scale differs", what)
+				}
+				if firstScale == nil {
+					firstScale = dst
+				} else if i, ok := sameBits(dt, dst, firstScale); !ok {
+					t.Fatalf("%s: Scale element %d differs from generic", what, i)
+				}
+
+				dst = offsetBuf(nb, rng.IntN(8))
+				set.axpy[dt](dst, src, other, s)
+				check(what, "axpy", dst)
+				inPlace = slices.Clone(src)
+				set.axpy[dt](inPlace, inPlace, other, s)
+				if _, ok := sameBits(dt, inPlace, dst); !ok {
+					t.Errorf("%s: in-place Axpy (dst == a) differs", what)
+				}
+				inPlace = slices.Clone(other)
+				set.axpy[dt](inPlace, src, inPlace, s)
+				if _, ok := sameBits(dt, inPlace, dst); !ok {
+					t.Errorf("%s: in-place Axpy (dst == b) differs", what)
+				}
+				if firstAxpy == nil {
+					firstAxpy = dst
+				} else if i, ok := sameBits(dt, dst, firstAxpy); !ok {
+					t.Fatalf("%s: Axpy element %d differs from generic", what, i)
+				}
+			}
+
 			what := fmt.Sprintf("%v n=%d", dt, n)
 			dst := offsetBuf(nb, rng.IntN(8))
-			Scale(dt)(dst, src, s)
-			check("scale", dst)
-			inPlace := slices.Clone(src)
-			Scale(dt)(inPlace, inPlace, s)
-			if _, ok := sameBits(dt, inPlace, dst); !ok {
-				t.Errorf("%s: in-place Scale differs", what)
-			}
-
-			Axpy(dt)(dst, src, other, s)
-			check("axpy", dst)
-			inPlace = slices.Clone(src)
-			Axpy(dt)(inPlace, inPlace, other, s)
-			if _, ok := sameBits(dt, inPlace, dst); !ok {
-				t.Errorf("%s: in-place Axpy differs", what)
-			}
-
 			Div(dt)(dst, src, div)
-			check("div", dst)
-			inPlace = slices.Clone(src)
+			check(what, "div", dst)
+			inPlace := slices.Clone(src)
 			Div(dt)(inPlace, inPlace, div)
 			if _, ok := sameBits(dt, inPlace, dst); !ok {
 				t.Errorf("%s: in-place Div differs", what)
@@ -113,6 +137,46 @@ func TestScaleAxpyDiv(t *testing.T) {
 	}
 	if Scale(0) != nil || Axpy(13) != nil || Div(255) != nil {
 		t.Error("invalid dtype accepted")
+	}
+}
+
+// TestScalingExhaustiveHalf feeds every float16 and bfloat16 bit pattern
+// through each set's Scale and Axpy, with special values as factors and as
+// Axpy's other operand, and compares with the generic loops: the SIMD
+// kernels' conversions and rounding must agree with the Go code on every
+// input, and a NaN factor must not turn into an infinity.
+func TestScalingExhaustiveHalf(t *testing.T) {
+	factors := []float64{0.125, -1.0 / 3, 0, math.Copysign(0, -1), 3e38, 1e-40, 1e300,
+		math.Inf(1), math.Inf(-1), math.NaN(), math.Float64frombits(0x7fffffffffffffff)}
+	for _, dt := range []DType{Float16, BFloat16} {
+		a := make([]byte, 2<<16)
+		for i := range 1 << 16 {
+			storeElem(dt, a[2*i:], uint64(i))
+		}
+		partners := specials(dt)
+		for fi, s := range factors {
+			b := make([]byte, len(a))
+			p := partners[fi%len(partners)]
+			for i := 0; i < len(b); i += 2 {
+				storeElem(dt, b[i:], encodeFloat(dt, p))
+			}
+			wantScale, wantAxpy := make([]byte, len(a)), make([]byte, len(a))
+			implementations[0].scale[dt](wantScale, a, s)
+			implementations[0].axpy[dt](wantAxpy, a, b, s)
+			for _, set := range testSets()[1:] {
+				got := make([]byte, len(a))
+				set.scale[dt](got, a, s)
+				if i, ok := sameBits(dt, got, wantScale); !ok {
+					t.Fatalf("%s %v: %#x * %v = %#x, generic %#x", set.name, dt, i, s,
+						loadElem(dt, got[2*i:]), loadElem(dt, wantScale[2*i:]))
+				}
+				set.axpy[dt](got, a, b, s)
+				if i, ok := sameBits(dt, got, wantAxpy); !ok {
+					t.Fatalf("%s %v: %#x + %v * %v = %#x, generic %#x", set.name, dt, i, p, s,
+						loadElem(dt, got[2*i:]), loadElem(dt, wantAxpy[2*i:]))
+				}
+			}
+		}
 	}
 }
 
