@@ -152,3 +152,23 @@ func BenchmarkScaling(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDiv: an integer Avg's one pass over the result, dividing by the
+// rank count.
+func BenchmarkDiv(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []DType{Int8, Int32, Uint32, Int64} {
+		for _, size := range benchSizes {
+			src, dst := make([]byte, size.bytes), make([]byte, size.bytes)
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			b.Run(dt.String()+"/"+size.name, func(b *testing.B) {
+				b.SetBytes(int64(size.bytes))
+				for b.Loop() {
+					Div(dt)(dst, src, 7)
+				}
+			})
+		}
+	}
+}

@@ -207,6 +207,106 @@ func TestDivInts(t *testing.T) {
 	}
 }
 
+// TestDivisor checks the multiply-and-shift division against Go's / for
+// divisors small and large (every rank count up to 1000, powers of two and
+// their neighbours, the largest) and dividends at the edges, at multiples of
+// the divisor and their neighbours, and at random.
+func TestDivisor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ds := []uint64{math.MaxUint64, math.MaxUint64 - 1, 1<<63 + 1, 65536, 65537, 3 << 40, 0x5555555555555555}
+	for d := uint64(1); d <= 1000; d++ {
+		ds = append(ds, d)
+	}
+	for l := 2; l < 64; l++ {
+		ds = append(ds, 1<<l-1, 1<<l, 1<<l+1)
+	}
+	for _, d := range ds {
+		v := newDivisor(d)
+		xs := []uint64{0, 1, d - 1, d, d + 1, math.MaxUint64, math.MaxUint64 - 1, 1 << 63, 1<<63 - 1,
+			math.MaxUint32, 1 << 32, math.MaxUint64 / d * d, math.MaxUint64/d*d - 1}
+		for range 200 {
+			xs = append(xs, rng.Uint64(), rng.Uint64()>>rng.IntN(64))
+		}
+		for _, x := range xs {
+			if got := v.div(x); got != x/d {
+				t.Fatalf("%d / %d = %d, want %d", x, d, got, x/d)
+			}
+		}
+	}
+}
+
+// TestDivIntsExhaustive divides every 8-bit value (through the loop and
+// through the table) and the 32- and 64-bit edge values by every rank count
+// up to 300 and a few larger ones, against Go's /.
+func TestDivIntsExhaustive(t *testing.T) {
+	ns := []int{65535, 65536, 1 << 20, math.MaxInt32, math.MaxInt64}
+	for n := 1; n <= 300; n++ {
+		ns = append(ns, n)
+	}
+	bytesIn := make([]byte, 2*256) // over byteMapMin, for the table
+	for i := range bytesIn {
+		bytesIn[i] = byte(i)
+	}
+	edges := []int64{0, 1, -1, 2, -2, 127, -128, 255, 256, 1<<31 - 1, -1 << 31, 1<<32 - 1,
+		1<<63 - 1, -1 << 63, 1e18, -1e18, 123456789, -987654321}
+	for _, n := range ns {
+		for _, loop := range []bool{true, false} {
+			in := bytesIn
+			if loop {
+				in = bytesIn[:256]
+			}
+			out := make([]byte, len(in))
+			Div(Uint8)(out, in, n)
+			for i, x := range in {
+				if want := uint8(uint64(x) / uint64(n)); out[i] != want {
+					t.Fatalf("uint8 %d / %d = %d, want %d (loop %v)", x, n, out[i], want, loop)
+				}
+			}
+			Div(Int8)(out, in, n)
+			for i, x := range in {
+				if want := int8(int64(int8(x)) / int64(n)); int8(out[i]) != want {
+					t.Fatalf("int8 %d / %d = %d, want %d (loop %v)", int8(x), n, int8(out[i]), want, loop)
+				}
+			}
+		}
+		for _, dt := range []DType{Int32, Uint32, Int64, Uint64} {
+			size := dt.Size()
+			in, out := make([]byte, len(edges)*size), make([]byte, len(edges)*size)
+			for i, x := range edges {
+				storeElem(dt, in[i*size:], uint64(x))
+			}
+			Div(dt)(out, in, n)
+			for i := range edges {
+				x, got := loadElem(dt, in[i*size:]), loadElem(dt, out[i*size:])
+				var want uint64
+				switch dt {
+				case Int32:
+					want = uint64(uint32(int64(int32(x)) / int64(n)))
+				case Uint32:
+					want = x / uint64(n)
+				case Int64:
+					want = uint64(int64(x) / int64(n))
+				case Uint64:
+					want = x / uint64(n)
+				}
+				if got != want {
+					t.Fatalf("%v %#x / %d = %#x, want %#x", dt, x, n, got, want)
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, -1} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Div by %d did not panic", n)
+				}
+			}()
+			Div(Int32)(make([]byte, 4), make([]byte, 4), n)
+		}()
+	}
+}
+
 // The one-byte formats' table lookups give the bits of the loops they
 // replace, for every input: each of the 256 values through Scale and Div,
 // each of the 65536 pairs through Axpy (building its table, then from the
