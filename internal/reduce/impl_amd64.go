@@ -100,14 +100,9 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 	set(Int64, Max, maxI64AVX512)
 	set(Uint64, Min, minU64AVX512)
 	set(Uint64, Max, maxU64AVX512)
-	setScaling := func(dt DType, scale, axpy asmScaling) {
-		s.setScaling(dt, func(k asmScaling, sc bool, generic axpyFunc) axpyFunc {
-			return simdScaling(dt, k, sc, 1, 64, streamFrom, generic)
-		}, scale, axpy)
-	}
-	setScaling(Float32, scaleF32AVX512, axpyF32AVX512)
-	setScaling(Float16, scaleF16AVX512, axpyF16AVX512)
-	setScaling(BFloat16, scaleBF16AVX512, axpyBF16AVX512)
+	s.setScaling(Float32, 1, 64, streamFrom, scaleF32AVX512, axpyF32AVX512)
+	s.setScaling(Float16, 1, 64, streamFrom, scaleF16AVX512, axpyF16AVX512)
+	s.setScaling(BFloat16, 1, 64, streamFrom, scaleBF16AVX512, axpyBF16AVX512)
 	return s
 }
 
@@ -154,24 +149,19 @@ func avx2Set(streamFrom int, suffix string) *kernelSet {
 	set(Uint32, Max, 32, maxU32AVX2)
 	set(Int64, Sum, 32, sum64AVX2)
 	set(Uint64, Sum, 32, sum64AVX2)
-	setScaling := func(dt DType, step int, scale, axpy asmScaling) {
-		s.setScaling(dt, func(k asmScaling, sc bool, generic axpyFunc) axpyFunc {
-			return simdScaling(dt, k, sc, step, 32, streamFrom, generic)
-		}, scale, axpy)
-	}
-	setScaling(Float32, 32, scaleF32AVX2, axpyF32AVX2)
-	setScaling(Float16, 16, scaleF16AVX2, axpyF16AVX2)
-	setScaling(BFloat16, 32, scaleBF16AVX2, axpyBF16AVX2)
+	s.setScaling(Float32, 32, 32, streamFrom, scaleF32AVX2, axpyF32AVX2)
+	s.setScaling(Float16, 16, 32, streamFrom, scaleF16AVX2, axpyF16AVX2)
+	s.setScaling(BFloat16, 32, 32, streamFrom, scaleBF16AVX2, axpyBF16AVX2)
 	return s
 }
 
-// setScaling installs dt's Scale and Axpy kernels, wrapped by wrap around
-// the set's current (generic) loops.
-func (s *kernelSet) setScaling(dt DType, wrap func(k asmScaling, scale bool, generic axpyFunc) axpyFunc, scale, axpy asmScaling) {
+// setScaling puts dt's Scale and Axpy kernels in front of the set's
+// generic loops. The Scale kernels take src as both inputs and ignore b.
+func (s *kernelSet) setScaling(dt DType, step, vecBytes, streamFrom int, scale, axpy asmScaling) {
 	genericScale := s.scale[dt]
-	sc := wrap(scale, true, func(dst, a, _ []byte, f float64) { genericScale(dst, a, f) })
+	sc := simdScaling(dt, scale, step, vecBytes, streamFrom, func(dst, a, _ []byte, f float64) { genericScale(dst, a, f) })
 	s.scale[dt] = func(dst, src []byte, f float64) { sc(dst, src, src, f) }
-	s.axpy[dt] = wrap(axpy, false, s.axpy[dt])
+	s.axpy[dt] = simdScaling(dt, axpy, step, vecBytes, streamFrom, s.axpy[dt])
 }
 
 // simdKernel wraps an assembly kernel that processes multiples of step bytes
@@ -222,11 +212,11 @@ func simdSpan(dst, a, b []byte, size, step, vecBytes, streamFrom int) (start, en
 // with the factor appended.
 type asmScaling func(dst, a, b *byte, n int, stream bool, s float32)
 
-// simdScaling wraps a Scale (scale set) or Axpy kernel as simdKernel wraps
-// a reduction kernel. A NaN factor goes to the generic loops: multiplying
-// by it yields its own payload, which the bfloat16 kernels' integer
-// rounding could carry into the exponent; it is no case worth a vector path.
-func simdScaling(dt DType, k asmScaling, scale bool, step, vecBytes, streamFrom int, generic axpyFunc) axpyFunc {
+// simdScaling wraps a Scale or Axpy kernel as simdKernel wraps a reduction
+// kernel. A NaN factor goes to the generic loops: multiplying by it yields
+// its own payload, which the bfloat16 kernels' integer rounding could carry
+// into the exponent; it is no case worth a vector path.
+func simdScaling(dt DType, k asmScaling, step, vecBytes, streamFrom int, generic axpyFunc) axpyFunc {
 	size := dt.Size()
 	return func(dst, a, b []byte, s float64) {
 		n := len(dst)
@@ -234,9 +224,6 @@ func simdScaling(dt DType, k asmScaling, scale bool, step, vecBytes, streamFrom 
 		if n == 0 || m != m {
 			generic(dst, a, b, s)
 			return
-		}
-		if scale {
-			b = a
 		}
 		_, _ = a[n-1], b[n-1]
 		start, end, stream := simdSpan(dst, a, b, size, step, vecBytes, streamFrom)
