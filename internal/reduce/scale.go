@@ -315,11 +315,10 @@ func narrowScaling(dt DType, widen func(uint8) float32, narrow func(float32) uin
 // table lookups on large buffers: scaling one element costs 12-19 ns, a
 // lookup under 1 ns. Scale and Div map each of the 256 values the same way
 // for the whole call, so the call first builds that map. Axpy's result
-// depends on both operands; its 64 KiB table is kept for the last factor
-// (Avg's is the same on every call of a communicator) and built again for a
-// new one once that factor comes twice in a row, on a buffer large enough
-// to repay it. The tables come from the same conversions as the loops, so
-// the results are the same bits.
+// depends on both operands; its 64 KiB tables are kept per factor
+// (axpyCache) and built on buffers large enough to repay them. The tables
+// come from the same conversions as the loops, so the results are the same
+// bits.
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
 	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
@@ -352,33 +351,79 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 			mapBytes(dst, src, float32(n), true)
 		}
 	}
-	var last atomic.Pointer[axpyTable]
-	var missed atomic.Uint64 // 1<<32 | the factor of the last call without its table
+	c := &axpyCache{widen: widen, narrow: narrow}
+	axpyCaches[dt] = c
 	axpyFuncs[dt] = func(dst, a, b []byte, s float64) {
 		m := float32(s)
-		t := last.Load()
-		if t == nil || math.Float32bits(t.m) != math.Float32bits(m) {
-			// Build for a factor seen twice in a row, so that PreMulSum
-			// with a new scalar on every call never allocates.
-			key := 1<<32 | uint64(math.Float32bits(m))
-			if missed.Swap(key) != key || len(dst) < axpyTableMin {
+		t := c.table(m)
+		if t == nil {
+			if !c.repeated(m) || len(dst) < axpyTableMin {
 				axpy(dst, a, b, s)
 				return
 			}
-			t = &axpyTable{m: m}
-			for x := range 256 {
-				wx := widen(uint8(x))
-				for y := range 256 {
-					t.tab[x<<8|y] = narrow(wx + float32(widen(uint8(y))*m))
-				}
-			}
-			last.Store(t)
+			t = c.build(m)
 		}
 		a, b = a[:len(dst)], b[:len(dst)]
 		for i := range dst {
 			dst[i] = t.tab[uint16(a[i])<<8|uint16(b[i])]
 		}
 	}
+}
+
+// axpyCache keeps a one-byte format's Axpy tables for the last few factors
+// that came more than once: Avg's is the same on every call, and each
+// in-process rank of a PreMulSum has its own scalar (their calls
+// interleave, so one table for the last factor would serve none of them).
+// A factor gets a table on its second call among the last axpyTables
+// misses, so PreMulSum with a new scalar on every call never allocates.
+type axpyCache struct {
+	widen  func(uint8) float32
+	narrow func(float32) uint8
+	tables [axpyTables]atomic.Pointer[axpyTable]
+	missed [axpyTables]atomic.Uint64 // 1<<32 | a factor's bits; 0: empty
+	nextT  atomic.Uint32             // the slots to overwrite next
+	nextM  atomic.Uint32
+}
+
+// axpyTables is how many factors keep a table (64 KiB each) per format.
+const axpyTables = 8
+
+var axpyCaches [numDTypes + 1]*axpyCache
+
+// table returns m's table, or nil.
+func (c *axpyCache) table(m float32) *axpyTable {
+	for i := range c.tables {
+		if t := c.tables[i].Load(); t != nil && math.Float32bits(t.m) == math.Float32bits(m) {
+			return t
+		}
+	}
+	return nil
+}
+
+// repeated reports whether m is among the last misses, and records it.
+func (c *axpyCache) repeated(m float32) bool {
+	key := 1<<32 | uint64(math.Float32bits(m))
+	for i := range c.missed {
+		if c.missed[i].Load() == key {
+			return true
+		}
+	}
+	c.missed[c.nextM.Add(1)%axpyTables].Store(key)
+	return false
+}
+
+// build makes and publishes m's table. Two goroutines may build the same
+// one; each is correct, and the spare is overwritten in time.
+func (c *axpyCache) build(m float32) *axpyTable {
+	t := &axpyTable{m: m}
+	for x := range 256 {
+		wx := c.widen(uint8(x))
+		for y := range 256 {
+			t.tab[x<<8|y] = c.narrow(wx + float32(c.widen(uint8(y))*m))
+		}
+	}
+	c.tables[c.nextT.Add(1)%axpyTables].Store(t)
+	return t
 }
 
 // byteMapMin is the smallest buffer for which Scale and Div build the

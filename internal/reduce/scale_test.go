@@ -367,6 +367,19 @@ func TestByteScalingTables(t *testing.T) {
 			Axpy(f.dt)(inPlace, inPlace, b, s)
 			check("in place", inPlace, a, b, s)
 		}
+		// In-process ranks with their own PreMulSum scalars interleave their
+		// calls; each factor gets its table on its second call.
+		c := axpyCaches[f.dt]
+		s1, s2 := 0.3125, -0.6875
+		for round := range 2 {
+			for _, s := range []float64{s1, s2} {
+				Axpy(f.dt)(out, a, b, s)
+				check(fmt.Sprintf("interleaved, round %d", round), out, a, b, s)
+				if has := c.table(float32(s)) != nil; has != (round == 1) {
+					t.Errorf("%v: after %d calls with factor %v, has a table: %v", f.dt, round+1, s, has)
+				}
+			}
+		}
 		if n := testing.AllocsPerRun(10, func() { Axpy(f.dt)(out, a, b, 7.5) }); n != 0 {
 			t.Errorf("%v Axpy with the factor of its table allocates %v times", f.dt, n)
 		}
