@@ -112,8 +112,9 @@ func axpyInt[T integer](dst, a, b []T, s float64) {
 
 // Integer Div multiplies by a magic number instead of dividing: a divide
 // instruction costs 20-90 cycles per element, which made an integer Avg
-// 5-20 times slower than a Sum. The 8-bit types look the quotient up in a
-// table of all 256 on buffers large enough to repay building it.
+// 5-20 times slower than a Sum. The 32-bit types need a single multiply;
+// the 8-bit types look the quotient up in a table of all 256 on buffers
+// large enough to repay building it.
 
 // divisor divides unsigned 64-bit integers by a constant d >= 1 with a
 // multiply, an add, a subtract and two shifts: Granlund and Montgomery,
@@ -138,9 +139,35 @@ func (v divisor) div(x uint64) uint64 {
 	return (t + (x-t)>>v.sh1) >> v.sh2
 }
 
+// divisor32 divides integers below 2^32 by a constant 2 <= d < 2^32 with
+// one multiply: x/d = (c*x) >> 64 for c = ceil(2^64/d) (Lemire, Kaser and
+// Kurz, "Faster Remainder by Direct Computation", 2019, theorem 1).
+type divisor32 uint64
+
+func newDivisor32(d uint64) divisor32 { return divisor32(^uint64(0)/d + 1) }
+
+func (c divisor32) div(x uint64) uint64 {
+	hi, _ := bits.Mul64(uint64(c), x)
+	return hi
+}
+
+// fits32 reports whether the 32-bit types can use divisor32 for n.
+func fits32[T integer](n int) bool {
+	return unsafe.Sizeof(T(0)) == 4 && n > 1 && uint64(n) < 1<<32
+}
+
 // divSigned truncates toward zero, as Go's / does: it divides the
 // magnitude and restores the sign (s is 0 or all ones).
 func divSigned[T int8 | int32 | int64](dst, src, _ []T, n int) {
+	src = src[:len(dst)]
+	if fits32[T](n) {
+		c := newDivisor32(uint64(n))
+		for i := range dst {
+			s := uint64(int64(src[i]) >> 63)
+			dst[i] = T((c.div(uint64(int64(src[i]))^s-s) ^ s) - s)
+		}
+		return
+	}
 	v := newDivisor(divisorOf(n))
 	quo := func(x T) T {
 		s := uint64(int64(x) >> 63)
@@ -150,20 +177,26 @@ func divSigned[T int8 | int32 | int64](dst, src, _ []T, n int) {
 		divByTable(dst, src, quo)
 		return
 	}
-	src = src[:len(dst)]
 	for i := range dst {
 		dst[i] = quo(src[i])
 	}
 }
 
 func divUnsigned[T uint8 | uint32 | uint64](dst, src, _ []T, n int) {
+	src = src[:len(dst)]
+	if fits32[T](n) {
+		c := newDivisor32(uint64(n))
+		for i := range dst {
+			dst[i] = T(c.div(uint64(src[i])))
+		}
+		return
+	}
 	v := newDivisor(divisorOf(n))
 	quo := func(x T) T { return T(v.div(uint64(x))) }
 	if unsafe.Sizeof(T(0)) == 1 && len(dst) >= byteMapMin {
 		divByTable(dst, src, quo)
 		return
 	}
-	src = src[:len(dst)]
 	for i := range dst {
 		dst[i] = quo(src[i])
 	}

@@ -207,13 +207,15 @@ func TestDivInts(t *testing.T) {
 	}
 }
 
-// TestDivisor checks the multiply-and-shift division against Go's / for
+// TestDivisor checks the multiply-and-shift division (and the 32-bit
+// single multiply, on the dividends' low words) against Go's / for
 // divisors small and large (every rank count up to 1000, powers of two and
 // their neighbours, the largest) and dividends at the edges, at multiples of
 // the divisor and their neighbours, and at random.
 func TestDivisor(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	ds := []uint64{math.MaxUint64, math.MaxUint64 - 1, 1<<63 + 1, 65536, 65537, 3 << 40, 0x5555555555555555}
+	ds := []uint64{math.MaxUint64, math.MaxUint64 - 1, 1<<63 + 1, 65536, 65537, 3 << 40, 0x5555555555555555,
+		math.MaxUint32, math.MaxUint32 - 1, 0x55555555, 641, 6700417}
 	for d := uint64(1); d <= 1000; d++ {
 		ds = append(ds, d)
 	}
@@ -231,6 +233,11 @@ func TestDivisor(t *testing.T) {
 			if got := v.div(x); got != x/d {
 				t.Fatalf("%d / %d = %d, want %d", x, d, got, x/d)
 			}
+			if x32 := x & math.MaxUint32; d > 1 && d <= math.MaxUint32 {
+				if got := newDivisor32(d).div(x32); got != x32/d {
+					t.Fatalf("32-bit: %d / %d = %d, want %d", x32, d, got, x32/d)
+				}
+			}
 		}
 	}
 }
@@ -239,7 +246,7 @@ func TestDivisor(t *testing.T) {
 // through the table) and the 32- and 64-bit edge values by every rank count
 // up to 300 and a few larger ones, against Go's /.
 func TestDivIntsExhaustive(t *testing.T) {
-	ns := []int{65535, 65536, 1 << 20, math.MaxInt32, math.MaxInt64}
+	ns := []int{65535, 65536, 1 << 20, math.MaxInt32, math.MaxUint32, 1 << 32, math.MaxInt64}
 	for n := 1; n <= 300; n++ {
 		ns = append(ns, n)
 	}
