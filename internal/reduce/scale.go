@@ -433,7 +433,8 @@ func (c *axpyCache) table(m float32) *axpyTable {
 	return nil
 }
 
-// repeated reports whether m is among the last misses, and records it.
+// repeated reports whether m is among the last misses; if not, it records
+// m as one, in place of the oldest.
 func (c *axpyCache) repeated(m float32) bool {
 	key := 1<<32 | uint64(math.Float32bits(m))
 	for i := range c.missed {
