@@ -1,6 +1,6 @@
 // Package reduce holds the element-wise reduction kernels of gccl's host
-// collectives: SIMD (AVX2 / AVX-512, F16C and AVX512-BF16 for half
-// precisions) chosen at run time, with a pure-Go fallback.
+// collectives: SIMD (AVX2 / AVX-512, F16C for float16) chosen at run time,
+// with a pure-Go fallback.
 //
 // # Semantics
 //
