@@ -174,7 +174,7 @@ func divSigned[T int8 | int32 | int64](dst, src, _ []T, n int) {
 		return T((v.div(uint64(int64(x))^s-s) ^ s) - s)
 	}
 	if unsafe.Sizeof(T(0)) == 1 && len(dst) >= byteMapMin {
-		divByTable(dst, src, quo)
+		mapByTable(dst, src, quo)
 		return
 	}
 	for i := range dst {
@@ -194,7 +194,7 @@ func divUnsigned[T uint8 | uint32 | uint64](dst, src, _ []T, n int) {
 	v := newDivisor(divisorOf(n))
 	quo := func(x T) T { return T(v.div(uint64(x))) }
 	if unsafe.Sizeof(T(0)) == 1 && len(dst) >= byteMapMin {
-		divByTable(dst, src, quo)
+		mapByTable(dst, src, quo)
 		return
 	}
 	for i := range dst {
@@ -210,12 +210,13 @@ func divisorOf(n int) uint64 {
 	return uint64(n)
 }
 
-// divByTable divides 8-bit integers through a table of the 256 quotients;
-// the callers use it only where T is one byte wide.
-func divByTable[T integer](dst, src []T, quo func(T) T) {
+// mapByTable sets dst[i] = f(src[i]) for a one-byte type through a table of
+// f's 256 results, built first: the 8-bit integers' Div and the fp8
+// formats' Scale and Div. The callers use it only where T is one byte wide.
+func mapByTable[T integer](dst, src []T, f func(T) T) {
 	var tab [256]T
 	for x := range tab {
-		tab[x] = quo(T(x)) // T(x) wraps 128..255 to negative for int8
+		tab[x] = f(T(x)) // T(x) wraps 128..255 to negative for int8
 	}
 	src = src[:len(dst)]
 	for i := range dst {
@@ -355,34 +356,21 @@ func narrowScaling(dt DType, widen func(uint8) float32, narrow func(float32) uin
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
 	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
-	// mapBytes sets dst[i] = narrow(widen(src[i]) * m), or / m when div.
-	mapBytes := func(dst, src []byte, m float32, div bool) {
-		var tab [256]uint8
-		for v := range tab {
-			if div {
-				tab[v] = narrow(widen(uint8(v)) / m)
-			} else {
-				tab[v] = narrow(widen(uint8(v)) * m)
-			}
-		}
-		src = src[:len(dst)]
-		for i := range dst {
-			dst[i] = tab[src[i]]
-		}
-	}
 	scaleFuncs[dt] = func(dst, src []byte, s float64) {
 		if len(dst) < byteMapMin {
 			scale(dst, src, s)
-		} else {
-			mapBytes(dst, src, float32(s), false)
+			return
 		}
+		m := float32(s)
+		mapByTable(dst, src, func(x uint8) uint8 { return narrow(widen(x) * m) })
 	}
 	divFuncs[dt] = func(dst, src []byte, n int) {
 		if len(dst) < byteMapMin {
 			div(dst, src, n)
-		} else {
-			mapBytes(dst, src, float32(n), true)
+			return
 		}
+		m := float32(n)
+		mapByTable(dst, src, func(x uint8) uint8 { return narrow(widen(x) / m) })
 	}
 	c := &axpyCache{widen: widen, narrow: narrow}
 	axpyCaches[dt] = c

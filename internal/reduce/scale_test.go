@@ -88,6 +88,16 @@ func TestScaleAxpyDiv(t *testing.T) {
 				}
 			}
 			var firstScale, firstAxpy []byte // the generic set's outputs
+			// sameAsGeneric keeps the generic set's output in *first, the
+			// first set's, and compares the other sets' with it.
+			sameAsGeneric := func(first *[]byte, got []byte, what, kind string) {
+				t.Helper()
+				if *first == nil {
+					*first = got
+				} else if i, ok := sameBits(dt, got, *first); !ok {
+					t.Fatalf("%s: %s element %d differs from generic", what, kind, i)
+				}
+			}
 			for _, set := range testSets() {
 				what := fmt.Sprintf("%s n=%d", set.name, n)
 				dst := offsetBuf(nb, rng.IntN(8))
@@ -98,11 +108,7 @@ func TestScaleAxpyDiv(t *testing.T) {
 				if _, ok := sameBits(dt, inPlace, dst); !ok {
 					t.Errorf("%s: in-place Scale differs", what)
 				}
-				if firstScale == nil {
-					firstScale = dst
-				} else if i, ok := sameBits(dt, dst, firstScale); !ok {
-					t.Fatalf("%s: Scale element %d differs from generic", what, i)
-				}
+				sameAsGeneric(&firstScale, dst, what, "Scale")
 
 				dst = offsetBuf(nb, rng.IntN(8))
 				set.axpy[dt](dst, src, other, s)
@@ -117,11 +123,7 @@ func TestScaleAxpyDiv(t *testing.T) {
 				if _, ok := sameBits(dt, inPlace, dst); !ok {
 					t.Errorf("%s: in-place Axpy (dst == b) differs", what)
 				}
-				if firstAxpy == nil {
-					firstAxpy = dst
-				} else if i, ok := sameBits(dt, dst, firstAxpy); !ok {
-					t.Fatalf("%s: Axpy element %d differs from generic", what, i)
-				}
+				sameAsGeneric(&firstAxpy, dst, what, "Axpy")
 			}
 
 			what := fmt.Sprintf("%v n=%d", dt, n)
