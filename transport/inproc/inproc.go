@@ -156,11 +156,13 @@ func (v *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	r := (*ring)(v)
 	h := r.head.Load()
 	if h == r.tail.Load() {
-		// Drain what a closed peer sent before reporting it gone.
-		if err := r.src.peerErr(); err != nil {
+		err := r.src.peerErr()
+		// Drain what a closed peer sent before reporting it gone. It may
+		// have committed after our load of tail and closed before our look
+		// at closed: look once more, and the commit shows.
+		if err == nil || h == r.tail.Load() {
 			return nil, 0, false, err
 		}
-		return nil, 0, false, nil
 	}
 	i := r.slot(h)
 	off := i * r.slotSize

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -198,5 +200,56 @@ func TestClosedSendersMessagesAreDelivered(t *testing.T) {
 	}
 	if _, err := w.Endpoint(1).Sender(0); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Fatalf("sender to a closed rank: %v, want ErrPeerClosed", err)
+	}
+}
+
+// TestCommitThenCloseRace: a rank that commits its last message and closes
+// at once, while its peer polls, never loses that message. The receiver's
+// load of the ring's tail and its look at the peer's state are two steps; a
+// commit and close between them once read as a closed, empty ring.
+func TestCommitThenCloseRace(t *testing.T) {
+	for i := range 20000 {
+		w := mustWorld(t, 2)
+		s, err := w.Endpoint(0).Sender(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.Endpoint(1).Receiver(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			b, ok, err := s.TryReserve(1)
+			if !ok || err != nil {
+				panic(fmt.Sprintf("reserve: ok=%v err=%v", ok, err))
+			}
+			b[0] = 'x'
+			s.Commit(1)
+			w.Endpoint(0).Close()
+		}()
+		for {
+			m, _, ok, err := r.TryNext()
+			if err != nil {
+				t.Fatalf("run %d: %v before the message committed ahead of the close", i, err)
+			}
+			if ok {
+				if string(m) != "x" {
+					t.Fatalf("run %d: got %q", i, m)
+				}
+				r.Release()
+				break
+			}
+			runtime.Gosched() // one P: let the sender run
+		}
+		// The close may not have landed yet: poll until it does.
+		var err2 error
+		for err2 == nil {
+			runtime.Gosched()
+			_, _, _, err2 = r.TryNext()
+		}
+		if !errors.Is(err2, transport.ErrPeerClosed) {
+			t.Fatalf("run %d: after the message: %v, want ErrPeerClosed", i, err2)
+		}
+		w.Endpoint(1).Close()
 	}
 }
