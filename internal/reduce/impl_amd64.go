@@ -54,9 +54,9 @@ func hasAVX512() bool {
 	return x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ && hasAVX2()
 }
 
-// avx512Set takes every Float32, Float64, Float16, BFloat16 and integer kernel
-// it has from assembly; Prod of 8-bit integers and the fp8 formats stay generic.
-// The AVX-512 kernels finish any length with a masked vector, so step is 1.
+// avx512Set takes every float and integer kernel it has from assembly; Prod
+// of 8-bit integers stays generic. The AVX-512 kernels finish any length
+// with a masked vector, so step is 1.
 func avx512Set(streamFrom int, suffix string) *kernelSet {
 	s := genericSet()
 	s.name = "avx512" + suffix
@@ -103,6 +103,16 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 	s.setScaling(Float32, 1, 64, streamFrom, scaleF32AVX512, axpyF32AVX512)
 	s.setScaling(Float16, 1, 64, streamFrom, scaleF16AVX512, axpyF16AVX512)
 	s.setScaling(BFloat16, 1, 64, streamFrom, scaleBF16AVX512, axpyBF16AVX512)
+	set(Float8E4M3, Sum, sumE4M3AVX512)
+	set(Float8E4M3, Prod, prodE4M3AVX512)
+	set(Float8E4M3, Min, minE4M3AVX512)
+	set(Float8E4M3, Max, maxE4M3AVX512)
+	set(Float8E5M2, Sum, sumE5M2AVX512)
+	set(Float8E5M2, Prod, prodE5M2AVX512)
+	set(Float8E5M2, Min, minE5M2AVX512)
+	set(Float8E5M2, Max, maxE5M2AVX512)
+	s.setScaling(Float8E4M3, 1, 64, streamFrom, scaleE4M3AVX512, axpyE4M3AVX512)
+	s.setScaling(Float8E5M2, 1, 64, streamFrom, scaleE5M2AVX512, axpyE5M2AVX512)
 	return s
 }
 
@@ -462,3 +472,39 @@ func axpyBF16AVX2(dst, a, b *byte, n int, stream bool, s float32)
 
 //go:noescape
 func scaleBF16AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func sumE4M3AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func prodE4M3AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func minE4M3AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func maxE4M3AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func sumE5M2AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func prodE5M2AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func minE5M2AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func maxE5M2AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func axpyE4M3AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleE4M3AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func axpyE5M2AVX512(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func scaleE5M2AVX512(dst, a, b *byte, n int, stream bool, s float32)

@@ -542,6 +542,203 @@ ntdone: \
 	SFENCE; \
 	JMP loop
 
+// ---- fp8 (AVX-512) ----------------------------------------------------
+//
+// Each byte is widened into a 32-bit lane (VPMOVZXBD), reduced in float32
+// and narrowed back (VPMOVDB): 16 elements per vector. Widening is exact
+// without a table: the magnitude bits m = b&0x7f placed at the top of a
+// float32's fraction (m<<20 for E4M3, m<<21 for E5M2) read as a float32 that
+// is the fp8 value times 2^-120 (E4M3) or 2^-112 (E5M2), subnormals
+// included, so one multiply by the power of two restores it. E4M3's NaN
+// code and E5M2's infinities and NaNs are blended in, then the sign.
+//
+// Narrowing rounds to nearest even as narrowMagnitude does. A normal
+// result rounds with integer ops on the float32 bits, as bfloat16's do.
+// A result below the smallest normal is added to a float32 whose ulp is the
+// smallest fp8 subnormal (2^14 for E4M3, 2^7 for E5M2): that add is the
+// one, correctly rounded, step to the subnormal grid, and the sum's low bits
+// are the code. Overflow (and, for E4M3, NaN) codes are blended last.
+//
+// Constants, in every 32-bit lane, loaded by FP8_CONST_E4M3 / _E5M2:
+//
+//	     E4M3        E5M2
+//	Z17  -           0x7e        NaN code without its low bit (E5M2)
+//	Z18  0x80        0x80        sign of a code
+//	Z19  1           1           rounding bit
+//	Z20  0x7f        0x7f        magnitude of a code
+//	Z21  2^120       2^112       widening factor
+//	Z22  0x7f        0x7c        first code widened specially (NaN; Inf/NaN)
+//	Z23  0x7fc00000  0x7f800000  its float32 (E4M3: the NaN; E5M2: OR-ed in)
+//	Z24  0x7fffffff  0x7fffffff  float32 magnitude
+//	Z25  2^14        2^7         subnormal rounding addend
+//	Z26  0x3c800000  0x38800000  float32 bits of the smallest fp8 normal
+//	Z28  0x7ffff     0xfffff     half a unit in the last place, less one
+//	Z29  120<<23     112<<23     exponent bias difference
+//	Z30  0x43e80000  0x476fffff  largest float32 that does not overflow
+//	Z31  0x7f        0x7c        overflow code
+//
+// Z27 stays free for the scaling factor; a step uses Z0-Z5 and Z12-Z14.
+// 0xF4 is VPTERNLOG's A | (B &^ C) and 0xF8 its A | (B & C) (Go's operand
+// order C, B, A).
+
+#define FP8_BCAST(v, z) MOVL $v, AX; VPBROADCASTD AX, z
+
+#define FP8_CONST_E4M3 \
+	FP8_BCAST(0x80, Z18); \
+	FP8_BCAST(1, Z19); \
+	FP8_BCAST(0x7f, Z20); \
+	FP8_BCAST(0x7b800000, Z21); \
+	FP8_BCAST(0x7f, Z22); \
+	FP8_BCAST(0x7fc00000, Z23); \
+	FP8_BCAST(0x7fffffff, Z24); \
+	FP8_BCAST(0x46800000, Z25); \
+	FP8_BCAST(0x3c800000, Z26); \
+	FP8_BCAST(0x7ffff, Z28); \
+	FP8_BCAST(0x3c000000, Z29); \
+	FP8_BCAST(0x43e80000, Z30); \
+	FP8_BCAST(0x7f, Z31)
+
+#define FP8_CONST_E5M2 \
+	FP8_BCAST(0x7e, Z17); \
+	FP8_BCAST(0x80, Z18); \
+	FP8_BCAST(1, Z19); \
+	FP8_BCAST(0x7f, Z20); \
+	FP8_BCAST(0x77800000, Z21); \
+	FP8_BCAST(0x7c, Z22); \
+	FP8_BCAST(0x7f800000, Z23); \
+	FP8_BCAST(0x7fffffff, Z24); \
+	FP8_BCAST(0x43000000, Z25); \
+	FP8_BCAST(0x38800000, Z26); \
+	FP8_BCAST(0xfffff, Z28); \
+	FP8_BCAST(0x38000000, Z29); \
+	FP8_BCAST(0x476fffff, Z30); \
+	FP8_BCAST(0x7c, Z31)
+
+// WIDEN_E4M3 / _E5M2 turn the zero-extended codes in x into float32s in f.
+#define WIDEN_E4M3(x, f) \
+	VPANDD Z20, x, Z12; \
+	VPSLLD $20, Z12, f; \
+	VMULPS Z21, f, f; \
+	VPCMPEQD Z22, Z12, K2; \
+	VMOVDQA32 Z23, K2, f; \
+	VPSLLD $24, x, Z12; \
+	VPTERNLOGD $0xF4, Z24, Z12, f
+
+#define WIDEN_E5M2(x, f) \
+	VPANDD Z20, x, Z12; \
+	VPSLLD $21, Z12, Z13; \
+	VPCMPUD $5, Z22, Z12, K2; \
+	VMULPS Z21, Z13, f; \
+	VPORD Z23, Z13, K2, f; \
+	VPSLLD $24, x, Z12; \
+	VPTERNLOGD $0xF4, Z24, Z12, f
+
+// NARROW_E4M3 / _E5M2 round the float32s in r to codes in c's lanes.
+#define NARROW_E4M3(r, c) \
+	VPANDD Z24, r, Z12; \
+	VPSRLD $20, Z12, Z13; \
+	VPANDD Z19, Z13, Z13; \
+	VPADDD Z28, Z12, c; \
+	VPADDD Z13, c, c; \
+	VPSUBD Z29, c, c; \
+	VPSRLD $20, c, c; \
+	VPCMPUD $1, Z26, Z12, K2; \
+	VADDPS Z25, Z12, Z14; \
+	VPSUBD Z25, Z14, K2, c; \
+	VPCMPUD $6, Z30, Z12, K3; \
+	VMOVDQA32 Z31, K3, c; \
+	VPSRLD $24, r, Z13; \
+	VPTERNLOGD $0xF8, Z18, Z13, c
+
+#define NARROW_E5M2(r, c) \
+	VPANDD Z24, r, Z12; \
+	VPSRLD $21, Z12, Z13; \
+	VPANDD Z19, Z13, Z13; \
+	VPADDD Z28, Z12, c; \
+	VPADDD Z13, c, c; \
+	VPSUBD Z29, c, c; \
+	VPSRLD $21, c, c; \
+	VPCMPUD $1, Z26, Z12, K2; \
+	VADDPS Z25, Z12, Z14; \
+	VPSUBD Z25, Z14, K2, c; \
+	VPCMPUD $6, Z30, Z12, K3; \
+	VMOVDQA32 Z31, K3, c; \
+	VPCMPUD $6, Z23, Z12, K3; \
+	VPORD Z17, Z13, K3, c; \
+	VPSRLD $24, r, Z13; \
+	VPTERNLOGD $0xF8, Z18, Z13, c
+
+// FP8_OP reduces the widened codes in Z0 (a) and Z1 (b) into codes in Z5.
+#define FP8_OP(WIDEN, OP, NARROW) \
+	WIDEN(Z0, Z2); \
+	WIDEN(Z1, Z3); \
+	OP(Z3, Z2, Z4); \
+	NARROW(Z4, Z5)
+
+#define FP8_STEP(WIDEN, OP, NARROW, off) \
+	VPMOVZXBD off(SI)(BX*1), Z0; \
+	VPMOVZXBD off(DX)(BX*1), Z1; \
+	FP8_OP(WIDEN, OP, NARROW); \
+	VPMOVDB Z5, off(DI)(BX*1)
+
+#define FP8_NTSTEP(WIDEN, OP, NARROW, off) \
+	VPMOVZXBD off(SI)(BX*1), Z0; \
+	VPMOVZXBD off(DX)(BX*1), Z1; \
+	FP8_OP(WIDEN, OP, NARROW); \
+	VPMOVDB Z5, X5; \
+	VMOVNTDQ X5, off(DI)(BX*1)
+
+// FP8x512: 16 bytes per vector, 4 per iteration, masked tail. Streamed
+// stores are 16 bytes wide; the caller aligns dst to 16 at least.
+#define FP8x512(CONST, WIDEN, OP, NARROW) \
+	LOAD_ARGS; \
+	CONST; \
+	JNZ nt; \
+	CMPQ CX, $64; \
+	JB one; \
+four: \
+	FP8_STEP(WIDEN, OP, NARROW, 0); \
+	FP8_STEP(WIDEN, OP, NARROW, 16); \
+	FP8_STEP(WIDEN, OP, NARROW, 32); \
+	FP8_STEP(WIDEN, OP, NARROW, 48); \
+	ADDQ $64, BX; \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	LEAQ 16(BX), AX; \
+	CMPQ AX, CX; \
+	JA tail; \
+	FP8_STEP(WIDEN, OP, NARROW, 0); \
+	MOVQ AX, BX; \
+	JMP one; \
+tail: \
+	SUBQ BX, CX; \
+	JZ done; \
+	TAIL_MASK; \
+	VMOVDQU8.Z (SI)(BX*1), K1, X0; \
+	VMOVDQU8.Z (DX)(BX*1), K1, X1; \
+	VPMOVZXBD X0, Z0; \
+	VPMOVZXBD X1, Z1; \
+	FP8_OP(WIDEN, OP, NARROW); \
+	VPMOVDB Z5, K1, (DI)(BX*1); \
+done: \
+	VZEROUPPER; \
+	RET; \
+nt: \
+	LEAQ 64(BX), AX; \
+	CMPQ AX, CX; \
+	JA ntdone; \
+	FP8_NTSTEP(WIDEN, OP, NARROW, 0); \
+	FP8_NTSTEP(WIDEN, OP, NARROW, 16); \
+	FP8_NTSTEP(WIDEN, OP, NARROW, 32); \
+	FP8_NTSTEP(WIDEN, OP, NARROW, 48); \
+	MOVQ AX, BX; \
+	JMP nt; \
+ntdone: \
+	SFENCE; \
+	JMP one
+
 // ---- Scaling (Axpy and Scale of PreMulSum and Avg) ---------------------
 //
 // These kernels take a sixth argument, the float32 factor s, which the TEXT
@@ -549,10 +746,12 @@ ntdone: \
 // body uses (Y14/Y15 are left to the operation). Axpy computes a + (b*s),
 // the product rounded to float32 before the add, as the generic loops do;
 // it overwrites b's register, which holds a widened or loaded copy of b.
+// The product is the add's first source, as in the compiled Go loops: of
+// two NaNs it is the one returned, so even a NaN's sign matches theirs.
 // Scale computes a*s; it is called with b == a and ignores b.
-#define OP_AXPYPS512(b, a, r) VMULPS Z27, b, b; VADDPS b, a, r
+#define OP_AXPYPS512(b, a, r) VMULPS Z27, b, b; VADDPS a, b, r
 #define OP_SCALEPS512(b, a, r) VMULPS Z27, a, r
-#define OP_AXPYPS256(b, a, r) VMULPS Y15, b, b; VADDPS b, a, r
+#define OP_AXPYPS256(b, a, r) VMULPS Y15, b, b; VADDPS a, b, r
 #define OP_SCALEPS256(b, a, r) VMULPS Y15, a, r
 
 // ---- Kernels ----------------------------------------------------------
@@ -624,6 +823,22 @@ TEXT ·minBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MINPS512)
 TEXT ·maxBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MAXPS512)
+TEXT ·sumE4M3AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_ADDPS, NARROW_E4M3)
+TEXT ·prodE4M3AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MULPS, NARROW_E4M3)
+TEXT ·minE4M3AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MINPS512, NARROW_E4M3)
+TEXT ·maxE4M3AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MAXPS512, NARROW_E4M3)
+TEXT ·sumE5M2AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_ADDPS, NARROW_E5M2)
+TEXT ·prodE5M2AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MULPS, NARROW_E5M2)
+TEXT ·minE5M2AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MINPS512, NARROW_E5M2)
+TEXT ·maxE5M2AVX512(SB), NOSPLIT, $0-33
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MAXPS512, NARROW_E5M2)
 
 // AVX2 (+F16C for float16).
 TEXT ·sumF32AVX2(SB), NOSPLIT, $0-33
@@ -702,6 +917,18 @@ TEXT ·axpyBF16AVX512(SB), NOSPLIT, $0-40
 TEXT ·scaleBF16AVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Z27
 	BF16x512(OP_SCALEPS512)
+TEXT ·axpyE4M3AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_AXPYPS512, NARROW_E4M3)
+TEXT ·scaleE4M3AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_SCALEPS512, NARROW_E4M3)
+TEXT ·axpyE5M2AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_AXPYPS512, NARROW_E5M2)
+TEXT ·scaleE5M2AVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Z27
+	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_SCALEPS512, NARROW_E5M2)
 TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Y15
 	PLAIN256(OP_AXPYPS256)

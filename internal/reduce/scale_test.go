@@ -182,6 +182,44 @@ func TestScalingExhaustiveHalf(t *testing.T) {
 	}
 }
 
+// TestScalingExhaustiveFP8 runs every fp8 value through each set's Scale,
+// and every pair of values through its Axpy, for factors that are exact,
+// inexact, zero, huge, tiny and infinite, and checks each result against
+// widening, operating in float32 and narrowing, bit for bit (NaNs included:
+// the generic loops and the kernels return the same one).
+func TestScalingExhaustiveFP8(t *testing.T) {
+	factors := []float64{0.125, -1.0 / 3, 0, math.Copysign(0, -1), 3e38, 1e-40, 1e-3, 448, 7.5,
+		math.Inf(1), math.Inf(-1)}
+	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
+	for i := range a {
+		a[i], b[i] = byte(i>>8), byte(i)
+	}
+	got := make([]byte, len(a))
+	for _, f := range []struct {
+		dt     DType
+		widen  func(uint8) float32
+		narrow func(float32) uint8
+	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+		for _, s := range factors {
+			m := float32(s)
+			for _, set := range testSets() {
+				set.scale[f.dt](got, b, s)
+				for i := range got {
+					if want := f.narrow(f.widen(b[i]) * m); got[i] != want {
+						t.Fatalf("%s %v: %#x * %v = %#x, want %#x", set.name, f.dt, b[i], s, got[i], want)
+					}
+				}
+				set.axpy[f.dt](got, a, b, s)
+				for i := range got {
+					if want := f.narrow(f.widen(a[i]) + float32(f.widen(b[i])*m)); got[i] != want {
+						t.Fatalf("%s %v: %#x + %#x * %v = %#x, want %#x", set.name, f.dt, a[i], b[i], s, got[i], want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestDivInts spells out Go's truncating division on the edge cases.
 func TestDivInts(t *testing.T) {
 	cases := []struct {
@@ -319,13 +357,17 @@ func TestDivIntsExhaustive(t *testing.T) {
 // The one-byte formats' table lookups give the bits of the loops they
 // replace, for every input: each of the 256 values through Scale and Div,
 // each of the 65536 pairs through Axpy (building its table, then from the
-// table kept, then directly for a new factor on a small buffer).
+// table kept, then directly for a new factor on a small buffer). These are
+// the generic set's Scale and Axpy; the AVX-512 set has kernels instead
+// (TestScalingExhaustiveFP8).
 func TestByteScalingTables(t *testing.T) {
 	for _, f := range []struct {
 		dt     DType
 		widen  func(uint8) float32
 		narrow func(float32) uint8
 	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+		Scale := func(DType) scaleFunc { return scaleFuncs[f.dt] }
+		Axpy := func(DType) axpyFunc { return axpyFuncs[f.dt] }
 		all := make([]byte, 512)
 		for i := range all {
 			all[i] = byte(i)
