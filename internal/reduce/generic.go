@@ -274,10 +274,11 @@ func maxBF16(dst, a, b []uint16) {
 	}
 }
 
-// fp8 kernels look each pair of inputs up in a 64 KiB table of the op's
-// results, built on first use from the float32 op and the rounding of
-// F32ToE4M3 or F32ToE5M2: they round exactly as widening, operating and
-// narrowing would, at one load per element instead of a narrowing.
+// The generic fp8 kernels look each pair of inputs up in a 64 KiB table of
+// the op's results, built on first use from the float32 op and the rounding
+// of F32ToE4M3 or F32ToE5M2: they round exactly as widening, operating and
+// narrowing would, at one load per element instead of a narrowing. (The
+// SIMD sets widen, operate and narrow in vectors instead, faster still.)
 
 // fp8Op is one op on one fp8 format.
 type fp8Op struct {

@@ -547,10 +547,13 @@ ntdone: \
 // Each byte is widened into a 32-bit lane (VPMOVZXBD), reduced in float32
 // and narrowed back (VPMOVDB): 16 elements per vector. Widening is exact
 // without a table: the magnitude bits m = b&0x7f placed at the top of a
-// float32's fraction (m<<20 for E4M3, m<<21 for E5M2) read as a float32 that
-// is the fp8 value times 2^-120 (E4M3) or 2^-112 (E5M2), subnormals
-// included, so one multiply by the power of two restores it. E4M3's NaN
-// code and E5M2's infinities and NaNs are blended in, then the sign.
+// float32's fraction (m<<20 for E4M3, m<<21 for E5M2) and the exponent
+// bias difference added give a normal code's float32. A subnormal code
+// gets the smallest normal's exponent instead, and that normal is then
+// subtracted, exactly. (Multiplying m<<20, a float32 subnormal, by 2^120
+// is as exact, but a subnormal operand costs a microcode assist on Intel:
+// 3x slower than the table on random codes.) E4M3's NaN code and E5M2's
+// infinities and NaNs are blended in, then the sign.
 //
 // Narrowing rounds to nearest even as narrowMagnitude does. A normal
 // result rounds with integer ops on the float32 bits, as bfloat16's do.
@@ -562,11 +565,11 @@ ntdone: \
 // Constants, in every 32-bit lane, loaded by FP8_CONST_E4M3 / _E5M2:
 //
 //	     E4M3        E5M2
+//	Z16  8           4           first normal code
 //	Z17  -           0x7e        NaN code without its low bit (E5M2)
 //	Z18  0x80        0x80        sign of a code
 //	Z19  1           1           rounding bit
 //	Z20  0x7f        0x7f        magnitude of a code
-//	Z21  2^120       2^112       widening factor
 //	Z22  0x7f        0x7c        first code widened specially (NaN; Inf/NaN)
 //	Z23  0x7fc00000  0x7f800000  its float32 (E4M3: the NaN; E5M2: OR-ed in)
 //	Z24  0x7fffffff  0x7fffffff  float32 magnitude
@@ -587,7 +590,7 @@ ntdone: \
 	FP8_BCAST(0x80, Z18); \
 	FP8_BCAST(1, Z19); \
 	FP8_BCAST(0x7f, Z20); \
-	FP8_BCAST(0x7b800000, Z21); \
+	FP8_BCAST(8, Z16); \
 	FP8_BCAST(0x7f, Z22); \
 	FP8_BCAST(0x7fc00000, Z23); \
 	FP8_BCAST(0x7fffffff, Z24); \
@@ -603,7 +606,7 @@ ntdone: \
 	FP8_BCAST(0x80, Z18); \
 	FP8_BCAST(1, Z19); \
 	FP8_BCAST(0x7f, Z20); \
-	FP8_BCAST(0x77800000, Z21); \
+	FP8_BCAST(4, Z16); \
 	FP8_BCAST(0x7c, Z22); \
 	FP8_BCAST(0x7f800000, Z23); \
 	FP8_BCAST(0x7fffffff, Z24); \
@@ -617,8 +620,11 @@ ntdone: \
 // WIDEN_E4M3 / _E5M2 turn the zero-extended codes in x into float32s in f.
 #define WIDEN_E4M3(x, f) \
 	VPANDD Z20, x, Z12; \
-	VPSLLD $20, Z12, f; \
-	VMULPS Z21, f, f; \
+	VPSLLD $20, Z12, Z13; \
+	VPADDD Z29, Z13, f; \
+	VPCMPUD $1, Z16, Z12, K3; \
+	VPADDD Z26, Z13, K3, f; \
+	VSUBPS Z26, f, K3, f; \
 	VPCMPEQD Z22, Z12, K2; \
 	VMOVDQA32 Z23, K2, f; \
 	VPSLLD $24, x, Z12; \
@@ -627,8 +633,11 @@ ntdone: \
 #define WIDEN_E5M2(x, f) \
 	VPANDD Z20, x, Z12; \
 	VPSLLD $21, Z12, Z13; \
+	VPADDD Z29, Z13, f; \
+	VPCMPUD $1, Z16, Z12, K3; \
+	VPADDD Z26, Z13, K3, f; \
+	VSUBPS Z26, f, K3, f; \
 	VPCMPUD $5, Z22, Z12, K2; \
-	VMULPS Z21, Z13, f; \
 	VPORD Z23, Z13, K2, f; \
 	VPSLLD $24, x, Z12; \
 	VPTERNLOGD $0xF4, Z24, Z12, f
@@ -738,6 +747,177 @@ nt: \
 ntdone: \
 	SFENCE; \
 	JMP one
+
+// ---- fp8 (AVX2) -------------------------------------------------------
+//
+// Axpy only (the reductions and Scale with AVX2 were no faster than the
+// generic tables). The same steps as the AVX-512 kernels, 8 elements per
+// vector, with most constants in memory (AVX2 has 16 vector registers) and
+// blends instead of masks; the compares are signed, which is exact on
+// magnitudes. Results are packed to bytes through the 128-bit lanes and
+// stored 8 bytes at a time, so these kernels never stream (the caller never
+// asks them to).
+// Registers: Y0-Y5 data, Y6-Y9 temporaries, Y10-Y13 constants, Y14/Y15
+// the operation's.
+
+// CONST32 defines a 32-byte constant, v in every 32-bit lane.
+#define CONST32(name, v) \
+	DATA name<>+0(SB)/4, $v; \
+	DATA name<>+4(SB)/4, $v; \
+	DATA name<>+8(SB)/4, $v; \
+	DATA name<>+12(SB)/4, $v; \
+	DATA name<>+16(SB)/4, $v; \
+	DATA name<>+20(SB)/4, $v; \
+	DATA name<>+24(SB)/4, $v; \
+	DATA name<>+28(SB)/4, $v; \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+CONST32(fp8Mag, 0x7f)
+CONST32(fp8Sign, 0x80000000)
+CONST32(fp8Abs, 0x7fffffff)
+CONST32(fp8One, 0x1)
+CONST32(fp8SignCode, 0x80)
+CONST32(e4m3NaN, 0x7fc00000)
+CONST32(e4m3Half, 0x7ffff)
+CONST32(e4m3Bias, 0x3c000000)
+CONST32(e4m3Sub, 0x46800000)
+CONST32(e4m3MinNormal, 0x3c800000)
+CONST32(e4m3Max, 0x43e80000)
+CONST32(e5m2MaxFinite, 0x7b)
+CONST32(e5m2Exp, 0x7f800000)
+CONST32(e5m2Half, 0xfffff)
+CONST32(e5m2Bias, 0x38000000)
+CONST32(e5m2Sub, 0x43000000)
+CONST32(e5m2MinNormal, 0x38800000)
+CONST32(e5m2Max, 0x476fffff)
+CONST32(e5m2InfCode, 0x7c)
+CONST32(e5m2NaNCode, 0x7e)
+CONST32(e4m3FirstNormal, 0x8)
+CONST32(e5m2FirstNormal, 0x4)
+
+// FP8_CONST256_E4M3 / _E5M2 load the most used constants: Y10 the
+// smallest normal's float32 bits, Y11 0x7f, Y12 the exponent bias
+// difference, Y13 the first normal code.
+#define FP8_CONST256_E4M3 \
+	VMOVDQU e4m3MinNormal<>(SB), Y10; \
+	VMOVDQU fp8Mag<>(SB), Y11; \
+	VMOVDQU e4m3Bias<>(SB), Y12; \
+	VMOVDQU e4m3FirstNormal<>(SB), Y13
+
+#define FP8_CONST256_E5M2 \
+	VMOVDQU e5m2MinNormal<>(SB), Y10; \
+	VMOVDQU fp8Mag<>(SB), Y11; \
+	VMOVDQU e5m2Bias<>(SB), Y12; \
+	VMOVDQU e5m2FirstNormal<>(SB), Y13
+
+#define WIDEN256_E4M3(x, f) \
+	VPAND Y11, x, Y6; \
+	VPSLLD $20, Y6, Y7; \
+	VPADDD Y12, Y7, f; \
+	VPADDD Y10, Y7, Y7; \
+	VSUBPS Y10, Y7, Y7; \
+	VPCMPGTD Y6, Y13, Y8; \
+	VBLENDVPS Y8, Y7, f, f; \
+	VPCMPEQD Y11, Y6, Y7; \
+	VBLENDVPS Y7, e4m3NaN<>(SB), f, f; \
+	VPSLLD $24, x, Y6; \
+	VPAND fp8Sign<>(SB), Y6, Y6; \
+	VPOR Y6, f, f
+
+#define WIDEN256_E5M2(x, f) \
+	VPAND Y11, x, Y6; \
+	VPSLLD $21, Y6, Y7; \
+	VPADDD Y12, Y7, f; \
+	VPADDD Y10, Y7, Y9; \
+	VSUBPS Y10, Y9, Y9; \
+	VPCMPGTD Y6, Y13, Y8; \
+	VBLENDVPS Y8, Y9, f, f; \
+	VPCMPGTD e5m2MaxFinite<>(SB), Y6, Y6; \
+	VPOR e5m2Exp<>(SB), Y7, Y7; \
+	VBLENDVPS Y6, Y7, f, f; \
+	VPSLLD $24, x, Y6; \
+	VPAND fp8Sign<>(SB), Y6, Y6; \
+	VPOR Y6, f, f
+
+#define NARROW256_E4M3(r, c) \
+	VPAND fp8Abs<>(SB), r, Y6; \
+	VPSRLD $20, Y6, Y7; \
+	VPAND fp8One<>(SB), Y7, Y7; \
+	VPADDD e4m3Half<>(SB), Y6, c; \
+	VPADDD Y7, c, c; \
+	VPSUBD Y12, c, c; \
+	VPSRLD $20, c, c; \
+	VADDPS e4m3Sub<>(SB), Y6, Y7; \
+	VPSUBD e4m3Sub<>(SB), Y7, Y7; \
+	VPCMPGTD Y6, Y10, Y8; \
+	VBLENDVPS Y8, Y7, c, c; \
+	VPCMPGTD e4m3Max<>(SB), Y6, Y8; \
+	VBLENDVPS Y8, Y11, c, c; \
+	VPSRLD $24, r, Y7; \
+	VPAND fp8SignCode<>(SB), Y7, Y7; \
+	VPOR Y7, c, c
+
+#define NARROW256_E5M2(r, c) \
+	VPAND fp8Abs<>(SB), r, Y6; \
+	VPSRLD $21, Y6, Y7; \
+	VPAND fp8One<>(SB), Y7, Y7; \
+	VPADDD e5m2Half<>(SB), Y6, c; \
+	VPADDD Y7, c, c; \
+	VPSUBD Y12, c, c; \
+	VPSRLD $21, c, c; \
+	VPOR e5m2NaNCode<>(SB), Y7, Y7; \
+	VADDPS e5m2Sub<>(SB), Y6, Y9; \
+	VPSUBD e5m2Sub<>(SB), Y9, Y9; \
+	VPCMPGTD Y6, Y10, Y8; \
+	VBLENDVPS Y8, Y9, c, c; \
+	VPCMPGTD e5m2Max<>(SB), Y6, Y8; \
+	VBLENDVPS Y8, e5m2InfCode<>(SB), c, c; \
+	VPCMPGTD e5m2Exp<>(SB), Y6, Y8; \
+	VBLENDVPS Y8, Y7, c, c; \
+	VPSRLD $24, r, Y7; \
+	VPAND fp8SignCode<>(SB), Y7, Y7; \
+	VPOR Y7, c, c
+
+#define FP8_STEP256(WIDEN, OP, NARROW, off) \
+	VPMOVZXBD off(SI)(BX*1), Y0; \
+	VPMOVZXBD off(DX)(BX*1), Y1; \
+	WIDEN(Y0, Y2); \
+	WIDEN(Y1, Y3); \
+	OP(Y3, Y2, Y4); \
+	NARROW(Y4, Y5); \
+	VEXTRACTI128 $1, Y5, X6; \
+	VPACKUSDW X6, X5, X5; \
+	VPACKUSWB X5, X5, X5; \
+	VMOVQ X5, off(DI)(BX*1)
+
+// FP8x256: 8 bytes per vector, 4 per iteration; n % 8 == 0.
+#define FP8x256(CONST, WIDEN, OP, NARROW) \
+	CONST; \
+	MOVQ dst+0(FP), DI; \
+	MOVQ a+8(FP), SI; \
+	MOVQ b+16(FP), DX; \
+	MOVQ n+24(FP), CX; \
+	XORQ BX, BX; \
+	CMPQ CX, $32; \
+	JB one; \
+four: \
+	FP8_STEP256(WIDEN, OP, NARROW, 0); \
+	FP8_STEP256(WIDEN, OP, NARROW, 8); \
+	FP8_STEP256(WIDEN, OP, NARROW, 16); \
+	FP8_STEP256(WIDEN, OP, NARROW, 24); \
+	ADDQ $32, BX; \
+	LEAQ 32(BX), AX; \
+	CMPQ AX, CX; \
+	JBE four; \
+one: \
+	CMPQ BX, CX; \
+	JAE done; \
+	FP8_STEP256(WIDEN, OP, NARROW, 0); \
+	ADDQ $8, BX; \
+	JMP one; \
+done: \
+	VZEROUPPER; \
+	RET
 
 // ---- Scaling (Axpy and Scale of PreMulSum and Avg) ---------------------
 //
@@ -947,6 +1127,12 @@ TEXT ·axpyBF16AVX2(SB), NOSPLIT, $0-40
 TEXT ·scaleBF16AVX2(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Y15
 	BF16x256(OP_SCALEPS256)
+TEXT ·axpyE4M3AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	FP8x256(FP8_CONST256_E4M3, WIDEN256_E4M3, OP_AXPYPS256, NARROW256_E4M3)
+TEXT ·axpyE5M2AVX2(SB), NOSPLIT, $0-40
+	VBROADCASTSS s+36(FP), Y15
+	FP8x256(FP8_CONST256_E5M2, WIDEN256_E5M2, OP_AXPYPS256, NARROW256_E5M2)
 
 // func cpuidECX(leaf, subleaf uint32) uint32
 TEXT ·cpuidECX(SB), NOSPLIT, $0-12

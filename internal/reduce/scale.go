@@ -10,8 +10,8 @@ import (
 // Pre- and post-operations for PreMulSum and Avg. A float Avg or PreMulSum
 // scales each rank's own input (Scale) and folds each received block in as
 // a + b*s (Axpy), at every reduction step, so Scale and Axpy of float32,
-// float16 and bfloat16 have SIMD kernels in the kernel sets, as the
-// reductions do. An integer Avg divides once, at the end (Div), in Go.
+// float16, bfloat16 and the fp8 formats have SIMD kernels in the kernel
+// sets, as the reductions do. An integer Avg divides once, at the end (Div), in Go.
 //
 // Float types compute in float32 (float16, bfloat16, fp8 and float32) or
 // float64 and round back once. Integer types convert s to int64 first
@@ -372,14 +372,21 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 		m := float32(n)
 		mapByTable(dst, src, func(x uint8) uint8 { return narrow(widen(x) / m) })
 	}
-	c := &axpyCache{widen: widen, narrow: narrow}
+	c := &axpyCache{widen: widen, narrow: narrow, loop: axpy}
 	axpyCaches[dt] = c
-	axpyFuncs[dt] = func(dst, a, b []byte, s float64) {
+	axpyFuncs[dt] = c.axpy(axpy)
+}
+
+// axpy returns an Axpy that looks its results up in c's table for the
+// factor, building one for a repeated factor on a large buffer, and
+// computes them with compute otherwise.
+func (c *axpyCache) axpy(compute axpyFunc) axpyFunc {
+	return func(dst, a, b []byte, s float64) {
 		m := float32(s)
 		t := c.table(m)
 		if t == nil {
 			if !c.repeated(m) || len(dst) < axpyTableMin {
-				axpy(dst, a, b, s)
+				compute(dst, a, b, s)
 				return
 			}
 			t = c.build(m)
@@ -400,6 +407,7 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 type axpyCache struct {
 	widen  func(uint8) float32
 	narrow func(float32) uint8
+	loop   axpyFunc // the Go loop, which computes each element
 	tables [axpyTables]atomic.Pointer[axpyTable]
 	missed [axpyTables]atomic.Uint64 // 1<<32 | a factor's bits; 0: empty
 	nextT  atomic.Uint32             // the slots to overwrite next
