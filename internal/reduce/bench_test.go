@@ -141,6 +141,16 @@ func BenchmarkScaling(b *testing.B) {
 							axpy(dst, x, y, 0.125)
 						}
 					})
+					// A PreMulSum scalar that changes on every call: the
+					// fp8 formats get no table for it.
+					b.Run("AxpyNewFactor/"+size.name+"/"+set.name, func(b *testing.B) {
+						b.SetBytes(int64(size.bytes))
+						s := 1.0
+						for b.Loop() {
+							s += 1.0 / 1024
+							axpy(dst, x, y, s)
+						}
+					})
 				}
 				b.Run("Div/"+size.name, func(b *testing.B) {
 					b.SetBytes(int64(size.bytes))
