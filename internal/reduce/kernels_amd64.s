@@ -617,65 +617,66 @@ ntdone: \
 	FP8_BCAST(0x476fffff, Z30); \
 	FP8_BCAST(0x7c, Z31)
 
-// WIDEN_E4M3 / _E5M2 turn the zero-extended codes in x into float32s in f.
-#define WIDEN_E4M3(x, f) \
+// FP8_FINITE widens the magnitudes of the codes in x, given their
+// fraction's shift, leaving the magnitude bits in Z12 and the shifted ones
+// in Z13; FP8_SIGN ORs the sign of the codes in x into f.
+#define FP8_FINITE(x, f, shift) \
 	VPANDD Z20, x, Z12; \
-	VPSLLD $20, Z12, Z13; \
+	VPSLLD $shift, Z12, Z13; \
 	VPADDD Z29, Z13, f; \
 	VPCMPUD $1, Z16, Z12, K3; \
 	VPADDD Z26, Z13, K3, f; \
-	VSUBPS Z26, f, K3, f; \
-	VPCMPEQD Z22, Z12, K2; \
-	VMOVDQA32 Z23, K2, f; \
+	VSUBPS Z26, f, K3, f
+
+#define FP8_SIGN(x, f) \
 	VPSLLD $24, x, Z12; \
 	VPTERNLOGD $0xF4, Z24, Z12, f
 
+// WIDEN_E4M3 / _E5M2 turn the zero-extended codes in x into float32s in f.
+#define WIDEN_E4M3(x, f) \
+	FP8_FINITE(x, f, 20); \
+	VPCMPEQD Z22, Z12, K2; \
+	VMOVDQA32 Z23, K2, f; \
+	FP8_SIGN(x, f)
+
 #define WIDEN_E5M2(x, f) \
-	VPANDD Z20, x, Z12; \
-	VPSLLD $21, Z12, Z13; \
-	VPADDD Z29, Z13, f; \
-	VPCMPUD $1, Z16, Z12, K3; \
-	VPADDD Z26, Z13, K3, f; \
-	VSUBPS Z26, f, K3, f; \
+	FP8_FINITE(x, f, 21); \
 	VPCMPUD $5, Z22, Z12, K2; \
 	VPORD Z23, Z13, K2, f; \
-	VPSLLD $24, x, Z12; \
-	VPTERNLOGD $0xF4, Z24, Z12, f
+	FP8_SIGN(x, f)
+
+// FP8_ROUND rounds the magnitudes of the float32s in r to codes in c,
+// given the fraction's shift, overflow included, leaving the float32
+// magnitudes in Z12 and the rounding bit in Z13; FP8_SIGN_CODE ORs the
+// sign of r into c.
+#define FP8_ROUND(r, c, shift) \
+	VPANDD Z24, r, Z12; \
+	VPSRLD $shift, Z12, Z13; \
+	VPANDD Z19, Z13, Z13; \
+	VPADDD Z28, Z12, c; \
+	VPADDD Z13, c, c; \
+	VPSUBD Z29, c, c; \
+	VPSRLD $shift, c, c; \
+	VPCMPUD $1, Z26, Z12, K2; \
+	VADDPS Z25, Z12, Z14; \
+	VPSUBD Z25, Z14, K2, c; \
+	VPCMPUD $6, Z30, Z12, K3; \
+	VMOVDQA32 Z31, K3, c
+
+#define FP8_SIGN_CODE(r, c) \
+	VPSRLD $24, r, Z13; \
+	VPTERNLOGD $0xF8, Z18, Z13, c
 
 // NARROW_E4M3 / _E5M2 round the float32s in r to codes in c's lanes.
 #define NARROW_E4M3(r, c) \
-	VPANDD Z24, r, Z12; \
-	VPSRLD $20, Z12, Z13; \
-	VPANDD Z19, Z13, Z13; \
-	VPADDD Z28, Z12, c; \
-	VPADDD Z13, c, c; \
-	VPSUBD Z29, c, c; \
-	VPSRLD $20, c, c; \
-	VPCMPUD $1, Z26, Z12, K2; \
-	VADDPS Z25, Z12, Z14; \
-	VPSUBD Z25, Z14, K2, c; \
-	VPCMPUD $6, Z30, Z12, K3; \
-	VMOVDQA32 Z31, K3, c; \
-	VPSRLD $24, r, Z13; \
-	VPTERNLOGD $0xF8, Z18, Z13, c
+	FP8_ROUND(r, c, 20); \
+	FP8_SIGN_CODE(r, c)
 
 #define NARROW_E5M2(r, c) \
-	VPANDD Z24, r, Z12; \
-	VPSRLD $21, Z12, Z13; \
-	VPANDD Z19, Z13, Z13; \
-	VPADDD Z28, Z12, c; \
-	VPADDD Z13, c, c; \
-	VPSUBD Z29, c, c; \
-	VPSRLD $21, c, c; \
-	VPCMPUD $1, Z26, Z12, K2; \
-	VADDPS Z25, Z12, Z14; \
-	VPSUBD Z25, Z14, K2, c; \
-	VPCMPUD $6, Z30, Z12, K3; \
-	VMOVDQA32 Z31, K3, c; \
+	FP8_ROUND(r, c, 21); \
 	VPCMPUD $6, Z23, Z12, K3; \
 	VPORD Z17, Z13, K3, c; \
-	VPSRLD $24, r, Z13; \
-	VPTERNLOGD $0xF8, Z18, Z13, c
+	FP8_SIGN_CODE(r, c)
 
 // FP8_OP reduces the widened codes in Z0 (a) and Z1 (b) into codes in Z5.
 #define FP8_OP(WIDEN, OP, NARROW) \
@@ -810,73 +811,68 @@ CONST32(e5m2FirstNormal, 0x4)
 	VMOVDQU e5m2Bias<>(SB), Y12; \
 	VMOVDQU e5m2FirstNormal<>(SB), Y13
 
-#define WIDEN256_E4M3(x, f) \
+// FP8_FINITE256, FP8_SIGN256, FP8_ROUND256 and FP8_SIGN_CODE256 are the
+// AVX-512 macros' steps. FP8_FINITE256 leaves the magnitude bits in Y6 and
+// the shifted ones in Y7; FP8_ROUND256 leaves the float32 magnitudes in Y6
+// and the rounding bit in Y7. half, sub and max are the format's constants
+// in memory, over its overflow code.
+#define FP8_FINITE256(x, f, shift) \
 	VPAND Y11, x, Y6; \
-	VPSLLD $20, Y6, Y7; \
-	VPADDD Y12, Y7, f; \
-	VPADDD Y10, Y7, Y7; \
-	VSUBPS Y10, Y7, Y7; \
-	VPCMPGTD Y6, Y13, Y8; \
-	VBLENDVPS Y8, Y7, f, f; \
-	VPCMPEQD Y11, Y6, Y7; \
-	VBLENDVPS Y7, e4m3NaN<>(SB), f, f; \
-	VPSLLD $24, x, Y6; \
-	VPAND fp8Sign<>(SB), Y6, Y6; \
-	VPOR Y6, f, f
-
-#define WIDEN256_E5M2(x, f) \
-	VPAND Y11, x, Y6; \
-	VPSLLD $21, Y6, Y7; \
+	VPSLLD $shift, Y6, Y7; \
 	VPADDD Y12, Y7, f; \
 	VPADDD Y10, Y7, Y9; \
 	VSUBPS Y10, Y9, Y9; \
 	VPCMPGTD Y6, Y13, Y8; \
-	VBLENDVPS Y8, Y9, f, f; \
-	VPCMPGTD e5m2MaxFinite<>(SB), Y6, Y6; \
-	VPOR e5m2Exp<>(SB), Y7, Y7; \
-	VBLENDVPS Y6, Y7, f, f; \
+	VBLENDVPS Y8, Y9, f, f
+
+#define FP8_SIGN256(x, f) \
 	VPSLLD $24, x, Y6; \
 	VPAND fp8Sign<>(SB), Y6, Y6; \
 	VPOR Y6, f, f
 
-#define NARROW256_E4M3(r, c) \
+#define FP8_ROUND256(r, c, shift, half, sub, max, over) \
 	VPAND fp8Abs<>(SB), r, Y6; \
-	VPSRLD $20, Y6, Y7; \
+	VPSRLD $shift, Y6, Y7; \
 	VPAND fp8One<>(SB), Y7, Y7; \
-	VPADDD e4m3Half<>(SB), Y6, c; \
+	VPADDD half, Y6, c; \
 	VPADDD Y7, c, c; \
 	VPSUBD Y12, c, c; \
-	VPSRLD $20, c, c; \
-	VADDPS e4m3Sub<>(SB), Y6, Y7; \
-	VPSUBD e4m3Sub<>(SB), Y7, Y7; \
-	VPCMPGTD Y6, Y10, Y8; \
-	VBLENDVPS Y8, Y7, c, c; \
-	VPCMPGTD e4m3Max<>(SB), Y6, Y8; \
-	VBLENDVPS Y8, Y11, c, c; \
-	VPSRLD $24, r, Y7; \
-	VPAND fp8SignCode<>(SB), Y7, Y7; \
-	VPOR Y7, c, c
-
-#define NARROW256_E5M2(r, c) \
-	VPAND fp8Abs<>(SB), r, Y6; \
-	VPSRLD $21, Y6, Y7; \
-	VPAND fp8One<>(SB), Y7, Y7; \
-	VPADDD e5m2Half<>(SB), Y6, c; \
-	VPADDD Y7, c, c; \
-	VPSUBD Y12, c, c; \
-	VPSRLD $21, c, c; \
-	VPOR e5m2NaNCode<>(SB), Y7, Y7; \
-	VADDPS e5m2Sub<>(SB), Y6, Y9; \
-	VPSUBD e5m2Sub<>(SB), Y9, Y9; \
+	VPSRLD $shift, c, c; \
+	VADDPS sub, Y6, Y9; \
+	VPSUBD sub, Y9, Y9; \
 	VPCMPGTD Y6, Y10, Y8; \
 	VBLENDVPS Y8, Y9, c, c; \
-	VPCMPGTD e5m2Max<>(SB), Y6, Y8; \
-	VBLENDVPS Y8, e5m2InfCode<>(SB), c, c; \
+	VPCMPGTD max, Y6, Y8; \
+	VBLENDVPS Y8, over, c, c
+
+#define FP8_SIGN_CODE256(r, c) \
+	VPSRLD $24, r, Y9; \
+	VPAND fp8SignCode<>(SB), Y9, Y9; \
+	VPOR Y9, c, c
+
+#define WIDEN256_E4M3(x, f) \
+	FP8_FINITE256(x, f, 20); \
+	VPCMPEQD Y11, Y6, Y8; \
+	VBLENDVPS Y8, e4m3NaN<>(SB), f, f; \
+	FP8_SIGN256(x, f)
+
+#define WIDEN256_E5M2(x, f) \
+	FP8_FINITE256(x, f, 21); \
+	VPCMPGTD e5m2MaxFinite<>(SB), Y6, Y8; \
+	VPOR e5m2Exp<>(SB), Y7, Y7; \
+	VBLENDVPS Y8, Y7, f, f; \
+	FP8_SIGN256(x, f)
+
+#define NARROW256_E4M3(r, c) \
+	FP8_ROUND256(r, c, 20, e4m3Half<>(SB), e4m3Sub<>(SB), e4m3Max<>(SB), Y11); \
+	FP8_SIGN_CODE256(r, c)
+
+#define NARROW256_E5M2(r, c) \
+	FP8_ROUND256(r, c, 21, e5m2Half<>(SB), e5m2Sub<>(SB), e5m2Max<>(SB), e5m2InfCode<>(SB)); \
+	VPOR e5m2NaNCode<>(SB), Y7, Y7; \
 	VPCMPGTD e5m2Exp<>(SB), Y6, Y8; \
 	VBLENDVPS Y8, Y7, c, c; \
-	VPSRLD $24, r, Y7; \
-	VPAND fp8SignCode<>(SB), Y7, Y7; \
-	VPOR Y7, c, c
+	FP8_SIGN_CODE256(r, c)
 
 #define FP8_STEP256(WIDEN, OP, NARROW, off) \
 	VPMOVZXBD off(SI)(BX*1), Y0; \
