@@ -10,8 +10,9 @@ import (
 // Pre- and post-operations for PreMulSum and Avg. A float Avg or PreMulSum
 // scales each rank's own input (Scale) and folds each received block in as
 // a + b*s (Axpy), at every reduction step, so Scale and Axpy of float32,
-// float16, bfloat16 and the fp8 formats have SIMD kernels in the kernel
-// sets, as the reductions do. An integer Avg divides once, at the end (Div), in Go.
+// float16 and bfloat16 have SIMD kernels in the kernel sets, as the
+// reductions do, and so have the fp8 formats' on AVX-512 (and Axpy on
+// AVX2). An integer Avg divides once, at the end (Div), in Go.
 //
 // Float types compute in float32 (float16, bfloat16, fp8 and float32) or
 // float64 and round back once. Integer types convert s to int64 first
