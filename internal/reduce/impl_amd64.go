@@ -55,9 +55,8 @@ func hasAVX512() bool {
 	return x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ && hasAVX2()
 }
 
-// avx512Set takes every float and integer kernel it has from assembly; Prod
-// of 8-bit integers stays generic. The AVX-512 kernels finish any length
-// with a masked vector, so step is 1.
+// avx512Set takes every kernel from assembly. The AVX-512 kernels finish
+// any length with a masked vector, so step is 1.
 func avx512Set(streamFrom int, suffix string) *kernelSet {
 	s := genericSet()
 	s.name = "avx512" + suffix
@@ -81,6 +80,8 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 	set(BFloat16, Max, maxBF16AVX512)
 	set(Int8, Sum, sum8AVX512)
 	set(Uint8, Sum, sum8AVX512)
+	set(Int8, Prod, prod8AVX512)
+	set(Uint8, Prod, prod8AVX512)
 	set(Int8, Min, minI8AVX512)
 	set(Int8, Max, maxI8AVX512)
 	set(Uint8, Min, minU8AVX512)
@@ -117,8 +118,8 @@ func avx512Set(streamFrom int, suffix string) *kernelSet {
 	return s
 }
 
-// avx2Set: AVX2 has no 64-bit integer min/max/multiply nor byte multiply,
-// so those stay generic. The AVX2 kernels take whole steps of 32 bytes (16
+// avx2Set: AVX2 has no 64-bit integer min/max/multiply, so those stay
+// generic. The AVX2 kernels take whole steps of 32 bytes (16
 // for float16, 8 for the fp8 formats); the generic kernel, which rounds
 // identically, finishes the buffer.
 func avx2Set(streamFrom int, suffix string) *kernelSet {
@@ -146,6 +147,8 @@ func avx2Set(streamFrom int, suffix string) *kernelSet {
 	set(BFloat16, Max, 32, maxBF16AVX2)
 	set(Int8, Sum, 32, sum8AVX2)
 	set(Uint8, Sum, 32, sum8AVX2)
+	set(Int8, Prod, 32, prod8AVX2)
+	set(Uint8, Prod, 32, prod8AVX2)
 	set(Int8, Min, 32, minI8AVX2)
 	set(Int8, Max, 32, maxI8AVX2)
 	set(Uint8, Min, 32, minU8AVX2)
@@ -293,6 +296,9 @@ func maxF64AVX512(dst, a, b *byte, n int, stream bool)
 func sum8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
+func prod8AVX512(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
 func minI8AVX512(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
@@ -390,6 +396,9 @@ func maxF64AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
 func sum8AVX2(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func prod8AVX2(dst, a, b *byte, n int, stream bool)
 
 //go:noescape
 func minI8AVX2(dst, a, b *byte, n int, stream bool)

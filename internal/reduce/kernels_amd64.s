@@ -64,6 +64,27 @@
 #define OP_PMINUQ(b, a, r) VPMINUQ b, a, r
 #define OP_PMAXUQ(b, a, r) VPMAXUQ b, a, r
 
+// Byte multiply (there is no instruction for it): multiply 16-bit lanes
+// twice. The low byte of a word product depends only on the low bytes, so
+// VPMULLW b, a gives the even bytes' products in the low bytes; a's odd
+// byte shifted down times b's odd byte left in place gives the odd
+// bytes' products in the high bytes, with zero low bytes. The constant
+// 0xff00 in every word is in Z28 (AVX-512) or Y13 (AVX2); 0xDC is
+// VPTERNLOG's (A &^ C) | B.
+#define OP_PMULLB512(b, a, r) \
+	VPSRLW $8, a, Z12; \
+	VPANDD Z28, b, Z13; \
+	VPMULLW Z13, Z12, Z13; \
+	VPMULLW b, a, r; \
+	VPTERNLOGD $0xDC, Z28, Z13, r
+#define OP_PMULLB256(b, a, r) \
+	VPSRLW $8, a, Y14; \
+	VPAND Y13, b, Y15; \
+	VPMULLW Y15, Y14, Y15; \
+	VPMULLW b, a, r; \
+	VPANDN r, Y13, r; \
+	VPOR Y15, r, r
+
 // Float min/max: MAXPS returns b unless a > b. Where a == b (which includes
 // +0 == -0) the result is a&b for max and a|b for min, so max(+0,-0) = +0 and
 // min(+0,-0) = -0 whatever the operand order. The generic kernels do the same.
@@ -773,6 +794,7 @@ ntdone: \
 	DATA name<>+28(SB)/4, $v; \
 	GLOBL name<>(SB), RODATA|NOPTR, $32
 
+CONST32(byteHigh, 0xff00ff00)
 CONST32(fp8Mag, 0x7f)
 CONST32(fp8Sign, 0x80000000)
 CONST32(fp8Abs, 0x7fffffff)
@@ -949,6 +971,10 @@ TEXT ·minF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MINPD512)
 TEXT ·maxF64AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_MAXPD512)
+TEXT ·prod8AVX512(SB), NOSPLIT, $0-33
+	MOVL $0xff00ff00, AX
+	VPBROADCASTD AX, Z28
+	PLAIN512(OP_PMULLB512)
 TEXT ·sum8AVX512(SB), NOSPLIT, $0-33
 	PLAIN512(OP_PADDB)
 TEXT ·minI8AVX512(SB), NOSPLIT, $0-33
@@ -1033,6 +1059,9 @@ TEXT ·minF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MINPD256)
 TEXT ·maxF64AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_MAXPD256)
+TEXT ·prod8AVX2(SB), NOSPLIT, $0-33
+	VMOVDQU byteHigh<>(SB), Y13
+	PLAIN256(OP_PMULLB256)
 TEXT ·sum8AVX2(SB), NOSPLIT, $0-33
 	PLAIN256(OP_PADDB)
 TEXT ·minI8AVX2(SB), NOSPLIT, $0-33

@@ -178,6 +178,27 @@ func TestKernelsExhaustiveHalf(t *testing.T) {
 	}
 }
 
+// TestProd8Exhaustive multiplies every pair of bytes with each set's 8-bit
+// Prod (which has no byte multiply instruction to use): the product wraps,
+// so int8 and uint8 give the same bits.
+func TestProd8Exhaustive(t *testing.T) {
+	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
+	for i := range a {
+		a[i], b[i] = byte(i>>8), byte(i)
+	}
+	got := make([]byte, len(a))
+	for _, set := range testSets() {
+		for _, dt := range []DType{Int8, Uint8} {
+			set.funcs[dt][Prod](got, a, b)
+			for i := range got {
+				if want := a[i] * b[i]; got[i] != want {
+					t.Fatalf("%s %v: %#x * %#x = %#x, want %#x", set.name, dt, a[i], b[i], got[i], want)
+				}
+			}
+		}
+	}
+}
+
 func TestLookup(t *testing.T) {
 	for _, dt := range allDTypes {
 		for _, op := range allOps {
