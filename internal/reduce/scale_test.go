@@ -374,8 +374,9 @@ func TestDivIntsExhaustive(t *testing.T) {
 // replace, for every input: each of the 256 values through Scale and Div,
 // each of the 65536 pairs through Axpy (building its table, then from the
 // table kept, then directly for a new factor on a small buffer). These are
-// the generic set's Scale and Axpy; the AVX-512 set has kernels instead
-// (TestScalingExhaustiveFP8).
+// the generic set's Scale and Axpy, called through the names the body
+// uses; the SIMD sets compute instead (AVX-512 Scale and Axpy, AVX2 an
+// Axpy whose factor has no table: TestScalingExhaustiveFP8).
 func TestByteScalingTables(t *testing.T) {
 	for _, f := range []struct {
 		dt     DType
