@@ -174,10 +174,7 @@ func TestNaNConversions(t *testing.T) {
 // The fp8 kernels' tables hold, for every pair of inputs, what widening,
 // the float32 op and narrowing give, bit for bit.
 func TestFP8KernelsRoundAsTheFloat32Op(t *testing.T) {
-	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
-	for i := range a {
-		a[i], b[i] = byte(i>>8), byte(i)
-	}
+	a, b := bytePairs()
 	ops := map[Op]func(x, y float32) float32{
 		Sum:  func(x, y float32) float32 { return x + y },
 		Prod: func(x, y float32) float32 { return x * y },

@@ -21,9 +21,10 @@
 // Every kernel set (generic, avx2, avx512) produces bit-identical results for
 // every input, so ranks running different kernel sets still agree; only the
 // payload of a NaN result may differ. The same holds for Scale and Axpy, the
-// pre-scaling of Avg and PreMulSum, which the sets also provide. The bfloat16 SIMD kernels therefore
-// narrow with integer round-to-nearest-even instead of AVX512-BF16's
-// VCVTNEPS2BF16, which would flush subnormal values to zero. The SIMD kernels
+// pre-scaling of Avg and PreMulSum, which the sets also provide. The
+// bfloat16 SIMD kernels therefore narrow with integer round-to-nearest-even
+// instead of AVX512-BF16's VCVTNEPS2BF16, which would flush subnormal values
+// to zero. The SIMD kernels
 // write outputs of 1 MiB or more that do not alias an input with
 // non-temporal stores.
 //

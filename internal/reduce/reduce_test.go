@@ -178,14 +178,21 @@ func TestKernelsExhaustiveHalf(t *testing.T) {
 	}
 }
 
+// bytePairs returns a and b holding every pair of byte values: a[i] is
+// i>>8 and b[i] is i&0xff, for i below 1<<16.
+func bytePairs() (a, b []byte) {
+	a, b = make([]byte, 1<<16), make([]byte, 1<<16)
+	for i := range a {
+		a[i], b[i] = byte(i>>8), byte(i)
+	}
+	return a, b
+}
+
 // TestProd8Exhaustive multiplies every pair of bytes with each set's 8-bit
 // Prod (which has no byte multiply instruction to use): the product wraps,
 // so int8 and uint8 give the same bits.
 func TestProd8Exhaustive(t *testing.T) {
-	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
-	for i := range a {
-		a[i], b[i] = byte(i>>8), byte(i)
-	}
+	a, b := bytePairs()
 	got := make([]byte, len(a))
 	for _, set := range testSets() {
 		for _, dt := range []DType{Int8, Uint8} {

@@ -351,9 +351,9 @@ func narrowScaling(dt DType, widen func(uint8) float32, narrow func(float32) uin
 // lookup under 1 ns. Scale and Div map each of the 256 values the same way
 // for the whole call, so the call first builds that map. Axpy's result
 // depends on both operands; its 64 KiB tables are kept per factor
-// (axpyCache) and built on buffers large enough to repay them. The tables
-// come from the same conversions as the loops, so the results are the same
-// bits.
+// (axpyCache) and built on buffers large enough to repay them. The maps come
+// from the same conversions as the loops, and the tables from the loops
+// themselves, so the results are the same bits.
 func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8) {
 	narrowScaling(dt, widen, narrow)
 	scale, axpy, div := scaleFuncs[dt], axpyFuncs[dt], divFuncs[dt]
@@ -373,9 +373,9 @@ func byteScaling(dt DType, widen func(uint8) float32, narrow func(float32) uint8
 		m := float32(n)
 		mapByTable(dst, src, func(x uint8) uint8 { return narrow(widen(x) / m) })
 	}
-	c := &axpyCache{widen: widen, narrow: narrow, loop: axpy}
+	c := &axpyCache{loop: axpy}
 	axpyCaches[dt] = c
-	axpyFuncs[dt] = c.axpy(axpy)
+	axpyFuncs[dt] = c.axpy(c.loop)
 }
 
 // axpy returns an Axpy that looks its results up in c's table for the
@@ -406,9 +406,7 @@ func (c *axpyCache) axpy(compute axpyFunc) axpyFunc {
 // A factor gets a table on its second call among the last axpyTables
 // misses, so PreMulSum with a new scalar on every call never allocates.
 type axpyCache struct {
-	widen  func(uint8) float32
-	narrow func(float32) uint8
-	loop   axpyFunc // the Go loop, which computes each element
+	loop   axpyFunc // the Go loop, which computes each element and the tables
 	tables [axpyTables]atomic.Pointer[axpyTable]
 	missed [axpyTables]atomic.Uint64 // 1<<32 | a factor's bits; 0: empty
 	nextT  atomic.Uint32             // the slots to overwrite next
@@ -443,15 +441,21 @@ func (c *axpyCache) repeated(m float32) bool {
 	return false
 }
 
-// build makes and publishes m's table. Two goroutines may build the same
-// one; each is correct, and the spare is overwritten in time.
+// build makes and publishes m's table, a row per first operand, each row
+// computed by the loop, so a lookup gives the loop's bits. Two goroutines
+// may build the same one; each is correct, and the spare is overwritten in
+// time.
 func (c *axpyCache) build(m float32) *axpyTable {
 	t := &axpyTable{m: m}
+	var xs, ys [256]uint8
+	for y := range ys {
+		ys[y] = uint8(y)
+	}
 	for x := range 256 {
-		wx := c.widen(uint8(x))
-		for y := range 256 {
-			t.tab[x<<8|y] = c.narrow(wx + float32(c.widen(uint8(y))*m))
+		for i := range xs {
+			xs[i] = uint8(x)
 		}
+		c.loop(t.tab[x<<8:(x+1)<<8], xs[:], ys[:], float64(m))
 	}
 	c.tables[c.nextT.Add(1)%axpyTables].Store(t)
 	return t

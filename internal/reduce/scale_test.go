@@ -204,10 +204,7 @@ func TestScalingExhaustiveFP8(t *testing.T) {
 	resetAxpyCaches()
 	factors := []float64{0.125, -1.0 / 3, 0, math.Copysign(0, -1), 3e38, 1e-40, 1e-3, 448, 7.5,
 		math.Inf(1), math.Inf(-1)}
-	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
-	for i := range a {
-		a[i], b[i] = byte(i>>8), byte(i)
-	}
+	a, b := bytePairs()
 	got := make([]byte, len(a))
 	for _, f := range []struct {
 		dt     DType
@@ -407,10 +404,7 @@ func TestByteScalingTables(t *testing.T) {
 				}
 			}
 		}
-		a, b := make([]byte, axpyTableMin), make([]byte, axpyTableMin)
-		for i := range a {
-			a[i], b[i] = byte(i>>8), byte(i)
-		}
+		a, b := bytePairs() // axpyTableMin long: Axpy builds tables on it
 		check := func(what string, got, a, b []byte, s float64) {
 			t.Helper()
 			m := float32(s)

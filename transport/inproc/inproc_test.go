@@ -21,8 +21,9 @@ func mustWorld(t *testing.T, n int) *World {
 	return w
 }
 
-func TestRingFIFOAndBackpressure(t *testing.T) {
-	w := mustWorld(t, 2)
+// mustLink returns the two ends of the ring from rank 0 to rank 1 of w.
+func mustLink(t *testing.T, w *World) (transport.Sender, transport.Receiver) {
+	t.Helper()
 	s, err := w.Endpoint(0).Sender(1)
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +32,12 @@ func TestRingFIFOAndBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, r
+}
+
+func TestRingFIFOAndBackpressure(t *testing.T) {
+	w := mustWorld(t, 2)
+	s, r := mustLink(t, w)
 	if _, _, ok, _ := r.TryNext(); ok {
 		t.Fatal("message on an empty ring")
 	}
@@ -210,14 +217,7 @@ func TestClosedSendersMessagesAreDelivered(t *testing.T) {
 func TestCommitThenCloseRace(t *testing.T) {
 	for i := range 20000 {
 		w := mustWorld(t, 2)
-		s, err := w.Endpoint(0).Sender(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := w.Endpoint(1).Receiver(0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, r := mustLink(t, w)
 		go func() {
 			b, ok, err := s.TryReserve(1)
 			if !ok || err != nil {
