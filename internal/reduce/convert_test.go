@@ -171,6 +171,13 @@ func TestNaNConversions(t *testing.T) {
 	}
 }
 
+// fp8Formats are the two fp8 formats with their conversions.
+var fp8Formats = []struct {
+	dt     DType
+	widen  func(uint8) float32
+	narrow func(float32) uint8
+}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}}
+
 // The fp8 kernels' tables hold, for every pair of inputs, what widening,
 // the float32 op and narrowing give, bit for bit.
 func TestFP8KernelsRoundAsTheFloat32Op(t *testing.T) {
@@ -181,11 +188,7 @@ func TestFP8KernelsRoundAsTheFloat32Op(t *testing.T) {
 		Min:  minF32,
 		Max:  maxF32,
 	}
-	for _, f := range []struct {
-		dt     DType
-		widen  func(uint8) float32
-		narrow func(float32) uint8
-	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+	for _, f := range fp8Formats {
 		for op, fn := range ops {
 			for _, set := range testSets() {
 				dst := make([]byte, len(a))

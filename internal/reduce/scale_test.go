@@ -206,11 +206,7 @@ func TestScalingExhaustiveFP8(t *testing.T) {
 		math.Inf(1), math.Inf(-1)}
 	a, b := bytePairs()
 	got := make([]byte, len(a))
-	for _, f := range []struct {
-		dt     DType
-		widen  func(uint8) float32
-		narrow func(float32) uint8
-	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+	for _, f := range fp8Formats {
 		for _, s := range factors {
 			m := float32(s)
 			for _, set := range testSets() {
@@ -375,11 +371,7 @@ func TestDivIntsExhaustive(t *testing.T) {
 // uses; the SIMD sets compute instead (AVX-512 Scale and Axpy, AVX2 an
 // Axpy whose factor has no table: TestScalingExhaustiveFP8).
 func TestByteScalingTables(t *testing.T) {
-	for _, f := range []struct {
-		dt     DType
-		widen  func(uint8) float32
-		narrow func(float32) uint8
-	}{{Float8E4M3, E4M3ToF32, F32ToE4M3}, {Float8E5M2, E5M2ToF32, F32ToE5M2}} {
+	for _, f := range fp8Formats {
 		Scale := func(DType) scaleFunc { return scaleFuncs[f.dt] }
 		Axpy := func(DType) axpyFunc { return axpyFuncs[f.dt] }
 		all := make([]byte, 512)
