@@ -1,6 +1,9 @@
 package spin
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestBackoffEndsSpinning(t *testing.T) {
 	var b Backoff
@@ -23,6 +26,20 @@ func TestBackoffEndsSpinning(t *testing.T) {
 func TestPauseAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { Pause(10) }); a != 0 {
 		t.Fatalf("Pause allocates %v", a)
+	}
+}
+
+// Pause returns for counts of zero or less at once (an assembly loop that
+// decremented first would run for 2^64 rounds), and for a few thousand soon.
+func TestPauseReturns(t *testing.T) {
+	for _, n := range []int{-1, 0, 1, 5000} {
+		done := make(chan struct{})
+		go func() { Pause(n); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Pause(%d) did not return", n)
+		}
 	}
 }
 
