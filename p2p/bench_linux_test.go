@@ -110,6 +110,7 @@ func BenchmarkWrite64MiB2ProcTCP(b *testing.B) {
 // BenchmarkWrite64MiB2ProcPVM is the same into the child's heap with
 // process_vm_writev.
 func BenchmarkWrite64MiB2ProcPVM(b *testing.B) {
+	skipWithoutPVM(b)
 	benchTwoProc(b, 64<<20, Config{}, []string{"P2P_TEST_HEAP=1"}, BackendPVM)
 }
 

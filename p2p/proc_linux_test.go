@@ -233,6 +233,9 @@ func TestTwoProcesses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.want == BackendPVM {
+				skipWithoutPVM(t)
+			}
 			const size = 4<<20 + 4096
 			c := startChild(t, size, tc.env...)
 			a := newAgent(t, "parent", tc.cfg)
