@@ -35,6 +35,12 @@ func TestStripingUsesEveryStream(t *testing.T) {
 	send(t, eps[0], 1, pattern(0, 0, n), 1)
 	recv(t, eps[1], 0)
 	after := received()
+	if after == before {
+		// The message arrived, so some stream carried it: this TCP_INFO
+		// has no tcpi_bytes_received (Linux before 4.19, or qemu-user's
+		// translation of the call).
+		t.Skip("TCP_INFO does not count received bytes here")
+	}
 	for j := range after {
 		got := after[j] - before[j]
 		lo, hi := pieceRange(n, streams, j)
