@@ -145,6 +145,12 @@ func avx2Set(streamFrom int, suffix string) *kernelSet {
 	set(BFloat16, Prod, 32, prodBF16AVX2)
 	set(BFloat16, Min, 32, minBF16AVX2)
 	set(BFloat16, Max, 32, maxBF16AVX2)
+	// E5M2's reductions go through binary16, 8 codes a step; like the fp8
+	// Axpy below, they store 8 bytes at a time and never stream.
+	const never = math.MaxInt
+	for op, k := range map[Op]asmKernel{Sum: sumE5M2AVX2, Prod: prodE5M2AVX2, Min: minE5M2AVX2, Max: maxE5M2AVX2} {
+		t[Float8E5M2][op] = simdKernel(Float8E5M2, k, 8, 32, never, t[Float8E5M2][op])
+	}
 	set(Int8, Sum, 32, sum8AVX2)
 	set(Uint8, Sum, 32, sum8AVX2)
 	set(Int8, Prod, 32, prod8AVX2)
@@ -168,10 +174,10 @@ func avx2Set(streamFrom int, suffix string) *kernelSet {
 	s.setScaling(BFloat16, 32, 32, streamFrom, scaleBF16AVX2, axpyBF16AVX2)
 	// fp8 Axpy computes where the generic set has no table for the factor
 	// (12x faster than the Go loop) and looks up where it has one (1.5x
-	// faster than this kernel). The fp8 reductions and Scale stay generic:
-	// their tables are as fast as computing with AVX2. The kernel stores 8
-	// bytes at a time and never streams. See docs/PERFORMANCE.md.
-	const never = math.MaxInt
+	// faster than this kernel). E4M3's reductions and both formats' Scale
+	// stay generic: their tables are as fast as computing with AVX2 (E5M2's
+	// reductions above are faster, through binary16). See
+	// docs/PERFORMANCE.md.
 	for dt, k := range map[DType]asmScaling{Float8E4M3: axpyE4M3AVX2, Float8E5M2: axpyE5M2AVX2} {
 		c := axpyCaches[dt]
 		s.axpy[dt] = c.axpy(simdScaling(dt, k, 8, 32, never, c.loop))
@@ -534,3 +540,15 @@ func axpyE4M3AVX2(dst, a, b *byte, n int, stream bool, s float32)
 
 //go:noescape
 func axpyE5M2AVX2(dst, a, b *byte, n int, stream bool, s float32)
+
+//go:noescape
+func sumE5M2AVX2(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func prodE5M2AVX2(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func minE5M2AVX2(dst, a, b *byte, n int, stream bool)
+
+//go:noescape
+func maxE5M2AVX2(dst, a, b *byte, n int, stream bool)

@@ -565,18 +565,17 @@ ntdone: \
 
 // ---- fp8 (AVX-512) ----------------------------------------------------
 //
-// Each byte is widened into a 32-bit lane (VPMOVZXBD), reduced in float32
-// and narrowed back (VPMOVDB): 16 elements per vector. Widening is exact
-// without a table: the magnitude bits m = b&0x7f placed at the top of a
-// float32's fraction (m<<20 for E4M3, m<<21 for E5M2) and the exponent
-// bias difference added give a normal code's float32. A subnormal code
-// gets the smallest normal's exponent instead, and that normal is then
-// subtracted, exactly. (Multiplying m<<20, a float32 subnormal, by 2^120
-// is as exact, but a subnormal operand costs a microcode assist on Intel:
-// 3x slower than the table on random codes.) E4M3's NaN code and E5M2's
-// infinities and NaNs are blended in, then the sign.
+// 16 elements per vector, reduced in float32. An E4M3 byte is widened in a
+// 32-bit lane (VPMOVZXBD) without a table: the magnitude bits m = b&0x7f
+// placed at the top of a float32's fraction (m<<20) and the exponent bias
+// difference added give a normal code's float32. A subnormal code gets the
+// smallest normal's exponent instead, and that normal is then subtracted,
+// exactly. (Multiplying m<<20, a float32 subnormal, by 2^120 is as exact,
+// but a subnormal operand costs a microcode assist on Intel: 3x slower
+// than the table on random codes.) The NaN code is blended in, then the
+// sign. E5M2 widens through binary16 (WIDEN_E5M2H, below).
 //
-// Narrowing rounds to nearest even as narrowMagnitude does. A normal
+// Narrowing in 32-bit lanes (E4M3, and E5M2's Scale and Axpy) rounds to nearest even as narrowMagnitude does. A normal
 // result rounds with integer ops on the float32 bits, as bfloat16's do.
 // A result below the smallest normal is added to a float32 whose ulp is the
 // smallest fp8 subnormal (2^14 for E4M3, 2^7 for E5M2): that add is the
@@ -586,13 +585,13 @@ ntdone: \
 // Constants, in every 32-bit lane, loaded by FP8_CONST_E4M3 / _E5M2:
 //
 //	     E4M3        E5M2
-//	Z16  8           4           first normal code
+//	Z16  8           -           first normal code
 //	Z17  -           0x7e        NaN code without its low bit (E5M2)
 //	Z18  0x80        0x80        sign of a code
 //	Z19  1           1           rounding bit
-//	Z20  0x7f        0x7f        magnitude of a code
-//	Z22  0x7f        0x7c        first code widened specially (NaN; Inf/NaN)
-//	Z23  0x7fc00000  0x7f800000  its float32 (E4M3: the NaN; E5M2: OR-ed in)
+//	Z20  0x7f        -           magnitude of a code
+//	Z22  0x7f        -           the code widened specially (NaN)
+//	Z23  0x7fc00000  0x7f800000  E4M3: its float32; E5M2: the float32 exponent
 //	Z24  0x7fffffff  0x7fffffff  float32 magnitude
 //	Z25  2^14        2^7         subnormal rounding addend
 //	Z26  0x3c800000  0x38800000  float32 bits of the smallest fp8 normal
@@ -626,9 +625,6 @@ ntdone: \
 	FP8_BCAST(0x7e, Z17); \
 	FP8_BCAST(0x80, Z18); \
 	FP8_BCAST(1, Z19); \
-	FP8_BCAST(0x7f, Z20); \
-	FP8_BCAST(4, Z16); \
-	FP8_BCAST(0x7c, Z22); \
 	FP8_BCAST(0x7f800000, Z23); \
 	FP8_BCAST(0x7fffffff, Z24); \
 	FP8_BCAST(0x43000000, Z25); \
@@ -653,17 +649,12 @@ ntdone: \
 	VPSLLD $24, x, Z12; \
 	VPTERNLOGD $0xF4, Z24, Z12, f
 
-// WIDEN_E4M3 / _E5M2 turn the zero-extended codes in x into float32s in f.
+// WIDEN_E4M3 turns the zero-extended codes in x into float32s in f (E5M2
+// widens through binary16: WIDEN_E5M2H below).
 #define WIDEN_E4M3(x, f) \
 	FP8_FINITE(x, f, 20); \
 	VPCMPEQD Z22, Z12, K2; \
 	VMOVDQA32 Z23, K2, f; \
-	FP8_SIGN(x, f)
-
-#define WIDEN_E5M2(x, f) \
-	FP8_FINITE(x, f, 21); \
-	VPCMPUD $5, Z22, Z12, K2; \
-	VPORD Z23, Z13, K2, f; \
 	FP8_SIGN(x, f)
 
 // FP8_ROUND rounds the magnitudes of the float32s in r to codes in c,
@@ -699,39 +690,83 @@ ntdone: \
 	VPORD Z17, Z13, K3, c; \
 	FP8_SIGN_CODE(r, c)
 
-// FP8_OP reduces the widened codes in Z0 (a) and Z1 (b) into codes in Z5.
-#define FP8_OP(WIDEN, OP, NARROW) \
-	WIDEN(Z0, Z2); \
-	WIDEN(Z1, Z3); \
+// E5M2 is the top byte of a binary16, so with F16C its codes also widen
+// in two steps: shift each into the high byte of a 16-bit lane, then
+// VCVTPH2PS, which is exact (and quiets a signalling NaN, as the generic
+// E5M2ToF32 does). WIDEN_E5M2H takes the codes zero-extended into the words
+// of a Y register. NARROW_E5M2H rounds a reduction's float32 results with
+// VCVTPS2PH $0 (to nearest even) and then the binary16s to their high
+// byte, to nearest even with integer ops, leaving the codes in the words
+// of c. Rounding twice gives what one rounding gives here: the float32 is
+// the rounding to 24 bits of one sum, product, min or max of two numbers of
+// 3 significant bits, and rounding such a result first to p bits and then
+// to q gives the one rounding to q when p >= 2q+2 (24 >= 2*11+2, then
+// 11 >= 2*3+2); TestFP8KernelsRoundAsTheFloat32Op checks every pair. It is
+// not so for Scale and Axpy, whose factor has 24 bits (a float32 just above
+// an E5M2 midpoint can round to the midpoint as a binary16, and from there
+// to the even side), so they narrow with NARROW_E5M2.
+//
+// Constants in every 16-bit lane, loaded by E5M2H_CONST: Z28 1, Z29 0x7f,
+// Z30 0x7fff, Z31 0x7c00; Y12-Y14 are temporaries.
+#define E5M2H_CONST \
+	FP8_BCAST(0x00010001, Z28); \
+	FP8_BCAST(0x007f007f, Z29); \
+	FP8_BCAST(0x7fff7fff, Z30); \
+	FP8_BCAST(0x7c007c00, Z31)
+
+#define WIDEN_E5M2H(x, f) \
+	VPSLLW $8, x, x; \
+	VCVTPH2PS x, f
+
+// A NaN keeps its (quiet) binary16's high byte, as F32ToE5M2 keeps the
+// payload's top bits: rounding could carry it into the sign.
+#define NARROW_E5M2H(r, c) \
+	VCVTPS2PH $0, r, Y12; \
+	VPSRLW $8, Y12, Y13; \
+	VPANDD Y28, Y13, c; \
+	VPADDW Y29, c, c; \
+	VPADDW Y12, c, c; \
+	VPSRLW $8, c, c; \
+	VPANDD Y30, Y12, Y14; \
+	VPCMPUW $6, Y31, Y14, K2; \
+	VMOVDQU16 Y13, K2, c
+
+// FP8_OP reduces the widened codes in x (a) and y (b) into codes in r.
+#define FP8_OP(WIDEN, OP, NARROW, x, y, r) \
+	WIDEN(x, Z2); \
+	WIDEN(y, Z3); \
 	OP(Z3, Z2, Z4); \
-	NARROW(Z4, Z5)
+	NARROW(Z4, r)
 
-#define FP8_STEP(WIDEN, OP, NARROW, off) \
-	VPMOVZXBD off(SI)(BX*1), Z0; \
-	VPMOVZXBD off(DX)(BX*1), Z1; \
-	FP8_OP(WIDEN, OP, NARROW); \
-	VPMOVDB Z5, off(DI)(BX*1)
+#define FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, off) \
+	EXT off(SI)(BX*1), x; \
+	EXT off(DX)(BX*1), y; \
+	FP8_OP(WIDEN, OP, NARROW, x, y, r); \
+	PACK r, off(DI)(BX*1)
 
-#define FP8_NTSTEP(WIDEN, OP, NARROW, off) \
-	VPMOVZXBD off(SI)(BX*1), Z0; \
-	VPMOVZXBD off(DX)(BX*1), Z1; \
-	FP8_OP(WIDEN, OP, NARROW); \
-	VPMOVDB Z5, X5; \
+#define FP8_NTSTEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, off) \
+	EXT off(SI)(BX*1), x; \
+	EXT off(DX)(BX*1), y; \
+	FP8_OP(WIDEN, OP, NARROW, x, y, r); \
+	PACK r, X5; \
 	VMOVNTDQ X5, off(DI)(BX*1)
 
-// FP8x512: 16 bytes per vector, 4 per iteration, masked tail. Streamed
-// stores are 16 bytes wide; the caller aligns dst to 16 at least.
-#define FP8x512(CONST, WIDEN, OP, NARROW) \
+// FP8x512: 16 bytes per vector, 4 per iteration, masked tail. EXT loads
+// 16 codes zero-extended into x and y (VPMOVZXBD into Z0/Z1 for the 32-bit
+// lanes of WIDEN_E4M3 and WIDEN_E5M2, VPMOVZXBW into Y0/Y1 for the 16-bit
+// lanes of WIDEN_E5M2H); PACK stores the codes in r (Z5 or Y5) as bytes.
+// Streamed stores are 16 bytes wide; the caller aligns dst to 16 at least.
+#define FP8x512(CONST, EXT, PACK, x, y, r, WIDEN, OP, NARROW) \
 	LOAD_ARGS; \
 	CONST; \
 	JNZ nt; \
 	CMPQ CX, $64; \
 	JB one; \
 four: \
-	FP8_STEP(WIDEN, OP, NARROW, 0); \
-	FP8_STEP(WIDEN, OP, NARROW, 16); \
-	FP8_STEP(WIDEN, OP, NARROW, 32); \
-	FP8_STEP(WIDEN, OP, NARROW, 48); \
+	FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 0); \
+	FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 16); \
+	FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 32); \
+	FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 48); \
 	ADDQ $64, BX; \
 	LEAQ 64(BX), AX; \
 	CMPQ AX, CX; \
@@ -740,7 +775,7 @@ one: \
 	LEAQ 16(BX), AX; \
 	CMPQ AX, CX; \
 	JA tail; \
-	FP8_STEP(WIDEN, OP, NARROW, 0); \
+	FP8_STEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 0); \
 	MOVQ AX, BX; \
 	JMP one; \
 tail: \
@@ -749,10 +784,10 @@ tail: \
 	TAIL_MASK; \
 	VMOVDQU8.Z (SI)(BX*1), K1, X0; \
 	VMOVDQU8.Z (DX)(BX*1), K1, X1; \
-	VPMOVZXBD X0, Z0; \
-	VPMOVZXBD X1, Z1; \
-	FP8_OP(WIDEN, OP, NARROW); \
-	VPMOVDB Z5, K1, (DI)(BX*1); \
+	EXT X0, x; \
+	EXT X1, y; \
+	FP8_OP(WIDEN, OP, NARROW, x, y, r); \
+	PACK r, K1, (DI)(BX*1); \
 done: \
 	VZEROUPPER; \
 	RET; \
@@ -760,15 +795,23 @@ nt: \
 	LEAQ 64(BX), AX; \
 	CMPQ AX, CX; \
 	JA ntdone; \
-	FP8_NTSTEP(WIDEN, OP, NARROW, 0); \
-	FP8_NTSTEP(WIDEN, OP, NARROW, 16); \
-	FP8_NTSTEP(WIDEN, OP, NARROW, 32); \
-	FP8_NTSTEP(WIDEN, OP, NARROW, 48); \
+	FP8_NTSTEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 0); \
+	FP8_NTSTEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 16); \
+	FP8_NTSTEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 32); \
+	FP8_NTSTEP(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 48); \
 	MOVQ AX, BX; \
 	JMP nt; \
 ntdone: \
 	SFENCE; \
 	JMP one
+
+// The kernels' three forms: codes in 32-bit lanes (E4M3, and the E5M2
+// scaling kernels' narrowing), E5M2 widened through binary16 and narrowed
+// in 32-bit lanes (Scale, Axpy), and E5M2 through binary16 both ways
+// (the reductions).
+#define FP8D512(CONST, WIDEN, OP, NARROW) FP8x512(CONST, VPMOVZXBD, VPMOVDB, Z0, Z1, Z5, WIDEN, OP, NARROW)
+#define E5M2HD512(OP) FP8x512(FP8_CONST_E5M2, VPMOVZXBW, VPMOVDB, Y0, Y1, Z5, WIDEN_E5M2H, OP, NARROW_E5M2)
+#define E5M2H512(OP) FP8x512(E5M2H_CONST, VPMOVZXBW, VPMOVWB, Y0, Y1, Y5, WIDEN_E5M2H, OP, NARROW_E5M2H)
 
 // ---- fp8 (AVX2) -------------------------------------------------------
 //
@@ -806,7 +849,6 @@ CONST32(e4m3Bias, 0x3c000000)
 CONST32(e4m3Sub, 0x46800000)
 CONST32(e4m3MinNormal, 0x3c800000)
 CONST32(e4m3Max, 0x43e80000)
-CONST32(e5m2MaxFinite, 0x7b)
 CONST32(e5m2Exp, 0x7f800000)
 CONST32(e5m2Half, 0xfffff)
 CONST32(e5m2Bias, 0x38000000)
@@ -816,7 +858,10 @@ CONST32(e5m2Max, 0x476fffff)
 CONST32(e5m2InfCode, 0x7c)
 CONST32(e5m2NaNCode, 0x7e)
 CONST32(e4m3FirstNormal, 0x8)
-CONST32(e5m2FirstNormal, 0x4)
+CONST32(e5m2hOne, 0x00010001)
+CONST32(e5m2hHalf, 0x007f007f)
+CONST32(e5m2hAbs, 0x7fff7fff)
+CONST32(e5m2hInf, 0x7c007c00)
 
 // FP8_CONST256_E4M3 / _E5M2 load the most used constants: Y10 the
 // smallest normal's float32 bits, Y11 0x7f, Y12 the exponent bias
@@ -829,9 +874,7 @@ CONST32(e5m2FirstNormal, 0x4)
 
 #define FP8_CONST256_E5M2 \
 	VMOVDQU e5m2MinNormal<>(SB), Y10; \
-	VMOVDQU fp8Mag<>(SB), Y11; \
-	VMOVDQU e5m2Bias<>(SB), Y12; \
-	VMOVDQU e5m2FirstNormal<>(SB), Y13
+	VMOVDQU e5m2Bias<>(SB), Y12
 
 // FP8_FINITE256, FP8_SIGN256, FP8_ROUND256 and FP8_SIGN_CODE256 are the
 // AVX-512 macros' steps. FP8_FINITE256 leaves the magnitude bits in Y6 and
@@ -878,13 +921,6 @@ CONST32(e5m2FirstNormal, 0x4)
 	VBLENDVPS Y8, e4m3NaN<>(SB), f, f; \
 	FP8_SIGN256(x, f)
 
-#define WIDEN256_E5M2(x, f) \
-	FP8_FINITE256(x, f, 21); \
-	VPCMPGTD e5m2MaxFinite<>(SB), Y6, Y8; \
-	VPOR e5m2Exp<>(SB), Y7, Y7; \
-	VBLENDVPS Y8, Y7, f, f; \
-	FP8_SIGN256(x, f)
-
 #define NARROW256_E4M3(r, c) \
 	FP8_ROUND256(r, c, 20, e4m3Half<>(SB), e4m3Sub<>(SB), e4m3Max<>(SB), Y11); \
 	FP8_SIGN_CODE256(r, c)
@@ -896,20 +932,55 @@ CONST32(e5m2FirstNormal, 0x4)
 	VBLENDVPS Y8, Y7, c, c; \
 	FP8_SIGN_CODE256(r, c)
 
-#define FP8_STEP256(WIDEN, OP, NARROW, off) \
-	VPMOVZXBD off(SI)(BX*1), Y0; \
-	VPMOVZXBD off(DX)(BX*1), Y1; \
-	WIDEN(Y0, Y2); \
-	WIDEN(Y1, Y3); \
-	OP(Y3, Y2, Y4); \
-	NARROW(Y4, Y5); \
+// E5M2H_CONST256, WIDEN256_E5M2H and NARROW256_E5M2H are the AVX2 forms
+// of the binary16 path (E5M2H_CONST, WIDEN_E5M2H, NARROW_E5M2H): 8 codes in
+// the words of an X register, constants in Y10-Y13, temporaries Y6-Y8.
+#define E5M2H_CONST256 \
+	VMOVDQU e5m2hOne<>(SB), Y10; \
+	VMOVDQU e5m2hHalf<>(SB), Y11; \
+	VMOVDQU e5m2hAbs<>(SB), Y12; \
+	VMOVDQU e5m2hInf<>(SB), Y13
+
+#define WIDEN256_E5M2H(x, f) \
+	VPSLLW $8, x, x; \
+	VCVTPH2PS x, f
+
+#define NARROW256_E5M2H(r, c) \
+	VCVTPS2PH $0, r, X6; \
+	VPSRLW $8, X6, X7; \
+	VPAND X10, X7, c; \
+	VPADDW X11, c, c; \
+	VPADDW X6, c, c; \
+	VPSRLW $8, c, c; \
+	VPAND X12, X6, X8; \
+	VPCMPGTW X13, X8, X8; \
+	VPBLENDVB X8, X7, c, c
+
+// PACKD256 / PACKW256 store the 8 codes in the 32-bit lanes of Y5 / the
+// 16-bit lanes of X5 as 8 bytes.
+#define PACKD256(off) \
 	VEXTRACTI128 $1, Y5, X6; \
 	VPACKUSDW X6, X5, X5; \
 	VPACKUSWB X5, X5, X5; \
 	VMOVQ X5, off(DI)(BX*1)
 
+#define PACKW256(off) \
+	VPACKUSWB X5, X5, X5; \
+	VMOVQ X5, off(DI)(BX*1)
+
+// FP8_STEP256 as FP8_STEP: EXT loads 8 codes into x and y (VPMOVZXBD into
+// Y0/Y1 or VPMOVZXBW into X0/X1), and the result lands in Y5 or X5.
+#define FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, off) \
+	EXT off(SI)(BX*1), x; \
+	EXT off(DX)(BX*1), y; \
+	WIDEN(x, Y2); \
+	WIDEN(y, Y3); \
+	OP(Y3, Y2, Y4); \
+	NARROW(Y4, r); \
+	PACK(off)
+
 // FP8x256: 8 bytes per vector, 4 per iteration; n % 8 == 0.
-#define FP8x256(CONST, WIDEN, OP, NARROW) \
+#define FP8x256(CONST, EXT, PACK, x, y, r, WIDEN, OP, NARROW) \
 	CONST; \
 	MOVQ dst+0(FP), DI; \
 	MOVQ a+8(FP), SI; \
@@ -919,10 +990,10 @@ CONST32(e5m2FirstNormal, 0x4)
 	CMPQ CX, $32; \
 	JB one; \
 four: \
-	FP8_STEP256(WIDEN, OP, NARROW, 0); \
-	FP8_STEP256(WIDEN, OP, NARROW, 8); \
-	FP8_STEP256(WIDEN, OP, NARROW, 16); \
-	FP8_STEP256(WIDEN, OP, NARROW, 24); \
+	FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 0); \
+	FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 8); \
+	FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 16); \
+	FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 24); \
 	ADDQ $32, BX; \
 	LEAQ 32(BX), AX; \
 	CMPQ AX, CX; \
@@ -930,12 +1001,16 @@ four: \
 one: \
 	CMPQ BX, CX; \
 	JAE done; \
-	FP8_STEP256(WIDEN, OP, NARROW, 0); \
+	FP8_STEP256(EXT, PACK, x, y, r, WIDEN, OP, NARROW, 0); \
 	ADDQ $8, BX; \
 	JMP one; \
 done: \
 	VZEROUPPER; \
 	RET
+
+#define FP8D256(CONST, WIDEN, OP, NARROW) FP8x256(CONST, VPMOVZXBD, PACKD256, Y0, Y1, Y5, WIDEN, OP, NARROW)
+#define E5M2HD256(OP) FP8x256(FP8_CONST256_E5M2, VPMOVZXBW, PACKD256, X0, X1, Y5, WIDEN256_E5M2H, OP, NARROW256_E5M2)
+#define E5M2H256(OP) FP8x256(E5M2H_CONST256, VPMOVZXBW, PACKW256, X0, X1, X5, WIDEN256_E5M2H, OP, NARROW256_E5M2H)
 
 // ---- Scaling (Axpy and Scale of PreMulSum and Avg) ---------------------
 //
@@ -1026,21 +1101,21 @@ TEXT ·minBF16AVX512(SB), NOSPLIT, $0-33
 TEXT ·maxBF16AVX512(SB), NOSPLIT, $0-33
 	BF16x512(OP_MAXPS512)
 TEXT ·sumE4M3AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_ADDPS, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_ADDPS, NARROW_E4M3)
 TEXT ·prodE4M3AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MULPS, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MULPS, NARROW_E4M3)
 TEXT ·minE4M3AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MINPS512, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MINPS512, NARROW_E4M3)
 TEXT ·maxE4M3AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MAXPS512, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_MAXPS512, NARROW_E4M3)
 TEXT ·sumE5M2AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_ADDPS, NARROW_E5M2)
+	E5M2H512(OP_ADDPS)
 TEXT ·prodE5M2AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MULPS, NARROW_E5M2)
+	E5M2H512(OP_MULPS)
 TEXT ·minE5M2AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MINPS512, NARROW_E5M2)
+	E5M2H512(OP_MINPS512)
 TEXT ·maxE5M2AVX512(SB), NOSPLIT, $0-33
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_MAXPS512, NARROW_E5M2)
+	E5M2H512(OP_MAXPS512)
 
 // AVX2 (+F16C for float16).
 TEXT ·sumF32AVX2(SB), NOSPLIT, $0-33
@@ -1102,6 +1177,14 @@ TEXT ·minBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MINPS256)
 TEXT ·maxBF16AVX2(SB), NOSPLIT, $0-33
 	BF16x256(OP_MAXPS256)
+TEXT ·sumE5M2AVX2(SB), NOSPLIT, $0-33
+	E5M2H256(OP_ADDPS)
+TEXT ·prodE5M2AVX2(SB), NOSPLIT, $0-33
+	E5M2H256(OP_MULPS)
+TEXT ·minE5M2AVX2(SB), NOSPLIT, $0-33
+	E5M2H256(OP_MINPS256)
+TEXT ·maxE5M2AVX2(SB), NOSPLIT, $0-33
+	E5M2H256(OP_MAXPS256)
 
 // Scaling kernels: func k(dst, a, b *byte, n int, stream bool, s float32).
 TEXT ·axpyF32AVX512(SB), NOSPLIT, $0-40
@@ -1124,16 +1207,16 @@ TEXT ·scaleBF16AVX512(SB), NOSPLIT, $0-40
 	BF16x512(OP_SCALEPS512)
 TEXT ·axpyE4M3AVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Z27
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_AXPYPS512, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_AXPYPS512, NARROW_E4M3)
 TEXT ·scaleE4M3AVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Z27
-	FP8x512(FP8_CONST_E4M3, WIDEN_E4M3, OP_SCALEPS512, NARROW_E4M3)
+	FP8D512(FP8_CONST_E4M3, WIDEN_E4M3, OP_SCALEPS512, NARROW_E4M3)
 TEXT ·axpyE5M2AVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Z27
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_AXPYPS512, NARROW_E5M2)
+	E5M2HD512(OP_AXPYPS512)
 TEXT ·scaleE5M2AVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Z27
-	FP8x512(FP8_CONST_E5M2, WIDEN_E5M2, OP_SCALEPS512, NARROW_E5M2)
+	E5M2HD512(OP_SCALEPS512)
 TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Y15
 	PLAIN256(OP_AXPYPS256)
@@ -1154,10 +1237,10 @@ TEXT ·scaleBF16AVX2(SB), NOSPLIT, $0-40
 	BF16x256(OP_SCALEPS256)
 TEXT ·axpyE4M3AVX2(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Y15
-	FP8x256(FP8_CONST256_E4M3, WIDEN256_E4M3, OP_AXPYPS256, NARROW256_E4M3)
+	FP8D256(FP8_CONST256_E4M3, WIDEN256_E4M3, OP_AXPYPS256, NARROW256_E4M3)
 TEXT ·axpyE5M2AVX2(SB), NOSPLIT, $0-40
 	VBROADCASTSS s+36(FP), Y15
-	FP8x256(FP8_CONST256_E5M2, WIDEN256_E5M2, OP_AXPYPS256, NARROW256_E5M2)
+	E5M2HD256(OP_AXPYPS256)
 
 // func cpuidECX(leaf, subleaf uint32) uint32
 TEXT ·cpuidECX(SB), NOSPLIT, $0-12
