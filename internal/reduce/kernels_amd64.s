@@ -706,30 +706,35 @@ ntdone: \
 // an E5M2 midpoint can round to the midpoint as a binary16, and from there
 // to the even side), so they narrow with NARROW_E5M2.
 //
-// Constants in every 16-bit lane, loaded by E5M2H_CONST: Z28 1, Z29 0x7f,
-// Z30 0x7fff, Z31 0x7c00; Y12-Y14 are temporaries.
+// Constants in every 16-bit lane, loaded by E5M2H_CONST: Y8 1, Y9 0x7f,
+// Y10 0x7fff, Y11 0x7c00 (below Y16: the narrowing is AVX2 code, shared
+// with the AVX2 kernels); Y12-Y14 are temporaries.
 #define E5M2H_CONST \
-	FP8_BCAST(0x00010001, Z28); \
-	FP8_BCAST(0x007f007f, Z29); \
-	FP8_BCAST(0x7fff7fff, Z30); \
-	FP8_BCAST(0x7c007c00, Z31)
+	FP8_BCAST(0x00010001, Z8); \
+	FP8_BCAST(0x007f007f, Z9); \
+	FP8_BCAST(0x7fff7fff, Z10); \
+	FP8_BCAST(0x7c007c00, Z11)
 
 #define WIDEN_E5M2H(x, f) \
 	VPSLLW $8, x, x; \
 	VCVTPH2PS x, f
 
-// A NaN keeps its (quiet) binary16's high byte, as F32ToE5M2 keeps the
-// payload's top bits: rounding could carry it into the sign.
-#define NARROW_E5M2H(r, c) \
-	VCVTPS2PH $0, r, Y12; \
-	VPSRLW $8, Y12, Y13; \
-	VPANDD Y28, Y13, c; \
-	VPADDW Y29, c, c; \
-	VPADDW Y12, c, c; \
+// E5M2H_ROUND is the narrowing in registers of either width: h, t and m
+// are temporaries, the rest the constants. A NaN keeps its (quiet)
+// binary16's high byte, as F32ToE5M2 keeps the payload's top bits:
+// rounding could carry it into the sign.
+#define E5M2H_ROUND(r, c, h, t, m, one, half, abs, inf) \
+	VCVTPS2PH $0, r, h; \
+	VPSRLW $8, h, t; \
+	VPAND one, t, c; \
+	VPADDW half, c, c; \
+	VPADDW h, c, c; \
 	VPSRLW $8, c, c; \
-	VPANDD Y30, Y12, Y14; \
-	VPCMPUW $6, Y31, Y14, K2; \
-	VMOVDQU16 Y13, K2, c
+	VPAND abs, h, m; \
+	VPCMPGTW inf, m, m; \
+	VPBLENDVB m, t, c, c
+
+#define NARROW_E5M2H(r, c) E5M2H_ROUND(r, c, Y12, Y13, Y14, Y8, Y9, Y10, Y11)
 
 // FP8_OP reduces the widened codes in x (a) and y (b) into codes in r.
 #define FP8_OP(WIDEN, OP, NARROW, x, y, r) \
@@ -945,16 +950,7 @@ CONST32(e5m2hInf, 0x7c007c00)
 	VPSLLW $8, x, x; \
 	VCVTPH2PS x, f
 
-#define NARROW256_E5M2H(r, c) \
-	VCVTPS2PH $0, r, X6; \
-	VPSRLW $8, X6, X7; \
-	VPAND X10, X7, c; \
-	VPADDW X11, c, c; \
-	VPADDW X6, c, c; \
-	VPSRLW $8, c, c; \
-	VPAND X12, X6, X8; \
-	VPCMPGTW X13, X8, X8; \
-	VPBLENDVB X8, X7, c, c
+#define NARROW256_E5M2H(r, c) E5M2H_ROUND(r, c, X6, X7, X8, X10, X11, X12, X13)
 
 // PACKD256 / PACKW256 store the 8 codes in the 32-bit lanes of Y5 / the
 // 16-bit lanes of X5 as 8 bytes.
