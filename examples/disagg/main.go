@@ -167,8 +167,14 @@ func Decode(c Config, out *os.File) error {
 // offload writes every KV block to a file, clears the blocks, reads them
 // back and checks them.
 func offload(ctx context.Context, a *p2p.Agent, kv *p2p.Region, c Config, out *os.File) error {
-	path := filepath.Join(c.Dir, fmt.Sprintf("disagg-kv-%d.bin", os.Getpid()))
-	defer os.Remove(path)
+	// A directory of our own (mode 0700): a fixed name in a shared
+	// directory such as /tmp could be another user's file or symlink.
+	dir, err := os.MkdirTemp(c.Dir, "disagg-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "kv.bin")
 	size := uint64(c.Layers * c.Blocks * c.BlockSize)
 	f, err := a.RegisterFile(path, p2p.FileOptions{Length: int64(size), Create: true, Direct: c.Direct})
 	if err != nil {

@@ -21,8 +21,9 @@ func dir() string {
 
 // Build compiles the fake driver with the host build of gccl's kernels
 // and returns the library's path, or skips t when gcc is absent. Libraries
-// are cached in the temporary directory by the hash of their sources, so
-// the processes of a multi-process test and repeated tests share one build.
+// are cached by the hash of their sources in the user's cache directory
+// (cacheDir), so repeated tests share one build; the processes of a
+// multi-process test share it through GCCL_CUDA_LIBRARY.
 func Build(t testing.TB, flags ...string) string {
 	t.Helper()
 	kern := filepath.Join(filepath.Dir(dir()), "kernels")
@@ -60,11 +61,12 @@ func build(t testing.TB, name, src string, deps, flags []string) string {
 	for _, a := range args {
 		h.Write([]byte(a + "\x00"))
 	}
-	lib := filepath.Join(os.TempDir(), "gccl-"+name+"-"+hex.EncodeToString(h.Sum(nil))[:16]+".so")
+	dir := cacheDir(t)
+	lib := filepath.Join(dir, name+"-"+hex.EncodeToString(h.Sum(nil))[:16]+".so")
 	if _, err := os.Stat(lib); err == nil {
 		return lib
 	}
-	tmp, err := os.CreateTemp(os.TempDir(), "gccl-"+name+"-*.so")
+	tmp, err := os.CreateTemp(dir, name+"-*.so")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +79,24 @@ func build(t testing.TB, name, src string, deps, flags []string) string {
 		t.Fatal(err)
 	}
 	return lib
+}
+
+// cacheDir is the directory of built libraries: gccl-test in the user's
+// cache directory, made private to the user. Never a fixed name in the
+// shared temporary directory: another user could have put a library there
+// for the tests to load (or made it unreadable, failing them). Without a
+// cache directory (no $HOME), each test builds into its own temporary one.
+func cacheDir(t testing.TB) string {
+	t.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, "gccl-test")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatalf("the fake libraries' cache: %v", err)
+	}
+	return dir
 }
 
 // FakeCuFile builds the fake cuFile library (internal/cufile/testdata/
