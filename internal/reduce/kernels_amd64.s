@@ -701,7 +701,9 @@ ntdone: \
 // the rounding to 24 bits of one sum, product, min or max of two numbers of
 // 3 significant bits, and rounding such a result first to p bits and then
 // to q gives the one rounding to q when p >= 2q+2 (24 >= 2*11+2, then
-// 11 >= 2*3+2); TestFP8KernelsRoundAsTheFloat32Op checks every pair. It is
+// 11 >= 2*3+2). That argument is for normal numbers; with the subnormal
+// ranges and overflow included, TestFP8KernelsRoundAsTheFloat32Op checks
+// every pair of codes. It is
 // not so for Scale and Axpy, whose factor has 24 bits (a float32 just above
 // an E5M2 midpoint can round to the midpoint as a binary16, and from there
 // to the even side), so they narrow with NARROW_E5M2.
