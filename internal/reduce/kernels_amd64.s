@@ -589,9 +589,8 @@ ntdone: \
 //	Z17  -           0x7e        NaN code without its low bit (E5M2)
 //	Z18  0x80        0x80        sign of a code
 //	Z19  1           1           rounding bit
-//	Z20  0x7f        -           magnitude of a code
-//	Z22  0x7f        -           the code widened specially (NaN)
-//	Z23  0x7fc00000  0x7f800000  E4M3: its float32; E5M2: the float32 exponent
+//	Z20  0x7f        -           magnitude of a code, and the NaN's
+//	Z23  0x7fc00000  0x7f800000  E4M3: the NaN's float32; E5M2: float32 exponent
 //	Z24  0x7fffffff  0x7fffffff  float32 magnitude
 //	Z25  2^14        2^7         subnormal rounding addend
 //	Z26  0x3c800000  0x38800000  float32 bits of the smallest fp8 normal
@@ -611,7 +610,6 @@ ntdone: \
 	FP8_BCAST(1, Z19); \
 	FP8_BCAST(0x7f, Z20); \
 	FP8_BCAST(8, Z16); \
-	FP8_BCAST(0x7f, Z22); \
 	FP8_BCAST(0x7fc00000, Z23); \
 	FP8_BCAST(0x7fffffff, Z24); \
 	FP8_BCAST(0x46800000, Z25); \
@@ -634,28 +632,22 @@ ntdone: \
 	FP8_BCAST(0x476fffff, Z30); \
 	FP8_BCAST(0x7c, Z31)
 
-// FP8_FINITE widens the magnitudes of the codes in x, given their
-// fraction's shift, leaving the magnitude bits in Z12 and the shifted ones
-// in Z13; FP8_SIGN ORs the sign of the codes in x into f.
-#define FP8_FINITE(x, f, shift) \
+// WIDEN_E4M3 turns the zero-extended codes in x into float32s in f: the
+// magnitude bits (Z12) shifted into place (Z13) and rebiased, subnormal
+// codes through the smallest normal, then the NaN code (its magnitude is
+// 0x7f, Z20's value), then the sign. E5M2 widens through binary16
+// (WIDEN_E5M2H below).
+#define WIDEN_E4M3(x, f) \
 	VPANDD Z20, x, Z12; \
-	VPSLLD $shift, Z12, Z13; \
+	VPSLLD $20, Z12, Z13; \
 	VPADDD Z29, Z13, f; \
 	VPCMPUD $1, Z16, Z12, K3; \
 	VPADDD Z26, Z13, K3, f; \
-	VSUBPS Z26, f, K3, f
-
-#define FP8_SIGN(x, f) \
+	VSUBPS Z26, f, K3, f; \
+	VPCMPEQD Z20, Z12, K2; \
+	VMOVDQA32 Z23, K2, f; \
 	VPSLLD $24, x, Z12; \
 	VPTERNLOGD $0xF4, Z24, Z12, f
-
-// WIDEN_E4M3 turns the zero-extended codes in x into float32s in f (E5M2
-// widens through binary16: WIDEN_E5M2H below).
-#define WIDEN_E4M3(x, f) \
-	FP8_FINITE(x, f, 20); \
-	VPCMPEQD Z22, Z12, K2; \
-	VMOVDQA32 Z23, K2, f; \
-	FP8_SIGN(x, f)
 
 // FP8_ROUND rounds the magnitudes of the float32s in r to codes in c,
 // given the fraction's shift, overflow included, leaving the float32
@@ -760,7 +752,7 @@ ntdone: \
 
 // FP8x512: 16 bytes per vector, 4 per iteration, masked tail. EXT loads
 // 16 codes zero-extended into x and y (VPMOVZXBD into Z0/Z1 for the 32-bit
-// lanes of WIDEN_E4M3 and WIDEN_E5M2, VPMOVZXBW into Y0/Y1 for the 16-bit
+// lanes of WIDEN_E4M3, VPMOVZXBW into Y0/Y1 for the 16-bit
 // lanes of WIDEN_E5M2H); PACK stores the codes in r (Z5 or Y5) as bytes.
 // Streamed stores are 16 bytes wide; the caller aligns dst to 16 at least.
 #define FP8x512(CONST, EXT, PACK, x, y, r, WIDEN, OP, NARROW) \
@@ -871,8 +863,8 @@ CONST32(e5m2hAbs, 0x7fff7fff)
 CONST32(e5m2hInf, 0x7c007c00)
 
 // FP8_CONST256_E4M3 / _E5M2 load the most used constants: Y10 the
-// smallest normal's float32 bits, Y11 0x7f, Y12 the exponent bias
-// difference, Y13 the first normal code.
+// smallest normal's float32 bits, Y12 the exponent bias difference, and
+// for E4M3's widening Y11 0x7f and Y13 the first normal code.
 #define FP8_CONST256_E4M3 \
 	VMOVDQU e4m3MinNormal<>(SB), Y10; \
 	VMOVDQU fp8Mag<>(SB), Y11; \
@@ -883,25 +875,10 @@ CONST32(e5m2hInf, 0x7c007c00)
 	VMOVDQU e5m2MinNormal<>(SB), Y10; \
 	VMOVDQU e5m2Bias<>(SB), Y12
 
-// FP8_FINITE256, FP8_SIGN256, FP8_ROUND256 and FP8_SIGN_CODE256 are the
-// AVX-512 macros' steps. FP8_FINITE256 leaves the magnitude bits in Y6 and
-// the shifted ones in Y7; FP8_ROUND256 leaves the float32 magnitudes in Y6
-// and the rounding bit in Y7. half, sub and max are the format's constants
-// in memory, over its overflow code.
-#define FP8_FINITE256(x, f, shift) \
-	VPAND Y11, x, Y6; \
-	VPSLLD $shift, Y6, Y7; \
-	VPADDD Y12, Y7, f; \
-	VPADDD Y10, Y7, Y9; \
-	VSUBPS Y10, Y9, Y9; \
-	VPCMPGTD Y6, Y13, Y8; \
-	VBLENDVPS Y8, Y9, f, f
-
-#define FP8_SIGN256(x, f) \
-	VPSLLD $24, x, Y6; \
-	VPAND fp8Sign<>(SB), Y6, Y6; \
-	VPOR Y6, f, f
-
+// WIDEN256_E4M3, FP8_ROUND256 and FP8_SIGN_CODE256 are the AVX-512
+// macros' steps. FP8_ROUND256 leaves the float32 magnitudes in Y6 and the
+// rounding bit in Y7. half, sub and max are the format's constants in
+// memory, over its overflow code.
 #define FP8_ROUND256(r, c, shift, half, sub, max, over) \
 	VPAND fp8Abs<>(SB), r, Y6; \
 	VPSRLD $shift, Y6, Y7; \
@@ -923,10 +900,18 @@ CONST32(e5m2hInf, 0x7c007c00)
 	VPOR Y9, c, c
 
 #define WIDEN256_E4M3(x, f) \
-	FP8_FINITE256(x, f, 20); \
+	VPAND Y11, x, Y6; \
+	VPSLLD $20, Y6, Y7; \
+	VPADDD Y12, Y7, f; \
+	VPADDD Y10, Y7, Y9; \
+	VSUBPS Y10, Y9, Y9; \
+	VPCMPGTD Y6, Y13, Y8; \
+	VBLENDVPS Y8, Y9, f, f; \
 	VPCMPEQD Y11, Y6, Y8; \
 	VBLENDVPS Y8, e4m3NaN<>(SB), f, f; \
-	FP8_SIGN256(x, f)
+	VPSLLD $24, x, Y6; \
+	VPAND fp8Sign<>(SB), Y6, Y6; \
+	VPOR Y6, f, f
 
 #define NARROW256_E4M3(r, c) \
 	FP8_ROUND256(r, c, 20, e4m3Half<>(SB), e4m3Sub<>(SB), e4m3Max<>(SB), Y11); \
