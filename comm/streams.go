@@ -9,53 +9,68 @@ import "slices"
 // call that will not complete.
 
 // holdStreams holds the streams of cl's StreamBuffers. Host calls and
-// calls on other device buffers hold nothing and allocate nothing.
+// calls on other device buffers hold nothing and allocate nothing, and
+// neither does a call refused: holding a stream and then releasing it
+// would not be harmless, since a stream held makes whatever synchronizes
+// the device (another rank's cudaFree) wait until it is released.
 func (c *Comm) holdStreams(cl *call) error {
 	if !cl.hasDevice() {
 		return nil
 	}
 	var bound, unbound int
-	var heldSpace [2]uintptr
-	held := heldSpace[:0] // the streams held, by StreamBuffer.Stream
-	hold := func(db DeviceBuffer) error {
-		if db == nil {
-			return nil
-		}
-		sb, ok := db.(StreamBuffer)
-		if !ok {
+	for db := range cl.deviceBuffers {
+		if _, ok := db.(StreamBuffer); ok {
+			bound++
+		} else {
 			unbound++
-			return nil
 		}
-		bound++
-		if slices.Contains(held, sb.Stream()) {
-			return nil
-		}
-		h, err := sb.HoldStream()
-		if err != nil {
-			return err
-		}
-		cl.holds.add(h)
-		held = append(held, sb.Stream())
+	}
+	if bound == 0 {
 		return nil
 	}
 	var err error
-	if cl.isGroup {
-		for i := range cl.group {
-			if err = hold(cl.group[i].v.dev); err != nil {
-				break
-			}
-		}
-	} else if err = hold(cl.in.dev); err == nil {
-		err = hold(cl.out.dev)
-	}
-	if err == nil && bound > 0 && unbound > 0 {
+	if unbound > 0 {
 		err = invalid("the call's device buffers are bound to streams but %d of them is not (bind them all, or none)", unbound)
+	}
+	var heldSpace [2]uintptr
+	held := heldSpace[:0] // the streams held, by StreamBuffer.Stream
+	for db := range cl.deviceBuffers {
+		if err != nil {
+			break
+		}
+		sb := db.(StreamBuffer)
+		if slices.Contains(held, sb.Stream()) {
+			continue
+		}
+		var h StreamHold
+		if h, err = sb.HoldStream(); err == nil {
+			cl.holds.add(h)
+			held = append(held, sb.Stream())
+		}
 	}
 	if err != nil {
 		cl.releaseStreams()
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
 	}
 	return nil
+}
+
+// deviceBuffers yields the device buffers of cl.
+func (cl *call) deviceBuffers(yield func(DeviceBuffer) bool) {
+	if cl.isGroup {
+		for i := range cl.group {
+			if db := cl.group[i].v.dev; db != nil && !yield(db) {
+				return
+			}
+		}
+		return
+	}
+	if cl.in.dev != nil && !yield(cl.in.dev) {
+		return
+	}
+	if cl.out.dev != nil {
+		yield(cl.out.dev)
+	}
 }
 
 // streamsReady waits for the work queued on cl's held streams before it.

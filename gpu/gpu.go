@@ -53,7 +53,12 @@ type Device struct {
 	closed  atomic.Bool
 }
 
-// Open loads the driver and retains device ordinal's primary context.
+// Open loads the driver and retains device ordinal's primary context. The
+// process's first Open of a device (or the first after every Device of it
+// was closed) also loads gccl's kernels there, which the driver compiles
+// for the device (cached on disk; about 7 s on an H100 without the cache,
+// see docs/HARDWARE.md) and which waits for the work queued on the
+// device, as loading CUDA modules does.
 func Open(ordinal int) (*Device, error) {
 	drv, err := cuda.Load()
 	if err != nil {
@@ -214,11 +219,19 @@ func (b *Buffer) checkHost(call string, h []byte) error {
 }
 
 // Free releases memory from Alloc; for wrapped memory it does nothing.
+// While a call of this process holds a stream of the device (buffers
+// bound to streams), the memory is freed once no call does: freeing
+// synchronizes the device, which waits for the held stream, and the
+// driver stops the process's other calls on the device meanwhile, the
+// call's own included. (Freeing with cudaFree, or another framework's
+// allocator, during such a call can hang so, as with NCCL.)
 func (b *Buffer) Free() error {
 	if !b.owned || b.ptr == 0 {
 		return nil
 	}
-	err := b.dev.ctx.Free(b.ptr)
+	// Through the engine, which defers the free while a call of this
+	// process holds a stream of the device.
+	err := b.dev.eng.Free(b.ptr)
 	b.ptr = 0
 	return err
 }

@@ -219,6 +219,14 @@ func testCallsOrderedOnStreams(t *testing.T, streamDelay, engineDelay string) {
 // (a call on unbound buffers waits for the whole device).
 func TestStreamCallDoesNotWaitForOtherStreams(t *testing.T) {
 	fakeDriver(t)
+	// The device's first Open loads gccl's kernels, which waits for the
+	// device's work, the other stream's included: opened before that stream
+	// waits, and open throughout, it spares the ranks' Opens the loading.
+	keep, err := gpu.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
 	cctx := devtest.Context(t)
 	other, err := cctx.NewStream()
 	if err != nil {

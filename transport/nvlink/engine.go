@@ -43,8 +43,8 @@ type imported struct {
 }
 
 // Engine is one device's engine: a stream for its work, the kernels
-// (a module per element type, loaded at its first reduction), and the
-// peers' allocations mapped here.
+// (a module per element type, loaded with the context's first engine and
+// shared with the others on it), and the peers' allocations mapped here.
 // Its methods are safe for concurrent use; ranks sharing a device share its
 // stream.
 type Engine struct {
@@ -58,8 +58,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	stream  cuda.Stream
-	mods    map[reduce.DType]module // the kernels of each type, loaded at its first reduction
-	funcs   map[kernelKey]cuda.Function
+	funcs   map[kernelKey]cuda.Function // the context's kernels (ctxKernels) this engine has used
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
 	// closing are mappings dropped from imports while a call held a
@@ -73,7 +72,7 @@ type Engine struct {
 	closed bool
 
 	holds  holdState // callers' streams held by calls (hold.go)
-	shared *ctxHolds // the holds of every engine on ctx (hold.go)
+	shared *ctxState // what the engines on ctx share: holds, kernels (hold.go)
 }
 
 var _ comm.DeviceEngine = (*Engine)(nil)
@@ -82,7 +81,7 @@ var _ comm.DeviceEngine = (*Engine)(nil)
 // ctx, on driver d.
 func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
-		args: new(kernels.ReduceArgs), mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{},
+		args: new(kernels.ReduceArgs), funcs: map[kernelKey]cuda.Function{},
 		imports: map[cuda.IPCHandle]imported{}}
 	var err error
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
@@ -98,6 +97,10 @@ func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*E
 		return nil, err
 	}
 	joinContext(e)
+	if err := e.loadKernels(); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -322,38 +325,88 @@ type module struct {
 	arch string // the PTX's architecture, "sm_90"
 }
 
-// function returns the kernel for dt and op, loading dt's module first.
-// (The driver JIT-compiles a module as it loads it: a twelfth of the
-// kernels takes a twelfth of the time.)
+// loadKernels loads every reduction kernel on e's context, unless an
+// engine on it did: each type's module concurrently (the driver
+// JIT-compiles a module as it loads it, on the calling thread), then each
+// kernel, which is when the driver loads it (lazy loading, the default
+// since CUDA 12.2). Loading synchronizes the context, so it is done once,
+// when the first engine opens, as NCCL does when a communicator is made:
+// loading at a call's first reduction would wait for the streams calls
+// hold, and so for those calls, which may need this one.
+func (e *Engine) loadKernels() error {
+	k := &e.shared.kernels
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.mods) > 0 {
+		return nil
+	}
+	var mods [maxDType + 1]module
+	var errs [maxDType + 1]error
+	var wg sync.WaitGroup
+	for dt := reduce.Int8; dt <= maxDType; dt++ {
+		wg.Go(func() {
+			arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor, dt)
+			if err == nil {
+				mods[dt].arch = arch
+				if mods[dt].mod, err = e.ctx.LoadModule(ptx); err != nil {
+					err = fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
+				}
+			}
+			errs[dt] = err
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs[:]...)
+	for dt := reduce.Int8; dt <= maxDType && err == nil; dt++ {
+		for op := kernels.OpSum; op <= kernels.OpSumDiv && err == nil; op++ {
+			var name string
+			if name, err = kernels.ReduceEntry(dt, op); err == nil {
+				if k.funcs[kernelKey{dt, op}], err = e.ctx.Function(mods[dt].mod, name); err != nil {
+					err = fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, mods[dt].arch, err)
+				}
+			}
+		}
+	}
+	for dt := reduce.Int8; dt <= maxDType; dt++ {
+		if mods[dt].mod == 0 {
+			continue
+		}
+		if err != nil {
+			e.ctx.UnloadModule(mods[dt].mod)
+		} else {
+			k.mods[dt] = mods[dt]
+		}
+	}
+	if err != nil {
+		clear(k.funcs)
+	}
+	return err
+}
+
+// maxDType is the last type the kernels reduce.
+const maxDType = reduce.Float8E5M2
+
+// function returns the kernel for dt and op, from the context's kernels
+// (loadKernels).
 func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error) {
-	if f, ok := e.funcs[kernelKey{dt, op}]; ok {
+	key := kernelKey{dt, op}
+	if f, ok := e.funcs[key]; ok {
 		return f, nil
 	}
-	name, err := kernels.ReduceEntry(dt, op)
-	if err != nil {
+	if _, err := kernels.ReduceEntry(dt, op); err != nil {
 		return 0, err
 	}
 	if e.closed {
 		return 0, errClosed
 	}
-	m, ok := e.mods[dt]
+	k := &e.shared.kernels
+	k.mu.Lock()
+	f, ok := k.funcs[key]
+	k.mu.Unlock()
 	if !ok {
-		arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor, dt)
-		if err != nil {
-			return 0, err
-		}
-		mod, err := e.ctx.LoadModule(ptx)
-		if err != nil {
-			return 0, fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
-		}
-		m = module{mod, arch}
-		e.mods[dt] = m
+		return 0, fmt.Errorf("nvlink: no %v %v kernel loaded", dt, op)
 	}
-	f, err := e.ctx.Function(m.mod, name)
-	if err != nil {
-		return 0, fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, m.arch, err)
-	}
-	e.funcs[kernelKey{dt, op}] = f
+	e.funcs[key] = f
 	return f, nil
 }
 
@@ -395,21 +448,34 @@ func (e *Engine) Close() error {
 	held, err := e.holds.closeLocked(e)
 	e.holds.mu.Unlock()
 	e.shared.done(held)
-	leaveContext(e)
+	last := leaveContext(e)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closeImportsLocked()
-	for dt, m := range e.mods {
-		if uerr := e.ctx.UnloadModule(m.mod); err == nil {
-			err = uerr
+	clear(e.funcs)
+	if last { // the context's kernels and deferred frees are no engine's now
+		e.shared.freeDeferred()
+		k := &e.shared.kernels
+		k.mu.Lock()
+		for dt, m := range k.mods {
+			if uerr := e.ctx.UnloadModule(m.mod); err == nil {
+				err = uerr
+			}
+			delete(k.mods, dt)
 		}
-		delete(e.mods, dt)
+		clear(k.funcs)
+		k.mu.Unlock()
 	}
 	if serr := e.ctx.DestroyStream(e.stream); err == nil {
 		err = serr
 	}
 	return err
 }
+
+// Free frees device memory allocated on the engine's context; while a
+// call of this process holds a stream of the context, it is freed once no
+// call does (ctxState.syncMu).
+func (e *Engine) Free(p cuda.DevicePtr) error { return e.shared.free(p) }
 
 // CopyToHost copies len(dst) bytes from device address src on the engine's
 // stream and waits for it. Unlike the legacy default stream, which

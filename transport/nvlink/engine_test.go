@@ -77,6 +77,36 @@ func TestExportImport(t *testing.T) {
 	}
 }
 
+// The context's first engine loads every kernel (on a GPU the driver
+// compiles them, unless its cache has them: the log says how long that
+// took); the next engine on the context finds them loaded.
+func TestFirstEngineLoadsTheKernels(t *testing.T) {
+	cudatest.Driver(t)
+	d, ctxs := devtest.Retain(t, 1)
+	bus, _ := d.PCIBusID(0)
+	start := time.Now()
+	e1, err := nvlink.NewEngine(d, ctxs[0], 0, bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e1.Close()
+	first := time.Since(start)
+	start = time.Now()
+	e2, err := nvlink.NewEngine(d, ctxs[0], 0, bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := time.Since(start)
+	t.Logf("the first engine on the context, which loads every type's kernels, opened in %v; the second in %v", first.Round(time.Millisecond), second.Round(time.Microsecond))
+	if n := nvlink.LoadedModules(e2); n != len(comm.DataTypes) {
+		t.Errorf("%d modules loaded on the context, want one per type (%d)", n, len(comm.DataTypes))
+	}
+	e2.Close()
+	if n := nvlink.LoadedModules(e1); n != len(comm.DataTypes) {
+		t.Errorf("after the second engine closed, %d modules loaded, want %d: the first still uses them", n, len(comm.DataTypes))
+	}
+}
+
 // Every (type, op) kernel the engine maps comm's operations to loads from
 // the embedded PTX and launches, and reduces 3 inputs into 2 outputs right:
 // float64 data of small integers, exact in every op.
@@ -106,16 +136,12 @@ func TestReduceEveryKernel(t *testing.T) {
 			ins[j] = uintptr(p)
 		}
 		outs := []uintptr{uintptr(alloc(t, ctx, count*esz)), uintptr(alloc(t, ctx, count*esz))}
-		for k, op := range ops {
-			start := time.Now()
+		for _, op := range ops {
 			if err := e.Reduce(&comm.DeviceReduce{DataType: dt, Op: op, Ranks: nin, Count: count, In: ins, Out: outs}); err != nil {
 				t.Fatalf("%v %v: %v", dt, op, err)
 			}
 			if err := e.Wait(); err != nil {
 				t.Fatal(err)
-			}
-			if k == 0 { // on a GPU: the driver's JIT compilation, unless its cache had the module
-				t.Logf("%v: the first reduction, which loads the type's module, took %v", dt, time.Since(start).Round(time.Millisecond))
 			}
 			for _, o := range outs {
 				host := make([]byte, count*esz)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/reduce"
 )
 
 // Stream holds order a collective on a caller's CUDA stream, as NCCL's
@@ -33,24 +34,44 @@ type holdState struct {
 	free     []int
 	retiring []*Hold // released, the stream perhaps not yet past the wait
 	events   []cuda.Event
-	active   int32 // this engine's holds not yet released, counted in ctxHolds
+	active   int32 // this engine's holds not yet released, counted in ctxState
 }
 
-// ctxHolds counts the holds not yet released on one CUDA context by every
-// engine of the process: ranks of one process on one GPU have an engine
-// each on its one primary context, and what synchronizes the device
-// (closing a mapping, cuCtxSynchronize) waits for a stream any of them
-// holds, which waits for a call that may need the synchronizing rank.
-type ctxHolds struct {
-	active  atomic.Int32
-	mu      sync.Mutex // guards engines
-	engines []*Engine  // the engines on the context, for closeDeferred
+// ctxState is what the engines of the process on one CUDA context share:
+// ranks of one process on one GPU have an engine each on its one primary
+// context, and what synchronizes the device (closing a mapping,
+// cuCtxSynchronize, loading kernels) waits for a stream any of them holds,
+// which waits for a call that may need the synchronizing rank. So they
+// count their holds together, and load the kernels once, for all of them.
+type ctxState struct {
+	ctx     *cuda.Context
+	active  atomic.Int32 // the holds not yet released
+	mu      sync.Mutex   // guards engines
+	engines []*Engine    // the engines on the context, for closeDeferred
+	kernels ctxKernels
+	// A hold begins (active rises) only under syncMu, and memory is freed
+	// only under it with no hold active, else left in freeing for the
+	// release of the last hold: freeing synchronizes the device, and the
+	// driver makes the process's other calls on the context wait for it,
+	// so a rank freeing while another's call holds a stream would stop
+	// that call short of its release.
+	syncMu   sync.Mutex
+	freeing  []cuda.DevicePtr
+	deferred atomic.Int32 // len(freeing), read without syncMu
 }
 
-// contexts are the ctxHolds of the contexts that have engines, by handle.
+// ctxKernels are the reduction kernels loaded on a context
+// (Engine.loadKernels).
+type ctxKernels struct {
+	mu    sync.Mutex
+	mods  map[reduce.DType]module
+	funcs map[kernelKey]cuda.Function
+}
+
+// contexts are the ctxState of the contexts that have engines, by handle.
 var contexts struct {
 	mu sync.Mutex
-	m  map[uintptr]*ctxHolds
+	m  map[uintptr]*ctxState
 }
 
 // joinContext sets e.shared to the shared hold count of e's context and
@@ -62,9 +83,9 @@ func joinContext(e *Engine) {
 	c := contexts.m[k]
 	if c == nil {
 		if contexts.m == nil {
-			contexts.m = map[uintptr]*ctxHolds{}
+			contexts.m = map[uintptr]*ctxState{}
 		}
-		c = &ctxHolds{}
+		c = &ctxState{ctx: e.ctx, kernels: ctxKernels{mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{}}}
 		contexts.m[k] = c
 	}
 	// Set before e is visible to the others' releases (done), which read it.
@@ -74,8 +95,9 @@ func joinContext(e *Engine) {
 	c.mu.Unlock()
 }
 
-// leaveContext unregisters a closing engine.
-func leaveContext(e *Engine) {
+// leaveContext unregisters a closing engine, and says whether it was the
+// context's last.
+func leaveContext(e *Engine) (last bool) {
 	contexts.mu.Lock()
 	defer contexts.mu.Unlock()
 	c := e.shared
@@ -83,16 +105,17 @@ func leaveContext(e *Engine) {
 	if i := slices.Index(c.engines, e); i >= 0 {
 		c.engines = slices.Delete(c.engines, i, i+1)
 	}
-	last := len(c.engines) == 0
+	last = len(c.engines) == 0
 	c.mu.Unlock()
 	if last && contexts.m[e.ctx.Handle()] == c { // a handle may be reused once the context is released
 		delete(contexts.m, e.ctx.Handle())
 	}
+	return last
 }
 
 // done counts n holds on the context released; after the last, every
 // engine on it closes the mappings it deferred.
-func (c *ctxHolds) done(n int32) {
+func (c *ctxState) done(n int32) {
 	if n == 0 || c.active.Add(-n) != 0 {
 		return
 	}
@@ -101,6 +124,39 @@ func (c *ctxHolds) done(n int32) {
 	for _, e := range c.engines {
 		e.closeDeferred()
 	}
+	if c.deferred.Load() > 0 {
+		// Not here: a free in progress holds syncMu until the device is
+		// idle, and this release may be what it waits for.
+		go c.freeDeferred()
+	}
+}
+
+// free frees device memory of the context, or leaves it for the release of
+// the last hold (syncMu).
+func (c *ctxState) free(p cuda.DevicePtr) error {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if c.active.Load() > 0 {
+		c.freeing = append(c.freeing, p)
+		c.deferred.Store(int32(len(c.freeing)))
+		return nil
+	}
+	return c.ctx.Free(p)
+}
+
+// freeDeferred frees the memory left while holds were active, unless a
+// hold began since.
+func (c *ctxState) freeDeferred() {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if c.active.Load() > 0 {
+		return
+	}
+	for _, p := range c.freeing {
+		c.ctx.Free(p)
+	}
+	c.freeing = nil
+	c.deferred.Store(0)
 }
 
 // Hold is a call's claim on a stream (comm.StreamHold).
@@ -138,7 +194,9 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 	}
 	// Counted before the wait is queued: a mapping closed from now on
 	// would synchronize the device behind it (dropImportLocked).
+	e.shared.syncMu.Lock()
 	e.shared.active.Add(1)
+	e.shared.syncMu.Unlock()
 	hd := &Hold{e: e, slot: h.free[len(h.free)-1]}
 	h.free = h.free[:len(h.free)-1]
 	atomic.StoreUint32(h.word(hd.slot), 0)
@@ -244,7 +302,7 @@ func (h *holdState) reclaimLocked(e *Engine, wait bool) error {
 
 // closeLocked releases every hold, waits for the streams to pass them and
 // frees the words and events. It returns how many holds were not yet
-// released, for the caller to uncount (ctxHolds.done) once unlocked.
+// released, for the caller to uncount (ctxState.done) once unlocked.
 func (h *holdState) closeLocked(e *Engine) (int32, error) {
 	if h.words == nil {
 		return 0, nil

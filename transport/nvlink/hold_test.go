@@ -4,6 +4,7 @@ package nvlink_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
@@ -157,5 +158,40 @@ func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Memory freed while a hold is active is freed at the hold's release, not
+// at once: freeing synchronizes the device, which would wait for the held
+// stream, and the driver holds the process's other calls meanwhile.
+func TestFreeWaitsForTheLastHold(t *testing.T) {
+	ctx, e := engine(t)
+	s := stream(t, ctx)
+	h, err := e.Hold(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ctx.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if n := nvlink.DeferredFrees(e); n != 1 {
+		t.Fatalf("%d frees deferred while a stream is held, want 1", n)
+	}
+	h.Release() // frees it, on another goroutine
+	for start := time.Now(); nvlink.DeferredFrees(e) != 0; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d frees still deferred 10 s after the release, want 0", nvlink.DeferredFrees(e))
+		}
+	}
+	q, err := ctx.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Free(q); err != nil || nvlink.DeferredFrees(e) != 0 {
+		t.Fatalf("Free with no hold: %v, %d deferred; want it freed at once", err, nvlink.DeferredFrees(e))
 	}
 }

@@ -1,0 +1,18 @@
+package nvlink
+
+// LoadedModules says how many kernel modules e's context has loaded.
+func LoadedModules(e *Engine) int {
+	k := &e.shared.kernels
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.mods)
+}
+
+// DeferredFrees says how many frees e's context has left for the release
+// of its last hold.
+func DeferredFrees(e *Engine) int {
+	c := e.shared
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	return len(c.freeing)
+}
