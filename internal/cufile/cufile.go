@@ -36,10 +36,31 @@ func (e *Error) Error() string {
 	if e.CUDA != 0 {
 		return fmt.Sprintf("cufile: %s: status %d (CUDA driver error %d)", e.Call, e.Status, e.CUDA)
 	}
-	if e.Status == opBase+1 {
-		return fmt.Sprintf("cufile: %s: status %d (the nvidia-fs driver is not loaded)", e.Call, e.Status)
+	if what, ok := statusText[e.Status]; ok {
+		return fmt.Sprintf("cufile: %s: status %d (%s)", e.Call, e.Status, what)
 	}
 	return fmt.Sprintf("cufile: %s: status %d", e.Call, e.Status)
+}
+
+// Some of the library's statuses (cufile.h's CUfileOpError).
+const (
+	StatusDriverNotInitialized = opBase + 1  // CU_FILE_DRIVER_NOT_INITIALIZED
+	StatusIONotSupported       = opBase + 8  // CU_FILE_IO_NOT_SUPPORTED
+	StatusInvalidFileType      = opBase + 18 // CU_FILE_INVALID_FILE_TYPE
+	StatusInvalidFileOpenFlag  = opBase + 19 // CU_FILE_INVALID_FILE_OPEN_FLAG
+	StatusDIONotSet            = opBase + 20 // CU_FILE_DIO_NOT_SET
+	StatusHandleNotRegistered  = opBase + 27 // CU_FILE_HANDLE_NOT_REGISTERED
+)
+
+var statusText = map[int]string{
+	StatusDriverNotInitialized: "the nvidia-fs driver is not loaded",
+	StatusIONotSupported:       "GPUDirect Storage does not support this file",
+	StatusInvalidFileType:      "a file type cuFile does not support",
+	StatusInvalidFileOpenFlag:  "the file's open flags are not supported",
+	StatusDIONotSet:            "the file was not opened with O_DIRECT",
+	// Seen on a VM without udev (docs/HARDWARE.md): cuFile could not
+	// read the attributes of the file's block device.
+	StatusHandleNotRegistered: "cuFile could not take the file; its log says why",
 }
 
 // ioError is the error of a read or write that returned r < 0: -1 with

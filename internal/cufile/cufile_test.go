@@ -80,6 +80,12 @@ func TestReadWrite(t *testing.T) {
 	}
 	defer f.Close()
 	h, err := lib.Register(int(f.Fd()))
+	var ce *cufile.Error
+	if cudatest.RealGPU() && errors.As(err, &ce) && ce.Status == cufile.StatusHandleNotRegistered {
+		// cuFile refuses every file of a machine whose block devices it
+		// cannot describe (no udev, as in a VM): nothing to test here.
+		t.Skipf("cuFile registers no file on this machine: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +132,6 @@ func TestReadWrite(t *testing.T) {
 
 	// (The fake refuses a read without a current context, but whether this
 	// goroutine's thread still has one from Do is up to the scheduler.)
-	var ce *cufile.Error
 	if _, err := lib.Register(-1); !errors.As(err, &ce) {
 		t.Errorf("Register(-1): %v, want a *cufile.Error", err)
 	}
