@@ -21,8 +21,8 @@
 #
 # Steps (each prints "=== step"; a summary of all ends the output):
 #  1. the engine's descriptions, kernels (every type and op, from the
-#     embedded PTX; each type's first reduction timed without the JIT
-#     cache) and stream holds, and the gpu package's collectives (stream
+#     embedded PTX; their loading timed without the JIT cache and with it)
+#     and stream holds, and the gpu package's collectives (stream
 #     ordering included), on the real driver;
 #  2. devcheck across 2 and 4 processes (every type and op, float64
 #     reference, on the devices through CUDA IPC; send/recv device to
@@ -78,6 +78,7 @@ if [ $rehearse = 1 ]; then
 fi
 
 failed=() passed=()
+check_timeout=${GCCL_CHECK_TIMEOUT:-270}
 step() { echo; echo "=== $*"; }
 # expect N PATTERN CMD... runs CMD..., which must succeed and print N
 # lines matching PATTERN (a test or benchmark that ran, not one filtered
@@ -86,8 +87,11 @@ expect() {
 	local n=$1 pat=$2; shift 2
 	echo "+ $*"
 	local log=$work/expect.log
-	"$@" 2>&1 | tee "$log"
+	# A hang fails its check, not the whole run (a lent GPU's time is short).
+	# (Through bash -c, since timeout cannot run the function gotest.)
+	timeout -k 10 "$check_timeout" bash -c '"$@"' bash "$@" 2>&1 | tee "$log"
 	local rc=${PIPESTATUS[0]} got
+	[ "$rc" = 124 ] && echo "TIMED OUT after ${check_timeout}s"
 	got=$(grep -cE -- "$pat" "$log")
 	if [ "$rc" = 0 ] && [ "$got" -ge "$n" ]; then passed+=("$cur: $*"); return; fi
 	[ "$rc" = 0 ] && echo "FAILED: $* printed $got lines matching '$pat', want $n" || echo "FAILED: $*"
@@ -96,7 +100,11 @@ expect() {
 wanted() { [[ " $steps " == *" $1 "* ]]; }
 # gotest PKG ARGS runs PKG's test binary in PKG's directory, where its
 # testdata is.
-gotest() { local pkg=$1; shift; (cd "$root/$pkg" && "$bin/$(basename "$pkg").test" -test.count=1 -test.timeout=5m "$@"); }
+# -test.timeout ends a hung test before the check's timeout does, with a
+# dump of every goroutine.
+gotest() { local pkg=$1; shift; (cd "$root/$pkg" && "$bin/$(basename "$pkg").test" -test.count=1 -test.timeout=$((check_timeout - 30))s "$@"); }
+export -f gotest
+export root bin check_timeout
 
 if [ -n "$bundle" ]; then
 	mkdir -p "$bin"
@@ -128,11 +136,13 @@ command -v go >/dev/null && go version
 cur=1
 if wanted 1; then
 	step "1. engine, kernels, holds, gpu collectives on the driver"
-	# Without the driver's JIT cache, the log's "first reduction" lines time
-	# the compilation of each type's kernels, as in a fresh container.
+	# Without the driver's JIT cache, TestFirstEngineLoadsTheKernels times
+	# the compilation of every kernel, as in a fresh container; then twice
+	# with the cache, which the first run fills.
 	export CUDA_CACHE_DISABLE=1
-	expect 1 '^--- PASS: TestReduceEveryKernel' gotest transport/nvlink -test.v -test.run 'TestExportImport|TestReduceEveryKernel|Hold'
+	expect 1 '^--- PASS: TestReduceEveryKernel' gotest transport/nvlink -test.v -test.run 'TestExportImport|TestFirstEngineLoadsTheKernels|TestReduceEveryKernel|Hold'
 	unset CUDA_CACHE_DISABLE
+	expect 2 '^--- PASS: TestFirstEngineLoadsTheKernels' gotest transport/nvlink -test.v -test.run 'TestFirstEngineLoadsTheKernels' -test.count=2
 	expect 1 '^--- PASS: TestCollectivesOnDeviceBuffers' gotest gpu -test.v
 fi
 
@@ -212,6 +222,11 @@ if wanted 6; then
 	export CUFILE_ENV_PATH_JSON=$out/cufile.json
 	expect 1 '^--- (PASS|SKIP): TestReadWrite' gotest internal/cufile -test.v -test.run 'TestReadWrite$'
 	expect 1 '^--- PASS: TestVRAMFile' gotest p2p -test.v -test.run 'TestVRAMFile$'
+	# cuFile names its logs cufile_PID_DATE.TIME.log; one file, with a
+	# name any copy takes, is easier to carry away.
+	for f in "$out"/cufile_*.log; do
+		[ -e "$f" ] && { echo "== $(basename "$f")"; cat "$f"; rm -f "$f"; }
+	done >>"$out/cufile-log.txt"
 fi
 
 echo
