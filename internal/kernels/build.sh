@@ -18,6 +18,11 @@
 # compiler wrote it. (Six copies made every program that links the GPU path
 # 12 MiB larger.)
 #
+# The machine code in cubin/ is assembled from that PTX: after build.sh,
+# run (with NVIDIA's ptxas, which .ci/nvidia-tools.sh fetches)
+#   eval "$(.ci/nvidia-tools.sh)"; go test ./internal/kernels -run TestCubinsMatchPTX -update
+# and commit cubin/ too; CI's TestCubinsMatchPTX fails until then.
+#
 # FMA contraction is off so that products are rounded before they are
 # added, as on the host. The output depends only on reduce.cu,
 # gccl_kernels.h and the compiler's version, which the first line of

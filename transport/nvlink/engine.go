@@ -322,14 +322,13 @@ type kernelKey struct {
 // module is a loaded module of gccl's kernels.
 type module struct {
 	mod  cuda.Module
-	arch string // the PTX's architecture, "sm_90"
+	arch string // what was loaded: "sm_90 machine code", "sm_90 PTX"
 }
 
 // loadKernels loads every reduction kernel on e's context, unless an
-// engine on it did: each type's module concurrently (the driver
-// JIT-compiles a module as it loads it, on the calling thread), then each
-// kernel, which is when the driver loads it (lazy loading, the default
-// since CUDA 12.2). Loading synchronizes the context, so it is done once,
+// engine on it did: each type's module concurrently (loadModule), then
+// each kernel, which is when the driver loads it (lazy loading, the
+// default since CUDA 12.2). Loading synchronizes the context, so it is done once,
 // when the first engine opens, as NCCL does when a communicator is made:
 // loading at a call's first reduction would wait for the streams calls
 // hold, and so for those calls, which may need this one.
@@ -344,16 +343,7 @@ func (e *Engine) loadKernels() error {
 	var errs [maxDType + 1]error
 	var wg sync.WaitGroup
 	for dt := reduce.Int8; dt <= maxDType; dt++ {
-		wg.Go(func() {
-			arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor, dt)
-			if err == nil {
-				mods[dt].arch = arch
-				if mods[dt].mod, err = e.ctx.LoadModule(ptx); err != nil {
-					err = fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
-				}
-			}
-			errs[dt] = err
-		})
+		wg.Go(func() { mods[dt], errs[dt] = e.loadModule(dt) })
 	}
 	wg.Wait()
 	err := errors.Join(errs[:]...)
@@ -381,6 +371,30 @@ func (e *Engine) loadKernels() error {
 		clear(k.funcs)
 	}
 	return err
+}
+
+// loadModule loads dt's kernels: the embedded machine code for the
+// device's architecture, or where there is none (or the driver refuses
+// it), the PTX, which the driver JIT-compiles as it loads it.
+func (e *Engine) loadModule(dt reduce.DType) (module, error) {
+	arch, cubin, err := kernels.Cubin(e.ccMajor, e.ccMinor, dt)
+	if err != nil {
+		return module{}, err
+	}
+	if cubin != nil {
+		if mod, err := e.ctx.LoadModule(cubin); err == nil {
+			return module{mod, arch + " machine code"}, nil
+		}
+	}
+	arch, ptx, err := kernels.PTX(e.ccMajor, e.ccMinor, dt)
+	if err != nil {
+		return module{}, err
+	}
+	mod, err := e.ctx.LoadModule(ptx)
+	if err != nil {
+		return module{}, fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
+	}
+	return module{mod, arch + " PTX"}, nil
 }
 
 // maxDType is the last type the kernels reduce.

@@ -16,6 +16,8 @@ import (
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 	"github.com/gccl/gccl/internal/cuda/devtest"
+	"github.com/gccl/gccl/internal/kernels"
+	"github.com/gccl/gccl/internal/reduce"
 	"github.com/gccl/gccl/transport/nvlink"
 )
 
@@ -100,6 +102,24 @@ func TestFirstEngineLoadsTheKernels(t *testing.T) {
 	t.Logf("the first engine on the context, which loads every type's kernels, opened in %v; the second in %v", first.Round(time.Millisecond), second.Round(time.Microsecond))
 	if n := nvlink.LoadedModules(e2); n != len(comm.DataTypes) {
 		t.Errorf("%d modules loaded on the context, want one per type (%d)", n, len(comm.DataTypes))
+	}
+	// Where machine code is embedded for the device, the driver took it:
+	// the PTX would be compiled, for seconds.
+	major, _ := d.Attribute(0, cuda.AttrComputeCapabilityMajor)
+	minor, _ := d.Attribute(0, cuda.AttrComputeCapabilityMinor)
+	for _, ct := range comm.DataTypes {
+		dt := reduce.DType(ct)
+		arch, img, err := kernels.Cubin(major, minor, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := nvlink.LoadedFrom(e2, dt)
+		if img != nil && got != arch+" machine code" {
+			t.Errorf("%v: loaded %q, want the embedded %s machine code", dt, got, arch)
+		}
+		if dt == reduce.Float32 {
+			t.Logf("compute capability %d.%d: %v kernels loaded from %s", major, minor, dt, got)
+		}
 	}
 	e2.Close()
 	if n := nvlink.LoadedModules(e1); n != len(comm.DataTypes) {

@@ -1,5 +1,7 @@
 package nvlink
 
+import "github.com/gccl/gccl/internal/reduce"
+
 // LoadedModules says how many kernel modules e's context has loaded.
 func LoadedModules(e *Engine) int {
 	k := &e.shared.kernels
@@ -15,4 +17,13 @@ func DeferredFrees(e *Engine) int {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
 	return len(c.freeing)
+}
+
+// LoadedFrom says what e's context loaded for dt's kernels: "sm_90
+// machine code", "sm_90 PTX".
+func LoadedFrom(e *Engine, dt reduce.DType) string {
+	k := &e.shared.kernels
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.mods[dt].arch
 }

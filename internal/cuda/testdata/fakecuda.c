@@ -24,8 +24,9 @@
 //   - cuStreamWaitValue32_v2 makes a stream wait for a 32-bit word of host
 //     memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2) that the host
 //     writes.
-//   - Modules must be PTX text; cuModuleGetFunction finds only the kernels
-//     the PTX declares (.entry), and cuLaunchKernel runs the same kernel
+//   - Modules are PTX text or cubins (64-bit ELF for EM_CUDA);
+//     cuModuleGetFunction finds only the kernels the PTX declares (.entry)
+//     or the cubin defines (STT_FUNC symbols), and cuLaunchKernel runs the same kernel
 //     source compiled for the host (internal/kernels/hostemu.c), serially
 //     over the grid. Built without -DGCCL_HOSTEMU, launches fail.
 //   - Device 0 and 1 report compute capability 9.0 and 4 multiprocessors.
@@ -568,9 +569,44 @@ CUresult cuIpcCloseMemHandle(uint64_t p) {
 struct module { int n; char *names[MAX_ENTRIES]; };
 struct function { int host; };
 
+// cubin_entries adds the functions (STT_FUNC symbols) of a cubin, a
+// little-endian 64-bit ELF for EM_CUDA, to mod.
+static CUresult cubin_entries(struct module *mod, const unsigned char *img) {
+#define U16(p) ((uint16_t)((p)[0] | (p)[1] << 8))
+#define U32(p) ((uint32_t)U16(p) | (uint32_t)U16((p) + 2) << 16)
+#define U64(p) ((uint64_t)U32(p) | (uint64_t)U32((p) + 4) << 32)
+	if (img[4] != 2 || img[5] != 1 || U16(img + 18) != 190) return INVALID_PTX;
+	uint64_t shoff = U64(img + 40);
+	unsigned shentsize = U16(img + 58), shnum = U16(img + 60);
+	for (unsigned i = 0; i < shnum; i++) {
+		const unsigned char *h = img + shoff + (uint64_t)i * shentsize;
+		if (U32(h + 4) != 2) continue; // SHT_SYMTAB
+		const unsigned char *strh = img + shoff + (uint64_t)U32(h + 40) * shentsize;
+		const char *strs = (const char *)img + U64(strh + 24);
+		for (uint64_t o = 0; o + 24 <= U64(h + 32) && mod->n < MAX_ENTRIES; o += 24) {
+			const unsigned char *sym = img + U64(h + 24) + o;
+			if ((sym[4] & 0xf) == 2) mod->names[mod->n++] = strdup(strs + U32(sym)); // STT_FUNC
+		}
+	}
+	return OK;
+#undef U16
+#undef U32
+#undef U64
+}
+
 CUresult cuModuleLoadData(uintptr_t *m, const void *image) {
 	if (!cur) return INVALID_CONTEXT;
 	const char *s = image;
+	if (memcmp(s, "\x7f" "ELF", 4) == 0) {
+		struct module *mod = calloc(1, sizeof *mod);
+		CUresult r = cubin_entries(mod, image);
+		if (r != OK) {
+			free(mod);
+			return r;
+		}
+		*m = (uintptr_t)mod;
+		return OK;
+	}
 	if (!strstr(s, ".version") || !strstr(s, ".target")) return INVALID_PTX;
 	struct module *mod = calloc(1, sizeof *mod);
 	for (const char *e = strstr(s, ".entry "); e && mod->n < MAX_ENTRIES; e = strstr(e + 1, ".entry ")) {
