@@ -463,12 +463,18 @@ func (e *Engine) Close() error {
 	e.holds.mu.Unlock()
 	e.shared.done(held)
 	last := leaveContext(e)
+	// (Before e.mu: handOver takes the context's mu, under which done
+	// takes engines' mu.)
+	if !last {
+		e.shared.handOver(e.ctx)
+	} else { // the context's deferred frees are no other engine's
+		e.shared.freeDeferred()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closeImportsLocked()
 	clear(e.funcs)
-	if last { // the context's kernels and deferred frees are no engine's now
-		e.shared.freeDeferred()
+	if last { // nor are its kernels
 		k := &e.shared.kernels
 		k.mu.Lock()
 		for dt, m := range k.mods {
@@ -489,7 +495,7 @@ func (e *Engine) Close() error {
 // Free frees device memory allocated on the engine's context; while a
 // call of this process holds a stream of the context, it is freed once no
 // call does (ctxState.syncMu).
-func (e *Engine) Free(p cuda.DevicePtr) error { return e.shared.free(p) }
+func (e *Engine) Free(p cuda.DevicePtr) error { return e.shared.free(e.ctx, p) }
 
 // CopyToHost copies len(dst) bytes from device address src on the engine's
 // stream and waits for it. Unlike the legacy default stream, which

@@ -44,7 +44,6 @@ type holdState struct {
 // which waits for a call that may need the synchronizing rank. So they
 // count their holds together, and load the kernels once, for all of them.
 type ctxState struct {
-	ctx     *cuda.Context
 	active  atomic.Int32 // the holds not yet released
 	mu      sync.Mutex   // guards engines
 	engines []*Engine    // the engines on the context, for closeDeferred
@@ -56,8 +55,15 @@ type ctxState struct {
 	// so a rank freeing while another's call holds a stream would stop
 	// that call short of its release.
 	syncMu   sync.Mutex
-	freeing  []cuda.DevicePtr
+	freeing  []deferredFree
 	deferred atomic.Int32 // len(freeing), read without syncMu
+}
+
+// deferredFree is memory to free, and the context (of the engine that
+// freed it, or after its close another engine's) to free it with.
+type deferredFree struct {
+	ctx *cuda.Context
+	p   cuda.DevicePtr
 }
 
 // ctxKernels are the reduction kernels loaded on a context
@@ -85,7 +91,7 @@ func joinContext(e *Engine) {
 		if contexts.m == nil {
 			contexts.m = map[uintptr]*ctxState{}
 		}
-		c = &ctxState{ctx: e.ctx, kernels: ctxKernels{mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{}}}
+		c = &ctxState{kernels: ctxKernels{mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{}}}
 		contexts.m[k] = c
 	}
 	// Set before e is visible to the others' releases (done), which read it.
@@ -133,15 +139,21 @@ func (c *ctxState) done(n int32) {
 
 // free frees device memory of the context, or leaves it for the release of
 // the last hold (syncMu).
-func (c *ctxState) free(p cuda.DevicePtr) error {
+func (c *ctxState) free(ctx *cuda.Context, p cuda.DevicePtr) error {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
 	if c.active.Load() > 0 {
-		c.freeing = append(c.freeing, p)
+		c.freeing = append(c.freeing, deferredFree{ctx, p})
 		c.deferred.Store(int32(len(c.freeing)))
+		if c.active.Load() > 0 {
+			return nil // the last release, to come, sees deferred and frees it
+		}
+		// The last hold was released since, perhaps before deferred was
+		// stored; no hold can begin while syncMu is held.
+		c.freeDeferredLocked()
 		return nil
 	}
-	return c.ctx.Free(p)
+	return ctx.Free(p)
 }
 
 // freeDeferred frees the memory left while holds were active, unless a
@@ -152,11 +164,32 @@ func (c *ctxState) freeDeferred() {
 	if c.active.Load() > 0 {
 		return
 	}
-	for _, p := range c.freeing {
-		c.ctx.Free(p)
+	c.freeDeferredLocked()
+}
+
+func (c *ctxState) freeDeferredLocked() {
+	for _, f := range c.freeing {
+		f.ctx.Free(f.p)
 	}
 	c.freeing = nil
 	c.deferred.Store(0)
+}
+
+// handOver gives the frees left with ctx, whose engine is closing, to
+// another engine's context: the closing one's driver handle goes with it.
+func (c *ctxState) handOver(ctx *cuda.Context) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.engines) == 0 {
+		return
+	}
+	for i := range c.freeing {
+		if c.freeing[i].ctx == ctx {
+			c.freeing[i].ctx = c.engines[0].ctx
+		}
+	}
 }
 
 // Hold is a call's claim on a stream (comm.StreamHold).

@@ -195,3 +195,35 @@ func TestFreeWaitsForTheLastHold(t *testing.T) {
 		t.Fatalf("Free with no hold: %v, %d deferred; want it freed at once", err, nvlink.DeferredFrees(e))
 	}
 }
+
+// Memory one engine freed while another's call held a stream is still
+// freed at the release after the freeing engine closed.
+func TestDeferredFreeOutlivesItsEngine(t *testing.T) {
+	ctx, e1 := engine(t)
+	d, _ := devtest.Retain(t, 1)
+	bus, _ := d.PCIBusID(0)
+	e2, err := nvlink.NewEngine(d, ctx, 0, bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e1.Hold(stream(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ctx.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Free(p); err != nil || nvlink.DeferredFrees(e1) != 1 {
+		t.Fatalf("Free while a stream is held: %v, %d deferred; want 1", err, nvlink.DeferredFrees(e1))
+	}
+	if err := e2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	for start := time.Now(); nvlink.DeferredFrees(e1) != 0; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the free left by a closed engine was never done")
+		}
+	}
+}
