@@ -366,11 +366,17 @@ func TestBuildHostileShapesAreCheap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		g, err := Build(doc)
-		d := time.Since(start)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+		// The best of three: a stolen or descheduled CPU (a busy VM host)
+		// slows one run, not the code.
+		var g *Graph
+		d := time.Duration(math.MaxInt64)
+		for range 3 {
+			start := time.Now()
+			g, err = Build(doc)
+			d = min(d, time.Since(start))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
 		}
 		if g.count != maxNodes {
 			t.Errorf("%s: %d nodes, want %d", name, g.count, maxNodes)
