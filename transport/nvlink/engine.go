@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -58,7 +59,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	stream  cuda.Stream
-	funcs   map[kernelKey]cuda.Function // the context's kernels (ctxKernels) this engine has used
+	funcs   map[kernelKey]cuda.Function // the context's kernels (ctxKernels), copied at NewEngine
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
 	// closing are mappings dropped from imports while a call held a
@@ -81,7 +82,7 @@ var _ comm.DeviceEngine = (*Engine)(nil)
 // ctx, on driver d.
 func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
-		args: new(kernels.ReduceArgs), funcs: map[kernelKey]cuda.Function{},
+		args:    new(kernels.ReduceArgs),
 		imports: map[cuda.IPCHandle]imported{}}
 	var err error
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
@@ -337,6 +338,7 @@ func (e *Engine) loadKernels() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.mods) > 0 {
+		e.funcs = maps.Clone(k.funcs)
 		return nil
 	}
 	var mods [maxDType + 1]module
@@ -369,8 +371,12 @@ func (e *Engine) loadKernels() error {
 	}
 	if err != nil {
 		clear(k.funcs)
+		return err
 	}
-	return err
+	// The engine's own copy: a reduction looks its kernel up under e.mu,
+	// which it holds anyway, not under the context's lock.
+	e.funcs = maps.Clone(k.funcs)
+	return nil
 }
 
 // loadModule loads dt's kernels: the embedded machine code for the
@@ -400,28 +406,18 @@ func (e *Engine) loadModule(dt reduce.DType) (module, error) {
 // maxDType is the last type the kernels reduce.
 const maxDType = reduce.Float8E5M2
 
-// function returns the kernel for dt and op, from the context's kernels
-// (loadKernels).
+// function returns the kernel for dt and op (e.mu held).
 func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error) {
-	key := kernelKey{dt, op}
-	if f, ok := e.funcs[key]; ok {
+	if e.closed {
+		return 0, errClosed
+	}
+	if f, ok := e.funcs[kernelKey{dt, op}]; ok {
 		return f, nil
 	}
 	if _, err := kernels.ReduceEntry(dt, op); err != nil {
 		return 0, err
 	}
-	if e.closed {
-		return 0, errClosed
-	}
-	k := &e.shared.kernels
-	k.mu.Lock()
-	f, ok := k.funcs[key]
-	k.mu.Unlock()
-	if !ok {
-		return 0, fmt.Errorf("nvlink: no %v %v kernel loaded", dt, op)
-	}
-	e.funcs[key] = f
-	return f, nil
+	return 0, fmt.Errorf("nvlink: no %v %v kernel loaded", dt, op)
 }
 
 // Copy queues a copy of n bytes on the engine's stream (copy engines).
