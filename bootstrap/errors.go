@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gccl/gccl/internal/errs"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,9 +23,9 @@ var (
 	// of range, or a rank that already joined).
 	ErrJoinRejected = errors.New("join rejected")
 	// ErrTimeout: a blocking call did not complete in time.
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout error = errs.New(errs.ErrTimeout, "timed out")
 	// ErrClosed: the Client was closed.
-	ErrClosed = errors.New("bootstrap client closed")
+	ErrClosed error = errs.New(errs.ErrClosed, "bootstrap client closed")
 	// ErrRankLost: a rank needed by the call died, stalled or left.
 	ErrRankLost = errors.New("rank lost")
 	// ErrAborted: a rank called Abort.
@@ -32,7 +34,7 @@ var (
 	ErrRendezvousLost = errors.New("rendezvous lost")
 	// ErrInvalidArgument: a bad Config, environment or argument, or ranks
 	// that made different bootstrap calls in the same order slot.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument error = errs.New(errs.ErrInvalidArgument, "invalid argument")
 	// ErrMismatch, a kind of ErrInvalidArgument: ranks made different
 	// bootstrap calls in the same order slot (or Shrink with different
 	// lists).

@@ -3,6 +3,8 @@ package comm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // Errors a caller can test with errors.Is. Every error gccl returns wraps one
@@ -10,22 +12,22 @@ import (
 var (
 	// ErrInvalidArgument: the call's arguments are wrong (lengths, types,
 	// op, root, peer, aliasing). Nothing was sent; the Comm is unchanged.
-	ErrInvalidArgument = errors.New("gccl: invalid argument")
+	ErrInvalidArgument error = errs.New(errs.ErrInvalidArgument, "gccl: invalid argument")
 	// ErrClosed: the Comm was closed.
-	ErrClosed = errors.New("gccl: communicator closed")
+	ErrClosed error = errs.New(errs.ErrClosed, "gccl: communicator closed")
 	// ErrAborted: the Comm was aborted, by Abort or by an earlier failure.
 	ErrAborted = errors.New("gccl: communicator aborted")
 	// ErrPeerLost: a peer closed, aborted or died during the operation.
 	ErrPeerLost = errors.New("gccl: peer lost")
 	// ErrTimeout: the operation did not complete within the Comm's timeout.
-	ErrTimeout = errors.New("gccl: operation timed out")
+	ErrTimeout error = errs.New(errs.ErrTimeout, "gccl: operation timed out")
 	// ErrMismatch: ranks issued different operations or sizes at the same
 	// point (every rank must issue the same collectives in the same order).
 	ErrMismatch = errors.New("gccl: ranks disagree on the operation")
 	// ErrConcurrentUse: two goroutines used one Comm at the same time.
 	ErrConcurrentUse = errors.New("gccl: concurrent use of a communicator")
 	// ErrNotSupported: the hardware or feature is absent.
-	ErrNotSupported = errors.New("gccl: not supported")
+	ErrNotSupported error = errs.ErrNotSupported
 )
 
 // OpError describes a failed operation.

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // ErrNotSupported is returned by detection on systems gccl cannot inspect
 // (anything but Linux). Use GCCL_TOPO_FILE there.
-var ErrNotSupported = errors.New("topo: topology detection is not supported on this system")
+var ErrNotSupported error = errs.New(errs.ErrNotSupported, "topo: topology detection is not supported on this system")
 
 // GPUSource lists the GPUs of this host with their NVLinks. The NVML
 // implementation needs cgo and libnvidia-ml at run time.

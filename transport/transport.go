@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // Tag travels with every message so that a receiver can check that sender and
@@ -108,12 +110,12 @@ type Endpoint interface {
 
 var (
 	// ErrClosed is returned by an endpoint that was closed or aborted.
-	ErrClosed = errors.New("transport: endpoint closed")
+	ErrClosed error = errs.New(errs.ErrClosed, "transport: endpoint closed")
 	// ErrPeerClosed is returned on a connection whose peer closed, aborted
 	// or died.
 	ErrPeerClosed = errors.New("transport: peer closed the connection")
 	// ErrTimeout is returned by Wait when the deadline passes.
-	ErrTimeout = errors.New("transport: timed out")
+	ErrTimeout error = errs.New(errs.ErrTimeout, "transport: timed out")
 )
 
 // PeerError reports a failure of the connection with one peer.

@@ -12,16 +12,18 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // ErrNotSupported is wrapped by Load's error when the driver cannot be used
 // here: no cgo, not Linux, no libcuda.so.1, or a library without the calls
 // gccl needs.
-var ErrNotSupported = errors.New("cuda: not supported on this system")
+var ErrNotSupported error = errs.New(errs.ErrNotSupported, "cuda: not supported on this system")
 
 // ErrClosed is returned by calls through a Driver after its Close (and
 // through its Contexts).
-var ErrClosed = errors.New("cuda: driver closed")
+var ErrClosed error = errs.New(errs.ErrClosed, "cuda: driver closed")
 
 // ErrOutsideAllocation is wrapped by PointerInfo.CheckRange's error for a
 // range that runs past the allocation holding its start.

@@ -45,6 +45,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // Defaults for Config. The slot size is the pipeline chunk of every
@@ -70,7 +72,7 @@ const waitSlice = 5 * time.Millisecond
 
 // ErrNotSupported is returned on systems without the shared-memory
 // transport.
-var ErrNotSupported = errors.New("shm: shared-memory transport not supported on this system")
+var ErrNotSupported error = errs.New(errs.ErrNotSupported, "shm: shared-memory transport not supported on this system")
 
 // Config sizes a mailbox. Every rank on a host must use the same SlotSize and
 // SlotCount: Connect rejects a peer whose geometry differs.
