@@ -3,11 +3,14 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // SyncBuffer is a bytes.Buffer that loggers, child processes' output
@@ -57,5 +60,19 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		if time.Now().After(deadline) {
 			t.Fatalf("%s (waited %v)", what, timeout)
 		}
+	}
+}
+
+// SkipIfNotSupported skips t when err says the hardware or feature is
+// absent here (errors.Is ErrNotSupported, of any gccl package), and fails
+// it on any other error.
+func SkipIfNotSupported(t testing.TB, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+	case errors.Is(err, errs.ErrNotSupported):
+		t.Skipf("not supported here: %v", err)
+	default:
+		t.Fatal(err)
 	}
 }
