@@ -425,7 +425,7 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 
 // setOp resolves the kernels for a reducing call.
 func (c *Comm) setOp(a *collArgs, cl *call) {
-	dt := cl.dtype().kernel()
+	dt := cl.dtype()
 	kop := reduce.Sum
 	switch cl.op.Kind {
 	case OpProd:

@@ -312,13 +312,6 @@ func (f *fp8Op) kernel(dst, a, b []uint8) {
 func addF32(x, y float32) float32 { return x + y }
 func mulF32(x, y float32) float32 { return x * y }
 
-var e5m2Table = func() (t [256]float32) {
-	for i := range t {
-		t[i] = E5M2ToF32(uint8(i))
-	}
-	return t
-}()
-
 // fp8Ops are the kernels' tables, by format and op.
 var fp8Ops = func() map[DType]*[numOps + 1]*fp8Op {
 	ops := map[DType]*[numOps + 1]*fp8Op{}

@@ -40,61 +40,30 @@ import (
 	"strconv"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gccl/gccl/dtype"
 )
 
-// DType is the element type of a buffer.
-type DType uint8
+// DType is the element type of a buffer: package dtype's DataType.
+type DType = dtype.DataType
 
 // The supported element types.
 const (
-	Int8 DType = iota + 1
-	Uint8
-	Int32
-	Uint32
-	Int64
-	Uint64
-	Float16  // IEEE binary16
-	BFloat16 // bfloat16: the upper half of a float32
-	Float32
-	Float64
-	Float8E4M3 // OCP FP8 E4M3FN: no infinities, max 448, NaN = S.1111.111
-	Float8E5M2 // OCP FP8 E5M2: IEEE-like, has infinities
+	Int8       = dtype.Int8
+	Uint8      = dtype.Uint8
+	Int32      = dtype.Int32
+	Uint32     = dtype.Uint32
+	Int64      = dtype.Int64
+	Uint64     = dtype.Uint64
+	Float16    = dtype.Float16
+	BFloat16   = dtype.BFloat16
+	Float32    = dtype.Float32
+	Float64    = dtype.Float64
+	Float8E4M3 = dtype.Float8E4M3
+	Float8E5M2 = dtype.Float8E5M2
 
-	numDTypes = int(Float8E5M2)
+	numDTypes = dtype.NumDataTypes
 )
-
-var dtypeNames = [...]string{
-	Int8: "int8", Uint8: "uint8", Int32: "int32", Uint32: "uint32",
-	Int64: "int64", Uint64: "uint64", Float16: "float16", BFloat16: "bfloat16",
-	Float32: "float32", Float64: "float64",
-	Float8E4M3: "float8e4m3", Float8E5M2: "float8e5m2",
-}
-
-var dtypeSizes = [...]int{
-	Int8: 1, Uint8: 1, Int32: 4, Uint32: 4, Int64: 8, Uint64: 8,
-	Float16: 2, BFloat16: 2, Float32: 4, Float64: 8, Float8E4M3: 1, Float8E5M2: 1,
-}
-
-// Valid reports whether d is one of the defined element types.
-func (d DType) Valid() bool { return d >= Int8 && d <= Float8E5M2 }
-
-// Size returns the size of one element in bytes, or 0 for an unknown DType.
-func (d DType) Size() int {
-	if !d.Valid() {
-		return 0
-	}
-	return dtypeSizes[d]
-}
-
-// IsFloat reports whether d is a floating-point type.
-func (d DType) IsFloat() bool { return d >= Float16 && d <= Float8E5M2 }
-
-func (d DType) String() string {
-	if !d.Valid() {
-		return "DType(" + strconv.Itoa(int(d)) + ")"
-	}
-	return dtypeNames[d]
-}
 
 // Op is a reduction operator.
 type Op uint8
