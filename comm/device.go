@@ -3,116 +3,58 @@ package comm
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/gccl/gccl/device"
 )
 
-// DeviceBuffer is a Buffer in memory the host cannot address (GPU memory):
-// its HostBytes is nil, and it copies its contents to and from host memory.
-// Package gpu provides them (allocated there, or wrapping another
-// framework's device pointer).
-//
-// A collective or Send/Recv on device buffers that are not
-// PeerDeviceBuffers (or that the devices cannot run, below) moves their
-// data through host memory: the inputs are copied to host staging
-// buffers, the operation runs on those, and the results are copied back.
-// It is correct everywhere and slow: every byte crosses PCIe twice more
-// than with NCCL. Passing the same DeviceBuffer as send and receive buffer
-// is an in-place call; sub-ranges of one device buffer are not recognized
-// as in place.
-type DeviceBuffer interface {
-	Buffer
-	// CopyToHost copies the whole buffer into dst (Len()*DataType().Size()
-	// bytes) and returns once the copy is complete.
-	CopyToHost(dst []byte) error
-	// CopyFromHost copies src over the whole buffer and returns once the
-	// copy is complete.
-	CopyFromHost(src []byte) error
-}
+// The device seam's interfaces (package device), under comm's names.
+type (
+	// DeviceBuffer is a Buffer in memory the host cannot address (GPU
+	// memory): its HostBytes is nil, and it copies its contents to and
+	// from host memory. Package gpu provides them (allocated there, or
+	// wrapping another framework's device pointer).
+	//
+	// A collective or Send/Recv on device buffers that are not
+	// PeerDeviceBuffers (or that the devices cannot run, below) moves
+	// their data through host memory: the inputs are copied to host
+	// staging buffers, the operation runs on those, and the results are
+	// copied back. It is correct everywhere and slow: every byte crosses
+	// PCIe twice more than with NCCL. Passing the same DeviceBuffer as
+	// send and receive buffer is an in-place call; sub-ranges of one
+	// device buffer are not recognized as in place.
+	DeviceBuffer = device.Buffer
+	// PeerDeviceBuffer is a DeviceBuffer whose memory the ranks on its
+	// host can reach directly (gpu.Buffer, through CUDA IPC). When every
+	// rank of a single-host communicator passes them, every collective (an
+	// in-place all-to-all excepted) runs on the devices: each rank reduces
+	// or copies straight between the peers' device buffers with the
+	// engine's kernels and copy engines, and nothing crosses to host
+	// memory (devexec.go). A Send/Recv between two of them on one host is
+	// one device-to-device copy by the receiver (devp2p.go).
+	PeerDeviceBuffer = device.PeerBuffer
+	// DeviceEngine is a device's side of the device collectives (package
+	// gpu implements it with CUDA).
+	DeviceEngine = device.Engine
+	// StreamBuffer is a DeviceBuffer bound to a device stream (gpu.Buffer's
+	// OnStream; a CUDA stream of the caller's, or another framework's). A
+	// call on StreamBuffers is ordered on their streams, as an NCCL call
+	// is on its stream: it starts once the work queued on the streams
+	// before it was issued is complete, and work queued on them after it
+	// was issued, async form included, runs only once the call is
+	// complete, on every rank. So the caller may queue kernels that
+	// consume the results right after issuing the call, without waiting
+	// for its Request. A call whose device buffers are StreamBuffers does
+	// not wait for the rest of the device's work (DeviceEngine.Ready). The
+	// device buffers of one call are all StreamBuffers or none is.
+	StreamBuffer = device.StreamBuffer
+	// StreamHold is a call's claim on a stream.
+	StreamHold = device.Hold
+	// DeviceReduce is one queued device reduction.
+	DeviceReduce = device.Reduce
+)
 
-// PeerDeviceBuffer is a DeviceBuffer whose memory the ranks on its host can
-// reach directly (gpu.Buffer, through CUDA IPC). When every rank of a
-// single-host communicator passes them, every collective (an in-place
-// all-to-all excepted) runs on the devices: each rank reduces
-// or copies straight between the peers' device buffers with the engine's
-// kernels and copy engines, and nothing crosses to host memory (devexec.go).
-// A Send/Recv between two of them on one host is one device-to-device
-// copy by the receiver (devp2p.go).
-type PeerDeviceBuffer interface {
-	DeviceBuffer
-	// Ptr is the buffer's device address, in the process's unified
-	// address space.
-	Ptr() uintptr
-	// Engine runs the device work on the buffer's device.
-	Engine() DeviceEngine
-}
-
-// DeviceEngine is a device's side of the device collectives: it describes
-// memory for peers, maps theirs, and queues reductions and copies. Package
-// transport/nvlink implements it with CUDA.
-type DeviceEngine interface {
-	// Name says what the engine is, for the log.
-	Name() string
-	// Ready waits until work the caller queued before the collective
-	// (producing its inputs, reading its outputs) is complete, since peers
-	// read and write the buffers as soon as this rank arrives.
-	Ready() error
-	// AppendExport appends to dst a description of n bytes of device
-	// memory at ptr for the peers' Import; the description fits in
-	// MaxDeviceDescLen bytes. (Appending lets a call describe its buffers
-	// without allocating.)
-	AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error)
-	// Import returns the address in this process of n bytes a peer
-	// exported, mapping and caching the peer's memory as needed.
-	Import(desc []byte, n int) (uintptr, error)
-	// Reduce queues out[j][i] = in[0][i] op ... op in[k-1][i] for every
-	// output j and element i < count.
-	Reduce(r *DeviceReduce) error
-	// Copy queues a copy of n bytes between device addresses.
-	Copy(dst, src uintptr, n int) error
-	// Wait waits until the queued work is complete.
-	Wait() error
-}
-
-// StreamBuffer is a DeviceBuffer bound to a device stream (gpu.Buffer's
-// OnStream; a CUDA stream of the caller's, or another framework's). A call
-// on StreamBuffers is ordered on their streams, as an NCCL call is on its
-// stream: it starts once the work queued on the streams before it was
-// issued is complete, and work queued on them after it was issued, async
-// form included, runs only once the call is complete, on every rank. So the
-// caller may queue kernels that consume the results right after issuing
-// the call, without waiting for its Request. A call whose device buffers
-// are StreamBuffers does not wait for the rest of the device's work
-// (DeviceEngine.Ready). The device buffers of one call are all StreamBuffers
-// or none is.
-type StreamBuffer interface {
-	DeviceBuffer
-	// Stream identifies the buffer's stream: a call holds each stream once.
-	Stream() uintptr
-	// HoldStream claims the stream for a call being issued.
-	HoldStream() (StreamHold, error)
-}
-
-// StreamHold is a call's claim on a stream: the stream's work queued after
-// it waits until it is released.
-type StreamHold interface {
-	// Ready waits until the stream's work queued before the hold is
-	// complete.
-	Ready() error
-	// Release lets the stream's later work run. The call is complete (or
-	// failed) on every rank.
-	Release()
-}
-
-// MaxDeviceDescLen bounds DeviceEngine.Export's descriptions.
-const MaxDeviceDescLen = 160
-
-// DeviceReduce is one queued device reduction.
-type DeviceReduce struct {
-	DataType DataType
-	Op       Op  // Avg and PreMulSum carry Ranks and Scalar
-	Ranks    int // the divisor of Avg
-	Count    int
-	In, Out  []uintptr
-}
+// MaxDeviceDescLen bounds DeviceEngine.AppendExport's descriptions.
+const MaxDeviceDescLen = device.MaxDescLen
 
 // stagedView returns the view of a device buffer. For a PeerDeviceBuffer
 // its bytes are the device addresses (never touched from the host, but

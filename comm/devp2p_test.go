@@ -6,20 +6,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
+
+	"github.com/gccl/gccl/device/devicetest"
 )
 
 // fill sets b's elements to base+i.
-func (b *fakeDevBuf) fill(base float32) {
-	for i := range b.mem {
-		b.mem[i] = base + float32(i)
+func fill(b *devicetest.Buffer, base float32) {
+	for i := range b.Float32s() {
+		b.Float32s()[i] = base + float32(i)
 	}
 }
 
 // holds checks that b's elements are base+i.
-func (b *fakeDevBuf) holds(what string, base float32) error {
-	for i, v := range b.mem {
+func holds(b *devicetest.Buffer, what string, base float32) error {
+	for i, v := range b.Float32s() {
 		if v != base+float32(i) {
 			return fmt.Errorf("%s: element %d = %v, want %v", what, i, v, base+float32(i))
 		}
@@ -32,13 +33,12 @@ func (b *fakeDevBuf) holds(what string, base float32) error {
 // the middle one is answered "send the data" and staged, all in order.
 func TestDeviceSendsToMixedReceives(t *testing.T) {
 	const count = 300
-	var src [3]*fakeDevBuf
+	var src [3]*devicetest.Buffer
 	for i := range src {
-		src[i] = newFakeDevBuf(t, count, &fakeEngine{name: "fake"})
-		src[i].fill(float32(1000 * i))
+		src[i] = newFakeDevBuf(t, count, fakeEngine())
+		fill(src[i], float32(1000*i))
 	}
-	var copies atomic.Int64 // the receiver's direct copies (one Wait each)
-	eng := &fakeEngine{name: "fake", waits: &copies}
+	eng := fakeEngine() // its Waits count the receiver's direct copies
 	dst0, dst2 := newFakeDevBuf(t, count, eng), newFakeDevBuf(t, count, eng)
 	host := make([]float32, count)
 	errs := runFakeRanks(t, 2, func(c *Comm) error {
@@ -53,10 +53,10 @@ func TestDeviceSendsToMixedReceives(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if copies.Load() != 2 {
-		t.Errorf("the receiver copied %d messages device to device, want 2", copies.Load())
+	if eng.Waits.Load() != 2 {
+		t.Errorf("the receiver copied %d messages device to device, want 2", eng.Waits.Load())
 	}
-	for _, err := range []error{dst0.holds("first", 0), dst2.holds("third", 2000)} {
+	for _, err := range []error{holds(dst0, "first", 0), holds(dst2, "third", 2000)} {
 		if err != nil {
 			t.Error(err)
 		}
@@ -72,9 +72,9 @@ func TestDeviceSendsToMixedReceives(t *testing.T) {
 // device buffer takes the data through host staging.
 func TestDeviceSendExportFailureStages(t *testing.T) {
 	const count = 100
-	src := newFakeDevBuf(t, count, &fakeEngine{name: "fake", failExport: true})
-	dst := newFakeDevBuf(t, count, &fakeEngine{name: "fake"})
-	src.fill(7)
+	src := newFakeDevBuf(t, count, &devicetest.Engine{EngineName: "fake", FailExport: true})
+	dst := newFakeDevBuf(t, count, fakeEngine())
+	fill(src, 7)
 	errs := runFakeRanks(t, 2, func(c *Comm) error {
 		if c.Rank() == 0 {
 			return c.Send(context.Background(), src, 1)
@@ -86,7 +86,7 @@ func TestDeviceSendExportFailureStages(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if err := dst.holds("received", 7); err != nil {
+	if err := holds(dst, "received", 7); err != nil {
 		t.Error(err)
 	}
 }
@@ -95,8 +95,8 @@ func TestDeviceSendExportFailureStages(t *testing.T) {
 // waiting for its answer, fails too instead of hanging.
 func TestDeviceRecvImportFailure(t *testing.T) {
 	const count = 100
-	src := newFakeDevBuf(t, count, &fakeEngine{name: "fake"})
-	dst := newFakeDevBuf(t, count, &fakeEngine{name: "fake", failImport: true})
+	src := newFakeDevBuf(t, count, fakeEngine())
+	dst := newFakeDevBuf(t, count, &devicetest.Engine{EngineName: "fake", FailImport: true})
 	errs := runFakeRanks(t, 2, func(c *Comm) error {
 		if c.Rank() == 0 {
 			return c.Send(context.Background(), src, 1)
@@ -115,7 +115,7 @@ func TestDeviceRecvImportFailure(t *testing.T) {
 // receive of the group to take it, fails with ErrMismatch (the ranks
 // issued different operations).
 func TestDeviceSendFindsUnexpectedData(t *testing.T) {
-	src := newFakeDevBuf(t, 100, &fakeEngine{name: "fake"})
+	src := newFakeDevBuf(t, 100, fakeEngine())
 	errs := runFakeRanks(t, 2, func(c *Comm) error {
 		if c.Rank() == 0 {
 			return c.Send(context.Background(), src, 1)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/device/devicetest"
 )
 
 // TestStragglersDeviceStaging: a device collective that the ranks agree
@@ -14,10 +16,10 @@ import (
 // together again.
 func TestStragglersDeviceStaging(t *testing.T) {
 	const n, late, sleep = 3, 2, 100 * time.Millisecond
-	var bufs [n]*fakeDevBuf
+	var bufs [n]*devicetest.Buffer
 	for r := range bufs {
 		// Rank 0 cannot export its memory: every rank stages.
-		bufs[r] = newFakeDevBuf(t, 64, &fakeEngine{name: "fake", failExport: r == 0})
+		bufs[r] = newFakeDevBuf(t, 64, &devicetest.Engine{EngineName: "fake", FailExport: r == 0})
 	}
 	var reports [n][]Straggle
 	errs := runFakeRanks(t, n, func(c *Comm) error {

@@ -5,38 +5,21 @@ package comm
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
+
+	"github.com/gccl/gccl/device/devicetest"
 )
-
-// countingStreamBuf is a fakeDevBuf bound to a stream that counts the
-// holds taken on it.
-type countingStreamBuf struct {
-	*fakeDevBuf
-	holds atomic.Int32
-}
-
-func (b *countingStreamBuf) Stream() uintptr { return 1 }
-func (b *countingStreamBuf) HoldStream() (StreamHold, error) {
-	b.holds.Add(1)
-	return nopHold{}, nil
-}
-
-type nopHold struct{}
-
-func (nopHold) Ready() error { return nil }
-func (nopHold) Release()     {}
 
 // A call mixing stream-bound and unbound device buffers is refused before
 // it holds any stream: a hold, even one released at once, makes whatever
 // synchronizes the device meanwhile (another rank's free) wait for it.
 func TestMixedStreamBuffersHoldNothing(t *testing.T) {
 	const n = 2
-	bound := make([]*countingStreamBuf, n)
-	unbound := make([]*fakeDevBuf, n)
+	bound := make([]*devicetest.StreamBuffer, n)
+	unbound := make([]*devicetest.Buffer, n)
 	for r := range n {
-		bound[r] = &countingStreamBuf{fakeDevBuf: newFakeDevBuf(t, 16, &fakeEngine{name: "fake"})}
-		unbound[r] = newFakeDevBuf(t, 16, &fakeEngine{name: "fake"})
+		bound[r] = &devicetest.StreamBuffer{Buffer: newFakeDevBuf(t, 16, fakeEngine()), StreamID: 1}
+		unbound[r] = newFakeDevBuf(t, 16, fakeEngine())
 	}
 	errs := runFakeRanks(t, n, func(c *Comm) error {
 		r := c.Rank()
@@ -51,7 +34,7 @@ func TestMixedStreamBuffersHoldNothing(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
-		if got := bound[r].holds.Load(); got != 1 {
+		if got := bound[r].Holds.Load(); got != 1 {
 			t.Errorf("rank %d: %d holds taken, want 1 (none for the refused call)", r, got)
 		}
 	}

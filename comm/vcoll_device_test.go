@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/gccl/gccl/device/devicetest"
 )
 
 // stagedOnly is a DeviceBuffer without a device address (not a
 // PeerDeviceBuffer): it can only be staged.
-type stagedOnly struct{ b *fakeDevBuf }
+type stagedOnly struct{ b *devicetest.Buffer }
 
 func (b stagedOnly) DataType() DataType            { return b.b.DataType() }
 func (b stagedOnly) Len() int                      { return b.b.Len() }
@@ -31,9 +33,9 @@ func TestVariableCollectivesOnDeviceBuffers(t *testing.T) {
 	val := func(s, d, i int) float32 { return float32(100*s + 10*d + i) }
 	for _, form := range []string{"peer", "staged", "inplace"} {
 		t.Run(form, func(t *testing.T) {
-			send, recv := make([]*fakeDevBuf, n), make([]*fakeDevBuf, n)
+			send, recv := make([]*devicetest.Buffer, n), make([]*devicetest.Buffer, n)
 			for r := range n {
-				send[r], recv[r] = newFakeDevBuf(t, 6, &fakeEngine{name: "fake"}), newFakeDevBuf(t, 6, &fakeEngine{name: "fake"})
+				send[r], recv[r] = newFakeDevBuf(t, 6, fakeEngine()), newFakeDevBuf(t, 6, fakeEngine())
 			}
 			errs := runFakeRanks(t, n, func(c *Comm) error {
 				r := c.Rank()
@@ -42,7 +44,7 @@ func TestVariableCollectivesOnDeviceBuffers(t *testing.T) {
 				for p := range n {
 					sc[p], rc[p] = cnt(r, p), cnt(p, r)
 					for i := range sc[p] {
-						send[r].mem[off+i] = val(r, p, i)
+						send[r].Float32s()[off+i] = val(r, p, i)
 					}
 					off += sc[p]
 				}
@@ -63,7 +65,7 @@ func TestVariableCollectivesOnDeviceBuffers(t *testing.T) {
 				off = 0
 				for p := range n {
 					for i := range rc[p] {
-						if got, want := out.mem[off+i], val(p, r, i); got != want {
+						if got, want := out.Float32s()[off+i], val(p, r, i); got != want {
 							return fmt.Errorf("all-to-all: block from %d element %d = %v, want %v", p, i, got, want)
 						}
 					}
@@ -71,12 +73,12 @@ func TestVariableCollectivesOnDeviceBuffers(t *testing.T) {
 				}
 				// AllGatherV: rank p contributes p+1 elements.
 				counts := []int{1, 2, 3}
-				mine := &fakeDevBuf{mem: send[r].mem[:r+1], eng: send[r].eng}
+				mine := send[r].View(0, r+1)
 				if form == "inplace" { // this rank's block of the receive buffer
-					mine = &fakeDevBuf{mem: recv[r].mem[r*(r+1)/2 : r*(r+1)/2+r+1], eng: recv[r].eng}
+					mine = recv[r].View(r*(r+1)/2, r+1)
 				}
-				for i := range mine.mem {
-					mine.mem[i] = val(r, 0, i)
+				for i := range mine.Float32s() {
+					mine.Float32s()[i] = val(r, 0, i)
 				}
 				s, d = mine, recv[r]
 				if form == "staged" {
@@ -88,7 +90,7 @@ func TestVariableCollectivesOnDeviceBuffers(t *testing.T) {
 				off = 0
 				for p := range n {
 					for i := range counts[p] {
-						if got, want := recv[r].mem[off+i], val(p, 0, i); got != want {
+						if got, want := recv[r].Float32s()[off+i], val(p, 0, i); got != want {
 							return fmt.Errorf("all-gather: block of %d element %d = %v, want %v", p, i, got, want)
 						}
 					}

@@ -16,7 +16,7 @@ import (
 // A device collective (a Send/Recv ring included) in steady state
 // allocates nothing on the Go heap, as
 // the host collectives do; on stream-bound buffers, each rank allocates one
-// hold (nvlink.Hold, never reused, so that a stale Release cannot let a
+// hold (engine.Hold, never reused, so that a stale Release cannot let a
 // later call's stream run early). Rank 0 counts with testing.AllocsPerRun
 // (which counts every goroutine's allocations) while the other ranks run
 // the same calls in step with it.

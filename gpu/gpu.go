@@ -1,28 +1,26 @@
 // Package gpu gives gccl GPU memory: device buffers that gccl's collectives
-// and Send/Recv accept (comm.DeviceBuffer), allocated here or wrapping a
-// device pointer another framework allocated.
+// and Send/Recv accept (comm.DeviceBuffer, declared in package device),
+// allocated here or wrapping a device pointer another framework allocated.
 //
 // The CUDA driver is loaded at run time (internal/cuda), so this package
 // builds everywhere; Open reports ErrNotSupported where there is no driver.
 //
 // Buffers are comm.PeerDeviceBuffers: when every rank of a communicator on
-// one host passes them, every collective runs on the devices
-// (transport/nvlink: CUDA IPC between the processes, gccl's reduction
-// kernels, copy engines), and the call returns once the result is in
-// device memory. Send/Recv, an in-place all-to-all and jobs spanning hosts
-// move device data through host staging (comm.DeviceBuffer). A call waits
+// one host passes them, every collective runs on the devices (the
+// device's collective engine, gpu/internal/engine: CUDA IPC between the
+// processes, gccl's reduction kernels, copy engines), and the call returns
+// once the result is in device memory; a Send/Recv between two of them on
+// one host is one device-to-device copy. An in-place all-to-all and jobs
+// spanning hosts move device data through host staging. A call waits
 // for all work queued in the device's context before it starts (the inputs
 // are complete), staged or not, and returns after its own device work is
 // complete; its async form completes its Request then. While another call
 // of the process holds a stream of the device (below), a call on unbound
-// buffers of it fails at once with comm.ErrNotSupported: waiting for the
+// buffers of it fails at once with ErrNotSupported: waiting for the
 // whole context would wait for that call, which may need this one. Buffers
 // bound to a stream (OnStream) order calls on that stream instead, as NCCL
 // does: a call waits only for the stream's earlier work, and the stream's
 // later work waits for the call.
-//
-// Status: tested here against a fake driver library only, which runs the
-// kernels compiled for the CPU; no GPU has run it yet (docs/HARDWARE.md).
 package gpu
 
 import (
@@ -30,14 +28,19 @@ import (
 	"math"
 	"sync/atomic"
 
-	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/device"
+	"github.com/gccl/gccl/dtype"
+	"github.com/gccl/gccl/gpu/internal/engine"
 	"github.com/gccl/gccl/internal/cuda"
-	"github.com/gccl/gccl/transport/nvlink"
+	"github.com/gccl/gccl/internal/errs"
 )
 
 // ErrNotSupported is wrapped by Open's error where no CUDA driver can be
 // used.
 var ErrNotSupported = cuda.ErrNotSupported
+
+// ErrInvalidArgument is wrapped by the errors of calls with bad arguments.
+var ErrInvalidArgument = errs.ErrInvalidArgument
 
 // ErrClosed is wrapped by the errors of a Device's calls, and of its
 // Buffers' and Streams', after the Device's Close.
@@ -49,7 +52,7 @@ type Device struct {
 	ctx     *cuda.Context
 	ordinal int
 	busID   string
-	eng     *nvlink.Engine
+	eng     *engine.Engine
 	closed  atomic.Bool
 }
 
@@ -76,9 +79,9 @@ func Open(ordinal int) (*Device, error) {
 	if err == nil {
 		ctx, err = drv.Retain(ordinal)
 	}
-	var eng *nvlink.Engine
+	var eng *engine.Engine
 	if err == nil {
-		if eng, err = nvlink.NewEngine(drv, ctx, ordinal, bus); err != nil {
+		if eng, err = engine.NewEngine(drv, ctx, ordinal, bus); err != nil {
 			ctx.Release()
 		}
 	}
@@ -114,21 +117,21 @@ func (d *Device) Close() error {
 }
 
 // Buffer is device memory holding Len elements of a type. It implements
-// comm.DeviceBuffer.
+// device.Buffer.
 type Buffer struct {
 	dev   *Device
 	ptr   cuda.DevicePtr
-	dt    comm.DataType
+	dt    dtype.DataType
 	n     int
 	owned bool
 }
 
-var _ comm.PeerDeviceBuffer = (*Buffer)(nil)
+var _ device.PeerBuffer = (*Buffer)(nil)
 
 // Alloc allocates count elements of dt on the device.
-func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
+func (d *Device) Alloc(dt dtype.DataType, count int) (*Buffer, error) {
 	if !dt.Valid() || count <= 0 || count > math.MaxInt/dt.Size() {
-		return nil, fmt.Errorf("%w: Alloc of %d %v elements", comm.ErrInvalidArgument, count, dt)
+		return nil, fmt.Errorf("%w: Alloc of %d %v elements", errs.ErrInvalidArgument, count, dt)
 	}
 	p, err := d.ctx.Alloc(count * dt.Size())
 	if err != nil {
@@ -144,19 +147,19 @@ func (d *Device) Alloc(dt comm.DataType, count int) (*Buffer, error) {
 // the elements must lie inside one allocation: a wrong pointer fails here,
 // with ErrInvalidArgument, and not in a kernel, where a bad address kills
 // the whole context.
-func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error) {
+func (d *Device) Wrap(ptr uintptr, dt dtype.DataType, count int) (*Buffer, error) {
 	// A byte size past MaxInt would wrap: Len and every size computed from
 	// it (View's, the calls') must fit in an int.
 	if !dt.Valid() || count <= 0 || count > math.MaxInt/dt.Size() {
-		return nil, fmt.Errorf("%w: Wrap of %d %v elements", comm.ErrInvalidArgument, count, dt)
+		return nil, fmt.Errorf("%w: Wrap of %d %v elements", errs.ErrInvalidArgument, count, dt)
 	}
 	n := uint64(count) * uint64(dt.Size())
 	info, err := d.ctx.PointerInfo(cuda.DevicePtr(ptr))
 	if err != nil {
-		return nil, fmt.Errorf("%w: Wrap: %#x is not memory CUDA allocated, mapped or registered: %v", comm.ErrInvalidArgument, ptr, err)
+		return nil, fmt.Errorf("%w: Wrap: %#x is not memory CUDA allocated, mapped or registered: %v", errs.ErrInvalidArgument, ptr, err)
 	}
 	if err := info.CheckRange(cuda.DevicePtr(ptr), n, d.ordinal); err != nil {
-		return nil, fmt.Errorf("%w: Wrap: %v", comm.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: Wrap: %v", errs.ErrInvalidArgument, err)
 	}
 	return &Buffer{dev: d, ptr: cuda.DevicePtr(ptr), dt: dt, n: count}, nil
 }
@@ -166,19 +169,19 @@ func (d *Device) Wrap(ptr uintptr, dt comm.DataType, count int) (*Buffer, error)
 // by the view's Free). Collectives take views as they take whole buffers;
 // a view and b are in place when they start at the same address. A view
 // must not be used after b is freed.
-func (b *Buffer) View(off int, dt comm.DataType, count int) (*Buffer, error) {
+func (b *Buffer) View(off int, dt dtype.DataType, count int) (*Buffer, error) {
 	size := b.n * b.dt.Size()
 	if !dt.Valid() || count < 0 || off < 0 || off > size || count > (size-off)/dt.Size() {
-		return nil, fmt.Errorf("%w: View of %d %v elements at byte %d of a %d-byte buffer", comm.ErrInvalidArgument, count, dt, off, size)
+		return nil, fmt.Errorf("%w: View of %d %v elements at byte %d of a %d-byte buffer", errs.ErrInvalidArgument, count, dt, off, size)
 	}
 	if b.ptr == 0 {
-		return nil, fmt.Errorf("%w: View of a freed buffer", comm.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: View of a freed buffer", errs.ErrInvalidArgument)
 	}
 	return &Buffer{dev: b.dev, ptr: b.ptr + cuda.DevicePtr(off), dt: dt, n: count}, nil
 }
 
 // DataType is the element type.
-func (b *Buffer) DataType() comm.DataType { return b.dt }
+func (b *Buffer) DataType() dtype.DataType { return b.dt }
 
 // Len is the number of elements.
 func (b *Buffer) Len() int { return b.n }
@@ -192,7 +195,7 @@ func (b *Buffer) Ptr() uintptr { return uintptr(b.ptr) }
 // Engine is the device's engine for device collectives (CUDA IPC and
 // gccl's kernels): collectives whose every rank passes Buffers on one host
 // run on the devices.
-func (b *Buffer) Engine() comm.DeviceEngine { return b.dev.eng }
+func (b *Buffer) Engine() device.Engine { return b.dev.eng }
 
 // CopyToHost copies the buffer into dst, which must hold it exactly.
 func (b *Buffer) CopyToHost(dst []byte) error {
@@ -213,7 +216,7 @@ func (b *Buffer) CopyFromHost(src []byte) error {
 // checkHost checks that host memory h is the buffer's size.
 func (b *Buffer) checkHost(call string, h []byte) error {
 	if len(h) != b.n*b.dt.Size() {
-		return fmt.Errorf("%w: %s with %d bytes of host memory for a %d-byte buffer", comm.ErrInvalidArgument, call, len(h), b.n*b.dt.Size())
+		return fmt.Errorf("%w: %s with %d bytes of host memory for a %d-byte buffer", errs.ErrInvalidArgument, call, len(h), b.n*b.dt.Size())
 	}
 	return nil
 }
@@ -250,7 +253,7 @@ func DeviceCount() (int, error) {
 // the copy engines, and waits for it.
 func (d *Device) Copy(dst, src *Buffer) error {
 	if dst.n*dst.dt.Size() != src.n*src.dt.Size() {
-		return fmt.Errorf("%w: Copy of %d bytes into %d", comm.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
+		return fmt.Errorf("%w: Copy of %d bytes into %d", errs.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
 	}
 	if err := d.eng.Copy(uintptr(dst.ptr), uintptr(src.ptr), dst.n*dst.dt.Size()); err != nil {
 		return err
@@ -302,7 +305,7 @@ func (s *Stream) Close() error {
 	return err
 }
 
-// StreamBuffer is a Buffer bound to a Stream (comm.StreamBuffer): a call on
+// StreamBuffer is a Buffer bound to a Stream (device.StreamBuffer): a call on
 // it waits for the work queued on the stream before the call was issued,
 // and the stream's work queued after it, async calls included, waits until
 // the call is complete on every rank, as with NCCL. A call's device buffers
@@ -314,14 +317,14 @@ type StreamBuffer struct {
 }
 
 var (
-	_ comm.StreamBuffer     = (*StreamBuffer)(nil)
-	_ comm.PeerDeviceBuffer = (*StreamBuffer)(nil)
+	_ device.StreamBuffer = (*StreamBuffer)(nil)
+	_ device.PeerBuffer   = (*StreamBuffer)(nil)
 )
 
 // OnStream binds the buffer to s, which must be of the buffer's device.
 func (b *Buffer) OnStream(s *Stream) (*StreamBuffer, error) {
 	if s == nil || s.dev != b.dev {
-		return nil, fmt.Errorf("%w: OnStream with a stream of another device", comm.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: OnStream with a stream of another device", errs.ErrInvalidArgument)
 	}
 	return &StreamBuffer{Buffer: b, stream: s}, nil
 }
@@ -329,8 +332,8 @@ func (b *Buffer) OnStream(s *Stream) (*StreamBuffer, error) {
 // Stream identifies the buffer's stream.
 func (b *StreamBuffer) Stream() uintptr { return uintptr(b.stream.s) }
 
-// HoldStream claims the stream for a call (comm.StreamBuffer).
-func (b *StreamBuffer) HoldStream() (comm.StreamHold, error) { return b.dev.eng.Hold(b.stream.s) }
+// HoldStream claims the stream for a call (device.StreamBuffer).
+func (b *StreamBuffer) HoldStream() (device.Hold, error) { return b.dev.eng.Hold(b.stream.s) }
 
 // CopyToHost copies the buffer into dst on gccl's own stream of the device,
 // so that it runs while a call holds the buffer's stream.
@@ -354,7 +357,7 @@ func (b *StreamBuffer) CopyFromHost(src []byte) error {
 // waiting for it.
 func (s *Stream) Copy(dst, src *Buffer) error {
 	if dst.n*dst.dt.Size() != src.n*src.dt.Size() {
-		return fmt.Errorf("%w: Copy of %d bytes into %d", comm.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
+		return fmt.Errorf("%w: Copy of %d bytes into %d", errs.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
 	}
 	return s.dev.ctx.CopyAsync(dst.ptr, src.ptr, dst.n*dst.dt.Size(), s.s)
 }

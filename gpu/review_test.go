@@ -239,7 +239,7 @@ func otherTID(t *testing.T) int {
 	return 0
 }
 
-// foreign re-labels an Export description (nvlink's layout: pid at 4, the
+// foreign re-labels an Export description (the engine's layout: pid at 4, the
 // IPC handle at 32, the fake handle's pid at 16 and padding from 40 in it)
 // as exported by process tid, with tag in the handle's padding (the fake
 // driver ignores it) so that equal memory gets distinct handles.

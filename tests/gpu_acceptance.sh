@@ -140,9 +140,9 @@ if wanted 1; then
 	# the compilation of every kernel, as in a fresh container; then twice
 	# with the cache, which the first run fills.
 	export CUDA_CACHE_DISABLE=1
-	expect 1 '^--- PASS: TestReduceEveryKernel' gotest transport/nvlink -test.v -test.run 'TestExportImport|TestFirstEngineLoadsTheKernels|TestReduceEveryKernel|Hold'
+	expect 1 '^--- PASS: TestReduceEveryKernel' gotest gpu/internal/engine -test.v -test.run 'TestExportImport|TestFirstEngineLoadsTheKernels|TestReduceEveryKernel|Hold'
 	unset CUDA_CACHE_DISABLE
-	expect 2 '^--- PASS: TestFirstEngineLoadsTheKernels' gotest transport/nvlink -test.v -test.run 'TestFirstEngineLoadsTheKernels' -test.count=2
+	expect 2 '^--- PASS: TestFirstEngineLoadsTheKernels' gotest gpu/internal/engine -test.v -test.run 'TestFirstEngineLoadsTheKernels' -test.count=2
 	expect 1 '^--- PASS: TestCollectivesOnDeviceBuffers' gotest gpu -test.v
 fi
 
@@ -173,7 +173,7 @@ fi
 cur=4
 if wanted 4; then
 	step "4. sum kernel in place (float32, bfloat16), 256 MiB"
-	expect 3 '^BenchmarkSumInPlace/(copy|float32|bfloat16)' gotest transport/nvlink -test.run '^$' -test.bench BenchmarkSumInPlace -test.benchtime $sumx
+	expect 3 '^BenchmarkSumInPlace/(copy|float32|bfloat16)' gotest gpu/internal/engine -test.run '^$' -test.bench BenchmarkSumInPlace -test.benchtime $sumx
 	# Each kernel's bandwidth beside the device-to-device copy's, timed in
 	# the same run: what memory allows a kernel streaming through it.
 	awk '$1 ~ /^BenchmarkSumInPlace\// && $NF == "MB/s" { split($1, n, "[/-]"); bw[n[2]] = $(NF-1) }

@@ -41,7 +41,7 @@ if [ -z "$dir" ]; then
 fi
 # Test binaries, named after their packages; gpu_acceptance.sh runs each
 # in its package's directory.
-for pkg in transport/nvlink gpu internal/cufile p2p; do
+for pkg in gpu/internal/engine gpu internal/cufile p2p; do
 	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
 done
 go build "${flags[@]}" -o "$out/" ./cmd/gccl-run ./cmd/gccl-perf ./cmd/gccl-p2pbench ./tests/devcheck

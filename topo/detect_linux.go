@@ -74,7 +74,7 @@ func (d Detector) gather() (*hostFacts, []string, error) {
 	src := d.GPUs
 	var srcErr error
 	if src == nil {
-		src, srcErr = newNVMLSource()
+		src, srcErr = NewNVMLSource()
 	}
 	var gpus []GPUDevice
 	if srcErr == nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gccl/gccl/internal/errs"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -17,9 +19,10 @@ type nvmlSource struct {
 	lib nvml.Interface
 }
 
-// newNVMLSource loads NVML: libnvidia-ml.so.1, or the library that
-// GCCL_NVML_LIBRARY names.
-func newNVMLSource() (GPUSource, error) {
+// NewNVMLSource loads NVML: libnvidia-ml.so.1, or the library that
+// GCCL_NVML_LIBRARY names. Where NVML cannot be used (no library, no
+// driver, no GPU) its error is an ErrNotSupported saying why.
+func NewNVMLSource() (GPUSource, error) {
 	path := os.Getenv("GCCL_NVML_LIBRARY")
 	var opts []nvml.LibraryOption
 	if path != "" {
@@ -27,7 +30,7 @@ func newNVMLSource() (GPUSource, error) {
 	}
 	lib := nvml.New(opts...)
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("%s", nvmlError(lib, ret, path))
+		return nil, errs.Errorf(errs.ErrNotSupported, "%s", nvmlError(lib, ret, path))
 	}
 	return nvmlSource{lib: lib}, nil
 }

@@ -2,8 +2,9 @@
 
 package topo
 
-import "errors"
+import "github.com/gccl/gccl/internal/errs"
 
-func newNVMLSource() (GPUSource, error) {
-	return nil, errors.New("gccl was built without cgo, which NVML needs")
+// NewNVMLSource reports ErrNotSupported: NVML needs cgo on Linux.
+func NewNVMLSource() (GPUSource, error) {
+	return nil, errs.Errorf(errs.ErrNotSupported, "gccl was built without cgo, which NVML needs")
 }

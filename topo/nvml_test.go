@@ -156,7 +156,7 @@ func TestInstalledNVMLLibrary(t *testing.T) {
 		t.Skip("GCCL_TEST_NVML_LIBRARY names no NVML library (.ci/nvidia-tools.sh fetches one)")
 	}
 	t.Setenv("GCCL_NVML_LIBRARY", path)
-	src, err := newNVMLSource()
+	src, err := NewNVMLSource()
 	if err == nil {
 		gpus, err := src.GPUs()
 		if err != nil {
@@ -170,7 +170,7 @@ func TestInstalledNVMLLibrary(t *testing.T) {
 	}
 	t.Logf("NVML loaded; no GPU to list: %v", err)
 	t.Setenv("GCCL_NVML_LIBRARY", filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))
-	if _, err := newNVMLSource(); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := NewNVMLSource(); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("a missing NVML: %v, want \"not found\"", err)
 	}
 }

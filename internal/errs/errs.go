@@ -7,6 +7,8 @@
 // p2p's and topo's "not supported" alike.
 package errs
 
+import "fmt"
+
 // Sentinel is an error of one kind with a package's own text. Two sentinels
 // of the same kind match each other in errors.Is, whichever is the target.
 type Sentinel struct {
@@ -47,3 +49,9 @@ var (
 	// ErrTimeout: the call did not complete within its time limit.
 	ErrTimeout = &Sentinel{text: "gccl: timed out"}
 )
+
+// Errorf returns an error of kind whose text is the formatted message (for
+// an error that carries its own reason rather than wrapping another).
+func Errorf(kind *Sentinel, format string, args ...any) error {
+	return &Sentinel{kind: kind.root(), text: fmt.Sprintf(format, args...)}
+}

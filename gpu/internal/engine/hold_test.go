@@ -1,21 +1,21 @@
 //go:build linux && cgo
 
-package nvlink_test
+package engine_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/gpu/internal/engine"
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 	"github.com/gccl/gccl/internal/cuda/devtest"
-	"github.com/gccl/gccl/transport/nvlink"
 )
 
 // A hold keeps the stream's later work waiting until it is released; its
 // Ready sees the work queued before it.
 func TestHoldOrdersStream(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	s := stream(t, ctx)
 	ev, err := ctx.NewEvent()
 	if err != nil {
@@ -59,7 +59,7 @@ func TestHoldOrdersStream(t *testing.T) {
 // Holds reuse their words once the stream is past them: far more holds
 // than there are words, one after another, all work.
 func TestHoldsReuseWords(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	s := stream(t, ctx)
 	for i := range 3000 {
 		h, err := e.Hold(s)
@@ -79,7 +79,7 @@ func TestHoldsReuseWords(t *testing.T) {
 // Closing the engine releases the holds still outstanding: no stream is
 // left waiting, and a later Release does nothing.
 func TestCloseReleasesHolds(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	s := stream(t, ctx)
 	h, err := e.Hold(s)
 	if err != nil {
@@ -124,7 +124,7 @@ func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 	cudatest.Driver(t)
 	d, ctxs := devtest.Retain(t, 1)
 	ctx := ctxs[0]
-	e, err := nvlink.NewEngine(d, ctx, 0, "")
+	e, err := engine.NewEngine(d, ctx, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 		}
 	}()
 	for range 200 {
-		other, err := nvlink.NewEngine(d, ctx, 0, "")
+		other, err := engine.NewEngine(d, ctx, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 // at once: freeing synchronizes the device, which would wait for the held
 // stream, and the driver holds the process's other calls meanwhile.
 func TestFreeWaitsForTheLastHold(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	s := stream(t, ctx)
 	h, err := e.Hold(s)
 	if err != nil {
@@ -178,31 +178,31 @@ func TestFreeWaitsForTheLastHold(t *testing.T) {
 	if err := e.Free(p); err != nil {
 		t.Fatal(err)
 	}
-	if n := nvlink.DeferredFrees(e); n != 1 {
+	if n := engine.DeferredFrees(e); n != 1 {
 		t.Fatalf("%d frees deferred while a stream is held, want 1", n)
 	}
 	h.Release() // frees it, on another goroutine
-	for start := time.Now(); nvlink.DeferredFrees(e) != 0; time.Sleep(time.Millisecond) {
+	for start := time.Now(); engine.DeferredFrees(e) != 0; time.Sleep(time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("%d frees still deferred 10 s after the release, want 0", nvlink.DeferredFrees(e))
+			t.Fatalf("%d frees still deferred 10 s after the release, want 0", engine.DeferredFrees(e))
 		}
 	}
 	q, err := ctx.Alloc(64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Free(q); err != nil || nvlink.DeferredFrees(e) != 0 {
-		t.Fatalf("Free with no hold: %v, %d deferred; want it freed at once", err, nvlink.DeferredFrees(e))
+	if err := e.Free(q); err != nil || engine.DeferredFrees(e) != 0 {
+		t.Fatalf("Free with no hold: %v, %d deferred; want it freed at once", err, engine.DeferredFrees(e))
 	}
 }
 
 // Memory one engine freed while another's call held a stream is still
 // freed at the release after the freeing engine closed.
 func TestDeferredFreeOutlivesItsEngine(t *testing.T) {
-	ctx, e1 := engine(t)
+	ctx, e1 := openEngine(t)
 	d, _ := devtest.Retain(t, 1)
 	bus, _ := d.PCIBusID(0)
-	e2, err := nvlink.NewEngine(d, ctx, 0, bus)
+	e2, err := engine.NewEngine(d, ctx, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,14 +214,14 @@ func TestDeferredFreeOutlivesItsEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e2.Free(p); err != nil || nvlink.DeferredFrees(e1) != 1 {
-		t.Fatalf("Free while a stream is held: %v, %d deferred; want 1", err, nvlink.DeferredFrees(e1))
+	if err := e2.Free(p); err != nil || engine.DeferredFrees(e1) != 1 {
+		t.Fatalf("Free while a stream is held: %v, %d deferred; want 1", err, engine.DeferredFrees(e1))
 	}
 	if err := e2.Close(); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()
-	for start := time.Now(); nvlink.DeferredFrees(e1) != 0; time.Sleep(time.Millisecond) {
+	for start := time.Now(); engine.DeferredFrees(e1) != 0; time.Sleep(time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("the free left by a closed engine was never done")
 		}

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package nvlink_test
+package engine_test
 
 import (
 	"bytes"
@@ -11,25 +11,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/gpu/internal/engine"
+
+	"github.com/gccl/gccl/device"
+	"github.com/gccl/gccl/dtype"
 	"github.com/gccl/gccl/internal/commtest"
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 	"github.com/gccl/gccl/internal/cuda/devtest"
+	"github.com/gccl/gccl/internal/errs"
 	"github.com/gccl/gccl/internal/kernels"
 	"github.com/gccl/gccl/internal/reduce"
-	"github.com/gccl/gccl/transport/nvlink"
 )
 
 // engine opens device 0 of the fake driver, or of the real one with
 // GCCL_TEST_REAL_GPU=1 (on a GPU machine).
-func engine(t testing.TB) (*cuda.Context, *nvlink.Engine) {
+func openEngine(t testing.TB) (*cuda.Context, *engine.Engine) {
 	t.Helper()
 	cudatest.Driver(t)
 	d, ctxs := devtest.Retain(t, 1)
 	ctx := ctxs[0]
 	bus, _ := d.PCIBusID(0)
-	e, err := nvlink.NewEngine(d, ctx, 0, bus)
+	e, err := engine.NewEngine(d, ctx, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +53,14 @@ func alloc(t testing.TB, ctx *cuda.Context, n int) cuda.DevicePtr {
 // Descriptions: a range inside the allocation round-trips to the same
 // address in this process; a range past it, or garbage, is refused.
 func TestExportImport(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	p := alloc(t, ctx, 1<<16)
 	d, err := e.AppendExport(nil, uintptr(p)+4096, 8192)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d) > comm.MaxDeviceDescLen {
-		t.Fatalf("description of %d bytes, more than comm allows (%d)", len(d), comm.MaxDeviceDescLen)
+	if len(d) > device.MaxDescLen {
+		t.Fatalf("description of %d bytes, more than comm allows (%d)", len(d), device.MaxDescLen)
 	}
 	if d2, err := e.AppendExport([]byte("xy"), uintptr(p)+4096, 8192); err != nil || string(d2[:2]) != "xy" || !bytes.Equal(d2[2:], d) {
 		t.Fatalf("AppendExport after 2 bytes: %q, %v; want xy then %q", d2, err, d)
@@ -65,7 +68,7 @@ func TestExportImport(t *testing.T) {
 	if got, err := e.Import(d, 8192); err != nil || got != uintptr(p)+4096 {
 		t.Fatalf("Import in the exporting process: %#x, %v; want %#x", got, err, uintptr(p)+4096)
 	}
-	if _, err := e.AppendExport(nil, uintptr(p)+4096, 1<<16); !errors.Is(err, comm.ErrInvalidArgument) {
+	if _, err := e.AppendExport(nil, uintptr(p)+4096, 1<<16); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("Export past the allocation: %v", err)
 	}
 	if _, err := e.Import(d, 1<<16); err == nil || !strings.Contains(err.Error(), "run past") {
@@ -87,33 +90,33 @@ func TestFirstEngineLoadsTheKernels(t *testing.T) {
 	d, ctxs := devtest.Retain(t, 1)
 	bus, _ := d.PCIBusID(0)
 	start := time.Now()
-	e1, err := nvlink.NewEngine(d, ctxs[0], 0, bus)
+	e1, err := engine.NewEngine(d, ctxs[0], 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e1.Close()
 	first := time.Since(start)
 	start = time.Now()
-	e2, err := nvlink.NewEngine(d, ctxs[0], 0, bus)
+	e2, err := engine.NewEngine(d, ctxs[0], 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := time.Since(start)
 	t.Logf("the first engine on the context, which loads every type's kernels, opened in %v; the second in %v", first.Round(time.Millisecond), second.Round(time.Microsecond))
-	if n := nvlink.LoadedModules(e2); n != len(comm.DataTypes) {
-		t.Errorf("%d modules loaded on the context, want one per type (%d)", n, len(comm.DataTypes))
+	if n := engine.LoadedModules(e2); n != len(dtype.DataTypes) {
+		t.Errorf("%d modules loaded on the context, want one per type (%d)", n, len(dtype.DataTypes))
 	}
 	// Where machine code is embedded for the device, the driver took it:
 	// the PTX would be compiled, for seconds.
 	major, _ := d.Attribute(0, cuda.AttrComputeCapabilityMajor)
 	minor, _ := d.Attribute(0, cuda.AttrComputeCapabilityMinor)
-	for _, ct := range comm.DataTypes {
+	for _, ct := range dtype.DataTypes {
 		dt := reduce.DType(ct)
 		arch, img, err := kernels.Cubin(major, minor, dt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := nvlink.LoadedFrom(e2, dt)
+		got := engine.LoadedFrom(e2, dt)
 		if img != nil && got != arch+" machine code" {
 			t.Errorf("%v: loaded %q, want the embedded %s machine code", dt, got, arch)
 		}
@@ -122,8 +125,8 @@ func TestFirstEngineLoadsTheKernels(t *testing.T) {
 		}
 	}
 	e2.Close()
-	if n := nvlink.LoadedModules(e1); n != len(comm.DataTypes) {
-		t.Errorf("after the second engine closed, %d modules loaded, want %d: the first still uses them", n, len(comm.DataTypes))
+	if n := engine.LoadedModules(e1); n != len(dtype.DataTypes) {
+		t.Errorf("after the second engine closed, %d modules loaded, want %d: the first still uses them", n, len(dtype.DataTypes))
 	}
 }
 
@@ -131,11 +134,11 @@ func TestFirstEngineLoadsTheKernels(t *testing.T) {
 // the embedded PTX and launches, and reduces 3 inputs into 2 outputs right:
 // float64 data of small integers, exact in every op.
 func TestReduceEveryKernel(t *testing.T) {
-	ctx, e := engine(t)
+	ctx, e := openEngine(t)
 	const count, nin = 1000, 3
 	rng := rand.New(rand.NewPCG(1, 2))
-	ops := []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg, comm.PreMulSum(2)}
-	for _, dt := range comm.DataTypes {
+	ops := []dtype.Op{dtype.Sum, dtype.Prod, dtype.Min, dtype.Max, dtype.Avg, dtype.PreMulSum(2)}
+	for _, dt := range dtype.DataTypes {
 		esz := dt.Size()
 		ins := make([]uintptr, nin)
 		vals := make([][]int64, nin)
@@ -144,7 +147,7 @@ func TestReduceEveryKernel(t *testing.T) {
 			host := make([]byte, count*esz)
 			for i := range vals[j] {
 				vals[j][i] = int64(rng.IntN(5)) - 2 // -2..2: exact in every type, even fp8
-				if !dt.IsFloat() && (dt == comm.Uint8 || dt == comm.Uint32 || dt == comm.Uint64) {
+				if !dt.IsFloat() && (dt == dtype.Uint8 || dt == dtype.Uint32 || dt == dtype.Uint64) {
 					vals[j][i] += 2
 				}
 				commtest.Put(dt, host, i, float64(vals[j][i]))
@@ -157,7 +160,7 @@ func TestReduceEveryKernel(t *testing.T) {
 		}
 		outs := []uintptr{uintptr(alloc(t, ctx, count*esz)), uintptr(alloc(t, ctx, count*esz))}
 		for _, op := range ops {
-			if err := e.Reduce(&comm.DeviceReduce{DataType: dt, Op: op, Ranks: nin, Count: count, In: ins, Out: outs}); err != nil {
+			if err := e.Reduce(&device.Reduce{DataType: dt, Op: op, Ranks: nin, Count: count, In: ins, Out: outs}); err != nil {
 				t.Fatalf("%v %v: %v", dt, op, err)
 			}
 			if err := e.Wait(); err != nil {
@@ -171,7 +174,7 @@ func TestReduceEveryKernel(t *testing.T) {
 				for i := 0; i < count; i++ {
 					want := ref(dt, op, nin, vals, i)
 					got := commtest.Get(dt, host, i)
-					if op.Kind == comm.OpAvg && dt.IsFloat() {
+					if op.Kind == dtype.OpAvg && dt.IsFloat() {
 						// x*(1/n) summed is not (sum x)/n rounded once.
 						if math.Abs(got-want) > 0.13*math.Abs(want) {
 							t.Fatalf("%v %v element %d: %v, want %v", dt, op, i, got, want)
@@ -185,33 +188,33 @@ func TestReduceEveryKernel(t *testing.T) {
 			}
 		}
 	}
-	if err := e.Reduce(&comm.DeviceReduce{DataType: comm.Float32, Op: comm.Sum, Count: 1, In: make([]uintptr, 9), Out: make([]uintptr, 1)}); !errors.Is(err, comm.ErrInvalidArgument) {
+	if err := e.Reduce(&device.Reduce{DataType: dtype.Float32, Op: dtype.Sum, Count: 1, In: make([]uintptr, 9), Out: make([]uintptr, 1)}); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("a reduction of 9 inputs: %v", err)
 	}
 }
 
 // ref is the exact result of op over the inputs' element i, as a float64.
-func ref(dt comm.DataType, op comm.Op, n int, vals [][]int64, i int) float64 {
+func ref(dt dtype.DataType, op dtype.Op, n int, vals [][]int64, i int) float64 {
 	acc := float64(vals[0][i])
-	if op.Kind == comm.OpPreMulSum {
+	if op.Kind == dtype.OpPreMulSum {
 		acc *= op.Scalar
 	}
 	for j := 1; j < n; j++ {
 		x := float64(vals[j][i])
 		switch op.Kind {
-		case comm.OpSum, comm.OpAvg:
+		case dtype.OpSum, dtype.OpAvg:
 			acc += x
-		case comm.OpPreMulSum:
+		case dtype.OpPreMulSum:
 			acc += x * op.Scalar
-		case comm.OpProd:
+		case dtype.OpProd:
 			acc *= x
-		case comm.OpMin:
+		case dtype.OpMin:
 			acc = math.Min(acc, x)
-		case comm.OpMax:
+		case dtype.OpMax:
 			acc = math.Max(acc, x)
 		}
 	}
-	if op.Kind == comm.OpAvg {
+	if op.Kind == dtype.OpAvg {
 		if dt.IsFloat() {
 			return float64(roundTo(dt, acc/float64(n)))
 		}
@@ -222,7 +225,7 @@ func ref(dt comm.DataType, op comm.Op, n int, vals [][]int64, i int) float64 {
 
 // roundTo rounds to dt's precision the values this test produces (small
 // integers and thirds of them).
-func roundTo(dt comm.DataType, v float64) float64 {
+func roundTo(dt dtype.DataType, v float64) float64 {
 	if dt.IsFloat() {
 		b := make([]byte, 8)
 		commtest.Put(dt, b, 0, v)
@@ -246,7 +249,7 @@ func BenchmarkSumInPlace(b *testing.B) {
 	if !cudatest.RealGPU() {
 		size = 1 << 20
 	}
-	ctx, e := engine(b)
+	ctx, e := openEngine(b)
 	a, x := alloc(b, ctx, size), alloc(b, ctx, size)
 	// Zeros: no NaN or subnormal slows one kernel and not another.
 	for _, p := range []cuda.DevicePtr{a, x} {
@@ -275,8 +278,8 @@ func BenchmarkSumInPlace(b *testing.B) {
 	b.Run("copy", func(b *testing.B) {
 		run(b, 2*size, func() error { return e.Copy(uintptr(a), uintptr(x), size) })
 	})
-	for _, dt := range []comm.DataType{comm.Float32, comm.BFloat16} {
-		red := &comm.DeviceReduce{DataType: dt, Op: comm.Sum, Ranks: 2, Count: size / dt.Size(),
+	for _, dt := range []dtype.DataType{dtype.Float32, dtype.BFloat16} {
+		red := &device.Reduce{DataType: dt, Op: dtype.Sum, Ranks: 2, Count: size / dt.Size(),
 			In: []uintptr{uintptr(a), uintptr(x)}, Out: []uintptr{uintptr(a)}}
 		b.Run(dt.String(), func(b *testing.B) {
 			run(b, 3*size, func() error { return e.Reduce(red) })

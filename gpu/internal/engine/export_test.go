@@ -1,4 +1,4 @@
-package nvlink
+package engine
 
 import "github.com/gccl/gccl/internal/reduce"
 

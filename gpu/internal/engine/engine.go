@@ -3,12 +3,12 @@
 // CUDA IPC handles, peers map them (over NVLink or PCIe peer-to-peer where
 // the GPUs differ; on one GPU, within its memory), and an Engine reduces
 // with gccl's kernels (internal/kernels) and copies with the copy engines,
-// straight between the mapped buffers. It implements comm.DeviceEngine;
+// straight between the mapped buffers. It implements device.Engine;
 // package gpu gives every Device one.
 //
 // Status: tested against the fake CUDA driver only (the kernels run there
 // compiled for the CPU); no GPU has run it yet (docs/HARDWARE.md).
-package nvlink
+package engine
 
 import (
 	"bytes"
@@ -21,8 +21,10 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/device"
+	"github.com/gccl/gccl/dtype"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/errs"
 	"github.com/gccl/gccl/internal/kernels"
 	"github.com/gccl/gccl/internal/reduce"
 )
@@ -76,7 +78,7 @@ type Engine struct {
 	shared *ctxState // what the engines on ctx share: holds, kernels (hold.go)
 }
 
-var _ comm.DeviceEngine = (*Engine)(nil)
+var _ device.Engine = (*Engine)(nil)
 
 // NewEngine makes the engine of device ordinal, whose primary context is
 // ctx, on driver d.
@@ -113,12 +115,12 @@ func (e *Engine) Name() string {
 // Ready waits for all work queued in the device's context, by the caller
 // on any stream included. While a call of this process holds a stream of
 // the context (stream-bound buffers, another rank's perhaps), it fails
-// with comm.ErrNotSupported instead: the driver can only wait for the
+// with errs.ErrNotSupported instead: the driver can only wait for the
 // whole context (cuCtxSynchronize), held stream included, which waits for
 // that call to complete on every rank, and the call may need this one.
 func (e *Engine) Ready() error {
 	if n := e.shared.active.Load(); n > 0 {
-		return fmt.Errorf("nvlink: %w: a call on device %d buffers not bound to a stream, while %d calls of this process hold streams of the device: waiting for the device's work would wait for those calls (which may need this one); bind the buffers of every rank on this device to streams (gpu.Buffer.OnStream), or none", comm.ErrNotSupported, e.ordinal, n)
+		return fmt.Errorf("engine: %w: a call on device %d buffers not bound to a stream, while %d calls of this process hold streams of the device: waiting for the device's work would wait for those calls (which may need this one); bind the buffers of every rank on this device to streams (gpu.Buffer.OnStream), or none", errs.ErrNotSupported, e.ordinal, n)
 	}
 	return e.ctx.Synchronize()
 }
@@ -136,15 +138,15 @@ const (
 func (e *Engine) AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error) {
 	base, size, err := e.ctx.AddressRange(cuda.DevicePtr(ptr))
 	if err != nil {
-		return nil, fmt.Errorf("nvlink: device memory at %#x: %w", ptr, err)
+		return nil, fmt.Errorf("engine: device memory at %#x: %w", ptr, err)
 	}
 	off := uint64(ptr) - uint64(base)
 	if n < 0 || off+uint64(n) > uint64(size) {
-		return nil, fmt.Errorf("nvlink: %d bytes at %#x run past their allocation [%#x, +%d): %w", n, ptr, base, size, comm.ErrInvalidArgument)
+		return nil, fmt.Errorf("engine: %d bytes at %#x run past their allocation [%#x, +%d): %w", n, ptr, base, size, errs.ErrInvalidArgument)
 	}
 	h, err := e.ctx.IPCHandle(base)
 	if err != nil {
-		return nil, fmt.Errorf("nvlink: exporting device memory at %#x: %w", ptr, err)
+		return nil, fmt.Errorf("engine: exporting device memory at %#x: %w", ptr, err)
 	}
 	le := binary.LittleEndian
 	dst = append(dst, descMagic...)
@@ -160,12 +162,12 @@ func (e *Engine) AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error) {
 // process's allocation is opened once and cached by its handle.
 func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 	if len(desc) != descLen || !bytes.HasPrefix(desc, []byte(descMagic)) {
-		return 0, fmt.Errorf("nvlink: not a device memory description (%d bytes)", len(desc))
+		return 0, fmt.Errorf("engine: not a device memory description (%d bytes)", len(desc))
 	}
 	le := binary.LittleEndian
 	pid, base, size, off := le.Uint32(desc[4:]), le.Uint64(desc[8:]), le.Uint64(desc[16:]), le.Uint64(desc[24:])
 	if n < 0 || off > size || uint64(n) > size-off {
-		return 0, fmt.Errorf("nvlink: peer's %d bytes at offset %d run past its %d-byte allocation", n, off, size)
+		return 0, fmt.Errorf("engine: peer's %d bytes at offset %d run past its %d-byte allocation", n, off, size)
 	}
 	if pid == e.pid {
 		return uintptr(base + off), nil
@@ -186,7 +188,7 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 		}
 		p, err := e.ctx.OpenIPC(h)
 		if err != nil {
-			return 0, fmt.Errorf("nvlink: opening process %d's device memory: %w", pid, err)
+			return 0, fmt.Errorf("engine: opening process %d's device memory: %w", pid, err)
 		}
 		m = imported{ptr: p, pid: pid, base: base, size: size}
 	}
@@ -262,30 +264,30 @@ func (e *Engine) closeImportsLocked() {
 }
 
 // kernelOp maps a comm reduction to a kernel operator and its scalar.
-func kernelOp(r *comm.DeviceReduce) (kernels.Op, float64) {
+func kernelOp(r *device.Reduce) (kernels.Op, float64) {
 	switch r.Op.Kind {
-	case comm.OpProd:
+	case dtype.OpProd:
 		return kernels.OpProd, 0
-	case comm.OpMin:
+	case dtype.OpMin:
 		return kernels.OpMin, 0
-	case comm.OpMax:
+	case dtype.OpMax:
 		return kernels.OpMax, 0
-	case comm.OpAvg:
+	case dtype.OpAvg:
 		if r.DataType.IsFloat() {
 			return kernels.OpPreMulSum, 1 / float64(r.Ranks)
 		}
 		return kernels.OpSumDiv, float64(r.Ranks)
-	case comm.OpPreMulSum:
+	case dtype.OpPreMulSum:
 		return kernels.OpPreMulSum, r.Op.Scalar
 	}
 	return kernels.OpSum, 0
 }
 
 // Reduce queues one reduction kernel on the engine's stream.
-func (e *Engine) Reduce(r *comm.DeviceReduce) error {
+func (e *Engine) Reduce(r *device.Reduce) error {
 	if len(r.In) < 1 || len(r.In) > kernels.MaxInputs || len(r.Out) < 1 || len(r.Out) > kernels.MaxOutputs {
-		return fmt.Errorf("nvlink: a reduction of %d inputs into %d outputs (at most %d and %d): %w",
-			len(r.In), len(r.Out), kernels.MaxInputs, kernels.MaxOutputs, comm.ErrInvalidArgument)
+		return fmt.Errorf("engine: a reduction of %d inputs into %d outputs (at most %d and %d): %w",
+			len(r.In), len(r.Out), kernels.MaxInputs, kernels.MaxOutputs, errs.ErrInvalidArgument)
 	}
 	if r.Count <= 0 {
 		return nil
@@ -308,7 +310,7 @@ func (e *Engine) Reduce(r *comm.DeviceReduce) error {
 	}
 	grid, block := kernels.LaunchShape(r.Count, dt, e.sms)
 	if err := e.ctx.Launch(f, grid, block, e.stream, unsafe.Pointer(a)); err != nil {
-		return fmt.Errorf("nvlink: %v %v reduction of %d elements: %w", r.DataType, r.Op, r.Count, err)
+		return fmt.Errorf("engine: %v %v reduction of %d elements: %w", r.DataType, r.Op, r.Count, err)
 	}
 	return nil
 }
@@ -354,7 +356,7 @@ func (e *Engine) loadKernels() error {
 			var name string
 			if name, err = kernels.ReduceEntry(dt, op); err == nil {
 				if k.funcs[kernelKey{dt, op}], err = e.ctx.Function(mods[dt].mod, name); err != nil {
-					err = fmt.Errorf("nvlink: kernel %s in gccl's %s module: %w", name, mods[dt].arch, err)
+					err = fmt.Errorf("engine: kernel %s in gccl's %s module: %w", name, mods[dt].arch, err)
 				}
 			}
 		}
@@ -398,7 +400,7 @@ func (e *Engine) loadModule(dt reduce.DType) (module, error) {
 	}
 	mod, err := e.ctx.LoadModule(ptx)
 	if err != nil {
-		return module{}, fmt.Errorf("nvlink: loading gccl's %s %v kernels: %w", arch, dt, err)
+		return module{}, fmt.Errorf("engine: loading gccl's %s %v kernels: %w", arch, dt, err)
 	}
 	return module{mod, arch + " PTX"}, nil
 }
@@ -417,7 +419,7 @@ func (e *Engine) function(dt reduce.DType, op kernels.Op) (cuda.Function, error)
 	if _, err := kernels.ReduceEntry(dt, op); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("nvlink: no %v %v kernel loaded", dt, op)
+	return 0, fmt.Errorf("engine: no %v %v kernel loaded", dt, op)
 }
 
 // Copy queues a copy of n bytes on the engine's stream (copy engines).
@@ -436,7 +438,7 @@ func (e *Engine) Wait() error {
 	return e.ctx.SyncStream(e.stream)
 }
 
-var errClosed = errors.New("nvlink: engine closed")
+var errClosed = errors.New("engine: engine closed")
 
 func (e *Engine) isClosed() bool {
 	e.mu.Lock()

@@ -1,4 +1,4 @@
-package nvlink
+package engine
 
 import (
 	"fmt"
@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/device"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/errs"
 	"github.com/gccl/gccl/internal/reduce"
 )
 
@@ -192,7 +193,7 @@ func (c *ctxState) handOver(ctx *cuda.Context) {
 	}
 }
 
-// Hold is a call's claim on a stream (comm.StreamHold).
+// Hold is a call's claim on a stream (device.Hold).
 type Hold struct {
 	e         *Engine
 	slot      int
@@ -200,7 +201,7 @@ type Hold struct {
 	released  atomic.Bool
 }
 
-var _ comm.StreamHold = (*Hold)(nil)
+var _ device.Hold = (*Hold)(nil)
 
 // Hold makes work queued on stream s from now on wait until the returned
 // Hold is released; its Ready waits for the work queued before.
@@ -214,7 +215,7 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 	if h.words == nil {
 		words, dev, err := e.ctx.AllocHostMapped(4 * holdSlots)
 		if err != nil {
-			return nil, fmt.Errorf("nvlink: memory for stream holds: %w", err)
+			return nil, fmt.Errorf("engine: memory for stream holds: %w", err)
 		}
 		h.words, h.dev = words, dev
 		h.free = make([]int, holdSlots)
@@ -259,7 +260,7 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 			h.free = append(h.free, hd.slot)
 		} // else the stream waits for the word, and nothing says when it is past: the slot is lost
 		e.shared.done(1)
-		return nil, fmt.Errorf("nvlink: holding a stream: %w", err)
+		return nil, fmt.Errorf("engine: holding a stream: %w", err)
 	}
 	h.active++
 	return hd, nil
@@ -309,7 +310,7 @@ func (h *holdState) eventLocked(e *Engine, ev *cuda.Event) error {
 func (h *holdState) reclaimLocked(e *Engine, wait bool) error {
 	if wait {
 		if len(h.retiring) == 0 {
-			return fmt.Errorf("nvlink: %d calls hold streams at once: %w", holdSlots, comm.ErrInvalidArgument)
+			return fmt.Errorf("engine: %d calls hold streams at once: %w", holdSlots, errs.ErrInvalidArgument)
 		}
 		if err := e.ctx.SyncEvent(h.retiring[0].after); err != nil {
 			return err

@@ -1,0 +1,100 @@
+// Package device is the seam between gccl's communicator and accelerator
+// memory: the buffer interfaces a collective accepts for memory the host
+// cannot address, and the Engine that runs a rank's share of a device
+// collective. Package gpu implements them with CUDA; package comm uses them
+// and re-exports them (comm.DeviceBuffer, comm.DeviceEngine, ...);
+// devicetest is an in-memory implementation for tests.
+package device
+
+import "github.com/gccl/gccl/dtype"
+
+// Buffer is memory the host cannot address (GPU memory): HostBytes is nil,
+// and the buffer copies its contents to and from host memory.
+type Buffer interface {
+	// DataType is the element type.
+	DataType() dtype.DataType
+	// Len is the number of elements.
+	Len() int
+	// HostBytes is nil: the memory is not the host's.
+	HostBytes() []byte
+	// CopyToHost copies the whole buffer into dst (Len()*DataType().Size()
+	// bytes) and returns once the copy is complete.
+	CopyToHost(dst []byte) error
+	// CopyFromHost copies src over the whole buffer and returns once the
+	// copy is complete.
+	CopyFromHost(src []byte) error
+}
+
+// PeerBuffer is a Buffer whose memory the ranks on its host can reach
+// directly (through the Engine's exports, e.g. CUDA IPC).
+type PeerBuffer interface {
+	Buffer
+	// Ptr is the buffer's device address, in the process's unified
+	// address space.
+	Ptr() uintptr
+	// Engine runs the device work on the buffer's device.
+	Engine() Engine
+}
+
+// StreamBuffer is a Buffer bound to a device stream. A call on
+// StreamBuffers starts once the work queued on their streams before it was
+// issued is complete, and the streams' later work runs only once the call
+// is complete on every rank (as an NCCL call on its stream).
+type StreamBuffer interface {
+	Buffer
+	// Stream identifies the buffer's stream: a call holds each stream once.
+	Stream() uintptr
+	// HoldStream claims the stream for a call being issued.
+	HoldStream() (Hold, error)
+}
+
+// Hold is a call's claim on a stream: the stream's work queued after it
+// waits until it is released.
+type Hold interface {
+	// Ready waits until the stream's work queued before the hold is
+	// complete.
+	Ready() error
+	// Release lets the stream's later work run. The call is complete (or
+	// failed) on every rank.
+	Release()
+}
+
+// Engine is a device's side of the device collectives: it describes memory
+// for peers, maps theirs, and queues reductions and copies.
+type Engine interface {
+	// Name says what the engine is, for the log.
+	Name() string
+	// Ready waits until work the caller queued before the collective
+	// (producing its inputs, reading its outputs) is complete, since peers
+	// read and write the buffers as soon as this rank arrives.
+	Ready() error
+	// AppendExport appends to dst a description of n bytes of device
+	// memory at ptr for the peers' Import; the description fits in
+	// MaxDescLen bytes. (Appending lets a call describe its buffers
+	// without allocating.)
+	AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error)
+	// Import returns the address in this process of n bytes a peer
+	// exported, mapping and caching the peer's memory as needed.
+	Import(desc []byte, n int) (uintptr, error)
+	// Reduce queues out[j][i] = in[0][i] op ... op in[k-1][i] for every
+	// output j and element i < count.
+	Reduce(r *Reduce) error
+	// Copy queues a copy of n bytes between device addresses.
+	Copy(dst, src uintptr, n int) error
+	// Wait waits until the queued work is complete.
+	Wait() error
+}
+
+// MaxDescLen bounds Engine.AppendExport's descriptions.
+const MaxDescLen = 160
+
+// Reduce is one queued device reduction. Avg divides by Ranks (float types
+// pre-multiply each input by 1/Ranks; integer types divide the sum,
+// truncating); PreMulSum multiplies each input by Op.Scalar.
+type Reduce struct {
+	DataType dtype.DataType
+	Op       dtype.Op
+	Ranks    int // the divisor of Avg
+	Count    int
+	In, Out  []uintptr
+}
