@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,8 +10,6 @@ import (
 	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
-	"github.com/gccl/gccl/transport/shm"
-	"github.com/gccl/gccl/transport/tcp"
 )
 
 // Multi-process slot geometry: bigger slots than in-process, since there is
@@ -87,8 +84,6 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	if err := checkSlots(slotSize, slotCount); err != nil {
 		return nil, err
 	}
-	shmDisabled := os.Getenv("GCCL_SHM_DISABLE") == "1"
-	strict := os.Getenv("GCCL_STRICT") == "1"
 	if f := os.Getenv(topo.EnvTopoFile); f != "" {
 		// Only the lowest rank of each host publishes the topology, but
 		// every rank checks the file first: a bad one fails all of them
@@ -98,8 +93,8 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		}
 	}
 
-	// Pass 1: who lives where. The shm mailbox needs the list of local
-	// peers, so hosts are exchanged before transports are created.
+	// Pass 1: who lives where. Transports need the hosts (shared memory
+	// the list of local peers) before they listen.
 	me := peerInfo{Version: Version, HostID: HostID(), Pid: os.Getpid()}
 	blobs, err := client.AllGather(ctx, me.marshal())
 	if err != nil {
@@ -109,10 +104,13 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	if err != nil {
 		return nil, err
 	}
-	var local []int
-	remote := false
+	hosts, pids := make([]string, size), make([]int, size)
 	sameHost, localRank := 0, 0
+	if err := checkVersions(rank, infos); err != nil {
+		return nil, err
+	}
 	for p, info := range infos {
+		hosts[p], pids[p] = info.HostID, info.Pid
 		if info.HostID == me.HostID {
 			sameHost++
 			if p < rank {
@@ -133,123 +131,60 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 			me.Topo = topo.MarshalXML(g.Doc)
 		}
 	}
-	for p, info := range infos {
-		if p == rank {
-			continue
-		}
-		if info.HostID == me.HostID && !shmDisabled {
-			local = append(local, p)
-		} else {
-			remote = true
-		}
-	}
 
-	var cleanup []func()
+	// Every registered transport listens (transports.go lists them); the
+	// descriptor says where, or why not.
+	prep, err := transport.Prepare(ctx, transport.Setup{
+		JobID: jobID, Rank: rank, Size: size, SlotSize: slotSize, SlotCount: slotCount,
+		Hosts: hosts, Pids: pids, Getenv: os.Getenv,
+	})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
+			// err is the named result: peers learn why Init failed.
+			prep.Abort(err)
 		}
 	}()
-	var bell transport.Bell
-	var mb *shm.Mailbox
-	if len(local) > 0 {
-		mb, err = shm.Create(jobID, rank, size, local, shm.Config{SlotSize: slotSize, SlotCount: slotCount})
-		if err != nil {
-			if strict {
-				return nil, fmt.Errorf("%w: shared memory: %w (GCCL_STRICT=1)", ErrNotSupported, err)
-			}
-			// Same-host peers will fall back to TCP, with a WARN below.
-			mb, remote = nil, true
-		} else {
-			cleanup = append(cleanup, func() { mb.Close() })
-			bell = mb.Bell()
-			me.Shm = mb.Name()
-		}
-	}
-	if bell == nil {
-		bell = transport.NewDoorbell()
-	}
-	var ln *tcp.Listener
-	if remote {
-		token := sha256.Sum256([]byte("gccl-tcp:" + jobID))
-		ln, err = tcp.Listen(rank, size, tcp.Config{SlotSize: slotSize, SlotCount: slotCount, Bell: bell, Token: token[:]})
-		if err != nil {
-			return nil, fmt.Errorf("%w: tcp listen: %w", ErrNotSupported, err)
-		}
-		cleanup = append(cleanup, func() { ln.Close() })
-		me.TCP = ln.Addr()
-	}
+	me.Transports = prep.Descriptor()
 
-	// Pass 2: addresses.
+	// Pass 2: addresses and topologies.
 	if blobs, err = client.AllGather(ctx, me.marshal()); err != nil {
 		return nil, err
 	}
 	if infos, err = parseInfos(blobs); err != nil {
 		return nil, err
 	}
-	rc, err := chooseRoutes(rank, infos, shmDisabled || mb == nil, strict)
+	descs := make([][]byte, size)
+	for p, info := range infos {
+		descs[p] = info.Transports
+	}
+	sel, err := prep.Select(descs, os.Getenv("GCCL_STRICT") == "1")
 	if err != nil {
 		return nil, err
 	}
-	routes := make([]transport.Endpoint, size)
-	shmPeers := map[int]shm.Peer{}
-	var tcpPeers []int
-	addrs := make([]string, size)
-	for p, r := range rc.routes {
-		switch r {
-		case routeSHM:
-			shmPeers[p] = shm.Peer{Name: infos[p].Shm, Pid: infos[p].Pid}
-		case routeTCP:
-			tcpPeers = append(tcpPeers, p)
-			addrs[p] = infos[p].TCP
-		}
-	}
-	if len(shmPeers) > 0 {
-		sep, cerr := mb.Connect(ctx, shmPeers)
-		if cerr != nil {
-			return nil, cerr
-		}
-		// err here is the named result: peers learn why Init failed.
-		cleanup = append(cleanup, func() { sep.Abort(err) })
-		for p := range shmPeers {
-			routes[p] = sep
-		}
-	}
-	if mb != nil {
-		// Every local peer has mapped this mailbox once all pass this
-		// barrier; unlinking now means a crash leaves nothing behind.
-		if err := client.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		mb.Unlink()
-	}
-	if len(tcpPeers) > 0 {
-		tep, cerr := ln.Connect(ctx, tcpPeers, addrs)
-		if cerr != nil {
-			return nil, cerr
-		}
-		cleanup = append(cleanup, func() { tep.Abort(err) })
-		for _, p := range tcpPeers {
-			routes[p] = tep
-		}
-	}
-	if ln != nil {
-		ln.Close()
-	}
-	mux, err := transport.NewMux(rank, size, slotSize, bell, routes)
+	mux, err := prep.Connect(ctx, sel)
 	if err != nil {
 		return nil, err
 	}
+	// Once every rank passes this barrier, every peer has mapped this
+	// rank's shared memory: unlinking it now means a crash leaves nothing
+	// behind.
+	if err := client.Barrier(ctx); err != nil {
+		mux.Abort(err)
+		return nil, err
+	}
+	prep.Release()
 	c, err = newComm(mux, cfg)
 	if err != nil {
+		mux.Abort(err)
 		return nil, err
 	}
-	for _, line := range rc.infos {
+	for _, line := range sel.Infos {
 		c.log.Info(line, "subsys", "INIT")
 	}
-	for _, line := range rc.downgrade {
+	for _, line := range sel.Downgrades {
 		c.log.Warn(line, "subsys", "INIT")
 	}
 	for _, line := range topoWarn {
@@ -262,10 +197,6 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// 4 ranks on 2 cores: 458 µs with Gosched, 45 µs with sched_yield). With
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
 	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
-	hosts := make([]string, size)
-	for p, info := range infos {
-		hosts[p] = info.HostID
-	}
 	c.setHosts(hosts)
 	c.boot = client
 	c.jobID = jobID

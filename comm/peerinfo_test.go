@@ -8,7 +8,7 @@ import (
 )
 
 func TestPeerInfoRoundTrip(t *testing.T) {
-	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, Shm: "/dev/shm/gccl-ab-3", TCP: "10.0.0.1:1234",
+	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, Transports: []byte("gcclTD1\x00"),
 		Topo: []byte(`<system version="1"><cpu numaid="0"/></system>`)}
 	for _, p := range []peerInfo{p, {Version: Version, HostID: "h-2", Pid: 1}} {
 		q, err := unmarshalPeerInfo(p.marshal())
@@ -25,6 +25,7 @@ func TestPeerInfoRoundTrip(t *testing.T) {
 
 func FuzzPeerInfo(f *testing.F) {
 	f.Add((&peerInfo{Version: Version, HostID: "h", Pid: 1}).marshal())
+	f.Add((&peerInfo{Version: Version, HostID: "h", Pid: 1, Transports: []byte("t"), Topo: []byte("<x/>")}).marshal())
 	f.Add([]byte(peerInfoMagic + "\xff\xff\xff\xff\x0f"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := unmarshalPeerInfo(b)
@@ -38,44 +39,16 @@ func FuzzPeerInfo(f *testing.F) {
 	})
 }
 
-func TestChooseRoutes(t *testing.T) {
-	info := func(host string) peerInfo {
-		return peerInfo{Version: Version, HostID: host, Shm: "shm-" + host, TCP: host + ":1"}
-	}
-	// Two hosts with two ranks each: shm inside, tcp across.
-	infos := []peerInfo{info("a"), info("a"), info("b"), info("b")}
-	rc, err := chooseRoutes(0, infos, false, false)
-	if err != nil {
+// The transport choice per pair is tested in package transport
+// (TestSelectRoutes); versions are checked here, before it.
+func TestCheckVersions(t *testing.T) {
+	infos := []peerInfo{{Version: Version, HostID: "a"}, {Version: Version, HostID: "b"}, {Version: Version, HostID: "b"}}
+	if err := checkVersions(0, infos); err != nil {
 		t.Fatal(err)
 	}
-	want := []route{routeNone, routeSHM, routeTCP, routeTCP}
-	for p, r := range rc.routes {
-		if r != want[p] {
-			t.Errorf("route to %d = %v, want %v", p, r, want[p])
-		}
-	}
-	if len(rc.downgrade) != 0 || !strings.Contains(strings.Join(rc.infos, "\n"), "rank 0 -> 1 via SHM") {
-		t.Errorf("logs: %v %v", rc.infos, rc.downgrade)
-	}
-
-	// GCCL_SHM_DISABLE=1: same-host peers go over TCP, with a WARN.
-	rc, err = chooseRoutes(0, infos, true, false)
-	if err != nil || rc.routes[1] != routeTCP || len(rc.downgrade) != 1 || !strings.Contains(rc.downgrade[0], "GCCL_SHM_DISABLE=1") {
-		t.Fatalf("shm disabled: %+v %v", rc, err)
-	}
-	// GCCL_STRICT=1 turns that downgrade into an error.
-	if _, err := chooseRoutes(0, infos, true, true); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("strict: %v", err)
-	}
-	// A peer with nothing in common is unreachable.
-	infos[3].TCP = ""
-	if _, err := chooseRoutes(0, infos, false, false); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("unreachable peer: %v", err)
-	}
 	// Versions must agree.
-	infos[3] = info("b")
 	infos[2].Version = "9.9.9"
-	if _, err := chooseRoutes(0, infos, false, false); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "9.9.9") {
+	if err := checkVersions(0, infos); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "9.9.9") {
 		t.Fatalf("version mismatch: %v", err)
 	}
 }

@@ -1,8 +1,10 @@
 // Package transport defines how gccl moves bytes between two ranks: slot
 // rings that a sender fills in place and a receiver reads in place, so that a
 // fused primitive can reduce straight from an incoming slot into an outgoing
-// one. Implementations live in subpackages (inproc, and later shm, tcp,
-// ibverbs, nvlink); the executor in package comm only sees these interfaces.
+// one. Implementations live in subpackages (inproc for goroutines of one
+// process; shm, tcp and the others register themselves as a Transport, and
+// registry.go chooses one per pair of ranks); the executor in package comm
+// only sees these interfaces.
 //
 // The interfaces are non-blocking: Try calls either make progress or report
 // that the caller must wait. Waiting is the endpoint's job (Seq and Wait), so
