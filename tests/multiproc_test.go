@@ -5,9 +5,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/launch"
 	"github.com/gccl/gccl/topo"
 )
 
@@ -178,4 +180,45 @@ func TestTopologyAtInit(t *testing.T) {
 		t.Fatalf("under taskset -c 0: exit %d:\n%s", res.code, res.out)
 	}
 	mustContain(t, res.out, "WARN", "progress thread: the CPU mask leaves the progress thread one core (CPU 0)")
+}
+
+// Hosts of unequal sizes (two ranks on one, one on the other; GCCL_HOSTID
+// makes two hosts of this machine): shared memory inside the first, TCP to
+// the lone rank, every result checked. Every rank passes Init's barrier
+// before shared memory is unlinked, with or without a mailbox of its own.
+func TestUnevenHosts(t *testing.T) {
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host := "uneven-a"
+			if r == 2 {
+				host = "uneven-b"
+			}
+			env := []string{"GCCL_SECRET=" + secret, "GCCL_RANK=" + fmt.Sprint(r), "GCCL_SIZE=" + fmt.Sprint(n),
+				"GCCL_BOOTSTRAP_ADDR=127.0.0.1:" + fmt.Sprint(port), "GCCL_HOSTID=" + host,
+				"GCCL_SOCKET_IFNAME=lo", "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=INIT"}
+			results[r] = run(t, 2*time.Minute, env, bins.collcheck)
+		}()
+	}
+	wg.Wait()
+	for r, res := range results {
+		if res.code != 0 {
+			t.Fatalf("rank %d exited %d:\n%s", r, res.code, res.out)
+		}
+		mustContain(t, res.out, fmt.Sprintf("collcheck: rank %d of %d ok", r, n))
+	}
+	mustContain(t, results[0].out, "rank 0 -> 1 via SHM", "rank 0 -> 2 via TCP")
+	mustContain(t, results[2].out, "rank 2 -> 0 via TCP", "rank 2 -> 1 via TCP")
 }
