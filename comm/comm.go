@@ -112,6 +112,7 @@ type Comm struct {
 	tmp       []byte
 	scratch   []byte // staging for in-place all-to-all
 	barrier   [2]byte
+	departure [1]byte // this rank's departure in rounds.go: 1 when it failed its share
 	p2pState  []p2pProgress
 	groupOps  []P2P // a blocking group's copy of its ops, when it has device buffers
 	vOps      []P2P // the sends and receives of a variable-size collective (vcoll.go)
@@ -126,8 +127,9 @@ type Comm struct {
 	symMu      sync.Mutex
 	syms       atomic.Pointer[symTable]
 	symPeers   []symPeer
-	symScratch []byte        // one chunk of a large symmetric all-reduce
-	symOps     atomic.Uint64 // symmetric all-reduces run (tests, debugging)
+	symScratch []byte             // one chunk of a large symmetric all-reduce
+	symMsg     [symRecordLen]byte // this rank's arrival record
+	symOps     atomic.Uint64      // symmetric all-reduces run (tests, debugging)
 
 	// hier is the placement of the ranks on hosts when the job spans
 	// several hosts with the same number of ranks (more than one) on each;

@@ -42,12 +42,6 @@ import (
 // different ranks) is seen by every rank from the same arrival records, and
 // every rank then runs it through host staging instead.
 
-// Tag kinds of the device rounds.
-const (
-	tagDevArrive uint8 = 36
-	tagDevDepart uint8 = 37
-)
-
 // maxDeviceRanks is the most inputs one device reduction reads (the
 // kernels' limit, internal/kernels.MaxInputs).
 const maxDeviceRanks = 8
@@ -116,7 +110,6 @@ type devPeer struct {
 type devState struct {
 	peers  []devPeer
 	msg    [devRecordLen]byte
-	status [1]byte // this rank's departure: 1 when it failed its share
 	logged bool
 	ins    []uintptr
 	outs   []uintptr
@@ -240,7 +233,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagDevArrive, cl.seq))
 	me.put(d.msg[:])
-	failed, err := c.devRound(d.msg[:])
+	failed, err := c.exchange(d.msg[:], devArrival)
 	if err != nil {
 		return true, err // the transport failed: the Comm aborts
 	}
@@ -270,7 +263,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 		}
 	}
 	x.tag = transport.MakeTag(tagDevDepart, cl.seq)
-	if err := c.devDepart(failed != nil); err != nil && failed == nil {
+	if err := c.depart(failed != nil); err != nil && failed == nil {
 		failed = err
 	}
 	return true, failed
@@ -300,34 +293,6 @@ func (c *Comm) devImport(eng DeviceEngine) error {
 		}
 	}
 	return nil
-}
-
-// devDepart sends every peer this rank's departure (one byte: whether it
-// failed its share) and waits for theirs. A peer's failure fails the call.
-func (c *Comm) devDepart(failed bool) error {
-	x := &c.exec
-	c.dev.status[0] = 0
-	if failed {
-		c.dev.status[0] = 1
-	}
-	if err := c.sendRound(c.dev.status[:]); err != nil {
-		return err
-	}
-	var peerErr error
-	for i := 1; i < c.size; i++ {
-		p := (c.rank - i + c.size) % c.size
-		m, rcv, err := x.next(p, 1, x.tag)
-		if err != nil {
-			return err
-		}
-		bad := m[0] != 0
-		rcv.Release()
-		if bad && peerErr == nil {
-			peerErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p,
-				Err: fmt.Errorf("peer rank %d could not do its share of the operation on the devices (see its error); the result is incomplete", p)}
-		}
-	}
-	return peerErr
 }
 
 // deviceRefusal says why the devices cannot run an operation every rank
@@ -424,39 +389,17 @@ func copyIfApart(eng DeviceEngine, dst, src uintptr, n int) error {
 	return eng.Copy(dst, src, n)
 }
 
-// devRound sends the arrival record to every peer and checks theirs. It
-// returns the first peer whose record disagrees with this rank's (failed;
-// the round is drained all the same, so that the ranks still depart
-// together), or the transport's error.
-func (c *Comm) devRound(msg []byte) (failed, err error) {
-	x := &c.exec
-	if err := c.sendRound(msg); err != nil {
-		return nil, err
-	}
-	var me devRecord
-	if err := me.get(msg); err != nil {
-		return nil, err
-	}
-	c.dev.peers[c.rank] = devPeer{scalar: me.scalar, staging: me.staging}
-	for i := 1; i < c.size; i++ {
-		p := (c.rank - i + c.size) % c.size
-		m, rcv, err := x.next(p, len(msg), x.tag)
-		if err != nil {
-			return nil, err
-		}
-		err = c.devResolve(p, m, &me)
-		rcv.Release()
-		if err != nil && failed == nil {
-			failed = &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p, Err: err}
-		}
-	}
-	return failed, nil
-}
-
 // devResolve checks peer p's arrival record against this rank's and keeps
 // what it says.
-func (c *Comm) devResolve(p int, msg []byte, me *devRecord) error {
-	var rec devRecord
+func (c *Comm) devResolve(p int, msg, mine []byte) error {
+	var me, rec devRecord
+	if err := me.get(mine); err != nil {
+		return err
+	}
+	if p == c.rank {
+		c.dev.peers[c.rank] = devPeer{scalar: me.scalar, staging: me.staging}
+		return nil
+	}
 	if err := rec.get(msg); err != nil {
 		return err
 	}

@@ -29,12 +29,6 @@ import (
 // send, and sends to one peer go one at a time), everything else to the
 // receive from that peer.
 
-// Tag kinds of direct device Send/Recv.
-const (
-	tagP2PDesc   uint8 = 38 // a device send's description of its buffer
-	tagP2PAnswer uint8 = 39 // the receiver's answer: p2pCopied or p2pSendData
-)
-
 // A description message: the buffer's length in bytes (8), the
 // description's length (2), padding (6), the description.
 const (

@@ -12,12 +12,6 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// Tag kinds beyond algo.Collective values.
-const (
-	tagBarrier uint8 = 32
-	tagP2P     uint8 = 33
-)
-
 // collArgs is everything the executor needs for one collective. It lives in
 // the Comm and is reused, so running a collective allocates nothing.
 type collArgs struct {
@@ -176,24 +170,6 @@ func (x *executor) check(peer int, m []byte, n int, got, want transport.Tag) err
 			"%w: peer sent a %d-byte piece where %d bytes were expected (counts differ between ranks)", ErrMismatch, len(m), n)}
 	}
 	return nil
-}
-
-func tagKindName(k uint8) string {
-	switch k {
-	case tagBarrier:
-		return "Barrier"
-	case tagP2P, tagP2PDesc, tagP2PAnswer:
-		return "Send/Recv"
-	case tagSymArrive, tagSymDepart:
-		return "a collective on symmetric memory"
-	case tagDevArrive, tagDevDepart:
-		return "a collective on device buffers"
-	case tagAllToAllV:
-		return "AllToAllV"
-	case tagAllGatherV:
-		return "AllGatherV"
-	}
-	return algo.Collective(k).String()
 }
 
 // blockSpan returns the first element and length of block b.

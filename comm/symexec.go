@@ -19,15 +19,17 @@ import (
 // traffic of the ring's reduce-scatter + all-gather through slots, and no
 // copy in or out of a slot.
 //
-// Two small message rounds over the ordinary transport frame it:
+// Two small message rounds over the ordinary transport frame it (rounds.go,
+// shared with the device path):
 //   - arrival: each rank tells every peer where its buffers are (Alloc
 //     number and offset), and the count, type and op; a rank starts reading
 //     a peer's input only after that peer's arrival, and checks that the
 //     peer's buffers are regions it has mapped and that the operation is the
-//     same, else ErrMismatch.
-//   - departure: each rank tells every peer it has written its slice; a rank
-//     returns only when every peer has, so its output is complete, and no
-//     peer still reads its input.
+//     same, else ErrMismatch (and then does no share of the work).
+//   - departure: each rank tells every peer it has written its slice, or
+//     that it failed; a rank returns only when every peer has departed, so
+//     its output is complete, and no peer still reads its input; a peer's
+//     failure fails the call everywhere.
 //
 // Using the transport for the rounds, rather than flags in shared memory,
 // gives them the executor's waits, timeouts, watchdog and failure handling,
@@ -35,12 +37,6 @@ import (
 // ErrMismatch instead of hanging. A slice of any input is read by one rank
 // only, and a slice of any output is written by one rank only, so in-place
 // calls are safe: each rank reads a chunk before anyone writes it.
-
-// Tag kinds of the two rounds.
-const (
-	tagSymArrive uint8 = 34
-	tagSymDepart uint8 = 35
-)
 
 // symMinBytes is the smallest all-reduce that takes the symmetric path; below
 // it the two message rounds cost more than the slot copies they save.
@@ -142,21 +138,29 @@ func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) 
 	c.symOps.Add(1)
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagSymArrive, cl.seq))
-	if err := c.symArrive(&me); err != nil {
-		return true, err
+	me.put(c.symMsg[:])
+	failed, err := c.exchange(c.symMsg[:], symArrival)
+	if err != nil {
+		return true, err // the transport failed: the Comm aborts
 	}
-	switch cl.coll {
-	case algo.AllReduce:
-		c.symReduceScatterWrite(a, &me)
-	case algo.ReduceScatter:
-		c.symReduceScatter(a, &me)
-	case algo.AllGather:
-		c.symAllGather(a)
-	case algo.Broadcast:
-		c.symBroadcast(a, cl.root)
+	if failed == nil {
+		switch cl.coll {
+		case algo.AllReduce:
+			c.symReduceScatterWrite(a, &me)
+		case algo.ReduceScatter:
+			c.symReduceScatter(a, &me)
+		case algo.AllGather:
+			c.symAllGather(a)
+		case algo.Broadcast:
+			c.symBroadcast(a, cl.root)
+		}
 	}
+	// Every rank that arrived departs, failed or not (rounds.go).
 	x.tag = transport.MakeTag(tagSymDepart, cl.seq)
-	return true, c.symRound(c.barrier[:1])
+	if err := c.depart(failed != nil); err != nil && failed == nil {
+		failed = err
+	}
+	return true, failed
 }
 
 // symReduceScatter reduces this rank's block straight from every rank's
@@ -210,62 +214,15 @@ func (c *Comm) symBroadcast(a *collArgs, root int) {
 	}
 }
 
-// symArrive exchanges arrival records and resolves every peer's buffers.
-func (c *Comm) symArrive(me *symRecord) error {
-	var msg [symRecordLen]byte
-	me.put(msg[:])
-	if err := c.symRound(msg[:]); err != nil {
-		return err
-	}
-	c.symPeers[c.rank] = symPeer{scalar: me.scalar}
-	return nil
-}
-
-// symRound sends msg to every peer and receives theirs. In the arrival
-// round (tagSymArrive) the messages are records, checked and resolved as
-// they come; in the departure round they are one byte and say nothing.
-func (c *Comm) symRound(msg []byte) error {
-	x := &c.exec
-	if err := c.sendRound(msg); err != nil {
-		return err
-	}
-	for i := 1; i < c.size; i++ {
-		p := (c.rank - i + c.size) % c.size
-		m, r, err := x.next(p, len(msg), x.tag)
-		if err != nil {
-			return err
-		}
-		if x.tag.Kind() == tagSymArrive {
-			err = c.symResolve(p, m, msg)
-		}
-		r.Release()
-		if err != nil {
-			return &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p, Err: err}
-		}
-	}
-	return nil
-}
-
-// sendRound sends msg to every peer, in ring order from this rank, under
-// the executor's current tag: the sending half of the symmetric-memory and
-// device rounds.
-func (c *Comm) sendRound(msg []byte) error {
-	x := &c.exec
-	for i := 1; i < c.size; i++ {
-		p := (c.rank + i) % c.size
-		slot, s, err := x.reserve(p, len(msg))
-		if err != nil {
-			return err
-		}
-		copy(slot, msg)
-		s.Commit(x.tag)
-	}
-	return nil
-}
-
 // symResolve checks peer p's arrival record against this rank's and finds
 // p's buffers in this rank's views of the regions it names.
 func (c *Comm) symResolve(p int, msg, mine []byte) error {
+	if p == c.rank {
+		var me symRecord
+		me.get(mine)
+		c.symPeers[c.rank] = symPeer{scalar: me.scalar}
+		return nil
+	}
 	var me, rec symRecord
 	me.get(mine)
 	rec.get(msg)

@@ -386,3 +386,42 @@ func TestSymmetricCollectives(t *testing.T) {
 		}
 	}
 }
+
+// TestSymmetricUnmappedPeerFailsEveryRank: a rank that cannot resolve a
+// peer's buffer (an Alloc it freed) does no share of the work but still
+// departs, saying it failed, so every rank fails the call, each naming the
+// rank that could not do its share, and none returns while a peer may
+// still write its buffers.
+func TestSymmetricUnmappedPeerFailsEveryRank(t *testing.T) {
+	const n = 3
+	cs := world(t, n, nil)
+	cnt := 2 * comm.SymMinBytes
+	first := allocAll(t, cs, comm.Float32, cnt)
+	second := allocAll(t, cs, comm.Float32, cnt)
+	errs := onAll(t, cs, func(c *comm.Comm) error {
+		b := first[c.Rank()]
+		if c.Rank() == 2 {
+			if err := b.Free(); err != nil {
+				return err
+			}
+			b = second[2]
+		}
+		s, _ := comm.SymSlice[float32](b)
+		return comm.AllReduce(bg, c, s, s, comm.Sum)
+	})
+	for r, err := range errs {
+		var oe *comm.OpError
+		if !errors.As(err, &oe) {
+			t.Fatalf("rank %d: %v, want an *OpError", r, err)
+		}
+		if r == 2 {
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Errorf("rank 2: %v, want ErrMismatch (it freed the peers' Alloc)", err)
+			}
+			continue
+		}
+		if oe.Peer != 2 || !strings.Contains(err.Error(), "could not do its share") {
+			t.Errorf("rank %d: %v, want rank 2 named as unable to do its share", r, err)
+		}
+	}
+}

@@ -22,12 +22,6 @@ import (
 // a rank expecting another count from a peer than the peer sends fails
 // with ErrMismatch at once.
 
-// Tag kinds of the variable-size collectives.
-const (
-	tagAllToAllV  uint8 = 40
-	tagAllGatherV uint8 = 41
-)
-
 // AllToAllV sends block p of send (sendCounts[p] elements, the blocks back
 // to back in rank order) to rank p, and receives rank p's block for this
 // rank into block p of recv (recvCounts[p] elements, likewise). Each rank's
