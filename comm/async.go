@@ -44,7 +44,7 @@ func (r *Request) Wait(ctx context.Context) error {
 // Group that runs in place stays allocation-free. So are a variable-size
 // collective's counts.
 func (cl *call) detach() call {
-	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq, holds: cl.holds}
+	d := call{coll: cl.coll, barrier: cl.barrier, isGroup: cl.isGroup, in: cl.in, out: cl.out, op: cl.op, root: cl.root, seq: cl.seq, holds: cl.holds, path: cl.path}
 	if cl.group != nil {
 		d.group = make([]P2P, len(cl.group))
 		copy(d.group, cl.group)

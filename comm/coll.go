@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gccl/gccl/algo"
@@ -21,6 +20,7 @@ type call struct {
 	root    int
 	seq     uint64
 	holds   streamHolds // the streams the call holds (streams.go)
+	path    path        // how it runs (path.go), set by prepare
 	// A variable-size collective (vcoll.go): its tag kind, and its counts
 	// (the caller's until the call is detached for the queue).
 	vkind                  uint8
@@ -291,6 +291,7 @@ func (c *Comm) issue(ctx context.Context, cl *call) error {
 // prepare numbers and validates a call.
 func (c *Comm) prepare(cl *call) error {
 	if cl.isGroup {
+		cl.path = pathGroup
 		return c.prepareGroup(cl.group)
 	}
 	c.collSeq++
@@ -298,6 +299,7 @@ func (c *Comm) prepare(cl *call) error {
 	if err := c.validate(cl); err != nil {
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
 	}
+	cl.path = c.classify(cl)
 	return nil
 }
 
@@ -314,54 +316,6 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 		err = c.runHeld(ctx, cl)
 	}
 	cl.releaseStreams()
-	return err
-}
-
-// runHeld executes a prepared call.
-func (c *Comm) runHeld(ctx context.Context, cl *call) error {
-	if !c.running() {
-		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: c.closedErr()}
-	}
-	if !cl.isGroup { // groups are not numbered
-		c.arrive(cl.seq, cl.name())
-	}
-	dev := cl.hasDevice()
-	if dev && c.deviceCall(cl) {
-		handled, err := c.runDevice(ctx, cl)
-		if handled {
-			if err != nil {
-				var oe *OpError
-				if !errors.As(err, &oe) {
-					err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
-				}
-				c.fail(err)
-			}
-			return err
-		}
-	}
-	var err error
-	if dev && !cl.isGroup { // a group's device buffers are staged as it runs
-		if err = cl.stageIn(); err != nil {
-			err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
-		}
-	}
-	if err == nil {
-		if cl.isGroup {
-			err = c.runGroup(ctx, "Group", 0, cl.group, dev, cl.holds.n > 0)
-		} else if cl.vkind != 0 {
-			err = c.runV(ctx, cl)
-		} else {
-			err = c.runCollective(ctx, cl)
-		}
-	}
-	if err == nil && dev {
-		if err = cl.stageOut(); err != nil {
-			err = &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: err}
-		}
-	}
-	if err != nil {
-		c.fail(err)
-	}
 	return err
 }
 
@@ -408,10 +362,8 @@ func (c *Comm) runCollective(ctx context.Context, cl *call) error {
 	if cl.coll.Reducing() {
 		c.setOp(a, cl)
 	}
-	if !cl.barrier {
-		if done, err := c.trySym(ctx, a, cl); done {
-			return err
-		}
+	if cl.path == pathSymmetric {
+		return c.runSym(ctx, a, cl)
 	}
 	a.plan = c.plan(cl.coll, cl.root, a.count*a.esz, a.premul)
 	if a.plan.Unscaled && a.premul {

@@ -116,7 +116,7 @@ type devState struct {
 	red    DeviceReduce
 	// The descriptions of this rank's buffers, built here each call.
 	inDesc, outDesc [MaxDeviceDescLen]byte
-	// Direct Send/Recv (devp2p.go): the descriptions of a group's device
+	// Direct Send/Recv (sendrecv_device.go): the descriptions of a group's device
 	// sends, MaxDeviceDescLen bytes per op, and whether it was logged.
 	p2pDescs  []byte
 	p2pLogged bool

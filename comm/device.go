@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/gccl/gccl/device"
@@ -30,7 +29,7 @@ type (
 	// or copies straight between the peers' device buffers with the
 	// engine's kernels and copy engines, and nothing crosses to host
 	// memory (devexec.go). A Send/Recv between two of them on one host is
-	// one device-to-device copy by the receiver (devp2p.go).
+	// one device-to-device copy by the receiver (sendrecv_device.go).
 	PeerDeviceBuffer = device.PeerBuffer
 	// DeviceEngine is a device's side of the device collectives (package
 	// gpu implements it with CUDA).
@@ -79,110 +78,4 @@ func stagedView(db DeviceBuffer) (view, error) {
 // ignores it (device memory is not in the Go heap), and nothing reads it.
 func deviceBytes(p uintptr, n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(nil, p)), n)
-}
-
-// staging gives an addressed device view host staging of its size.
-func (v *view) staging() {
-	if v.addr {
-		v.b, v.addr = make([]byte, len(v.b)), false
-	}
-}
-
-// stageIn copies the device inputs of a call to their host staging. Output
-// buffers are staged in too: ranks that do not write theirs (a non-root of
-// Reduce or Gather) must leave them as they were, and staging out writes
-// the whole buffer.
-func (cl *call) stageIn() error {
-	shared := cl.out.dev != nil && cl.out.dev == cl.in.dev
-	cl.in.staging()
-	if shared {
-		cl.out = cl.in
-	}
-	cl.out.staging()
-	if cl.holds.n == 0 {
-		// As on the devices (runDevice), the call's input is the work
-		// queued before it on any stream, which the copies below (on the
-		// legacy default stream) would not wait for. Held streams were
-		// waited for already (run).
-		if err := readyEngines(cl.in.dev, cl.out.dev); err != nil {
-			return fmt.Errorf("waiting for the work queued on the device: %w", err)
-		}
-	}
-	if cl.in.dev != nil {
-		if err := cl.in.dev.CopyToHost(cl.in.b); err != nil {
-			return fmt.Errorf("staging the device send buffer: %w", err)
-		}
-	}
-	if cl.out.dev != nil && cl.out.dev != cl.in.dev {
-		if err := cl.out.dev.CopyToHost(cl.out.b); err != nil {
-			return fmt.Errorf("staging the device receive buffer: %w", err)
-		}
-	}
-	return nil
-}
-
-// readyEngines waits for the work queued on the devices of a and b that
-// have engines (DeviceEngine.Ready), each once; other device buffers have
-// no way to wait.
-func readyEngines(a, b DeviceBuffer) error {
-	ea, eb := peerEngine(a), peerEngine(b)
-	if ea != nil {
-		if err := ea.Ready(); err != nil {
-			return err
-		}
-	}
-	if eb != nil && eb != ea {
-		return eb.Ready()
-	}
-	return nil
-}
-
-// peerEngine is b's engine, or nil when b has none (not a PeerDeviceBuffer).
-func peerEngine(b DeviceBuffer) DeviceEngine {
-	if pb, ok := b.(PeerDeviceBuffer); ok {
-		return pb.Engine()
-	}
-	return nil
-}
-
-// stageOut copies the results of a call from host staging to the device.
-func (cl *call) stageOut() error {
-	if cl.isGroup {
-		return groupStageOut(cl.group)
-	}
-	if cl.out.dev != nil {
-		if err := cl.out.dev.CopyFromHost(cl.out.b); err != nil {
-			return fmt.Errorf("copying the device receive buffer back: %w", err)
-		}
-	}
-	return nil
-}
-
-// hasDevice reports whether a call needs staging.
-func (cl *call) hasDevice() bool {
-	if cl.isGroup {
-		return groupHasDevice(cl.group)
-	}
-	return cl.in.dev != nil || cl.out.dev != nil
-}
-
-func groupHasDevice(ops []P2P) bool {
-	for i := range ops {
-		if ops[i].v.dev != nil {
-			return true
-		}
-	}
-	return false
-}
-
-func groupStageOut(ops []P2P) error {
-	for i := range ops {
-		// A receive that went direct (devp2p.go) kept its device view.
-		if op := &ops[i]; op.v.dev != nil && op.recv && !op.v.addr {
-			if err := op.v.dev.CopyFromHost(op.v.b); err != nil {
-				return fmt.Errorf("copying a received device buffer back: %w", err)
-			}
-		}
-	}
-	return nil
 }

@@ -26,7 +26,7 @@ type roundKind uint8
 
 const (
 	symArrival roundKind = iota // symRecord, checked by symResolve
-	devArrival                // devRecord, checked by devResolve
+	devArrival                  // devRecord, checked by devResolve
 )
 
 // check checks record rec of rank p against this rank's own (mine), and

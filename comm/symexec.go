@@ -103,37 +103,21 @@ type symPeer struct {
 	scalar  float64
 }
 
-// trySym runs a prepared all-reduce, reduce-scatter, all-gather or
-// broadcast on symmetric memory if its buffers allow it, and reports
-// whether it did. Every rank must pass Alloc'd buffers (for a broadcast,
-// the root's input and every output).
-func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) {
-	switch cl.coll {
-	case algo.AllReduce, algo.ReduceScatter, algo.AllGather, algo.Broadcast:
-	default:
-		return false, nil
-	}
-	if c.size < 2 || c.algoPref != 0 || max(len(a.in), len(a.out)) < symMinBytes || c.syms.Load() == nil {
-		return false, nil
-	}
+// runSym runs a prepared all-reduce, reduce-scatter, all-gather or
+// broadcast on symmetric memory (classify chose pathSymmetric: symCall).
+func (c *Comm) runSym(ctx context.Context, a *collArgs, cl *call) error {
 	me := symRecord{
 		inID: noSym, outID: noSym, inLen: uint64(len(a.in)), outLen: uint64(len(a.out)),
 		count: uint64(a.count), dt: uint8(cl.dtype()), op: uint8(cl.op.Kind), coll: uint8(cl.coll),
 		root: uint32(cl.root), scalar: a.s,
 	}
-	needIn := cl.coll != algo.Broadcast || cl.root == c.rank
-	if reg, off, ok := c.findSym(a.in); ok && reg.all {
+	if reg, off, ok := c.findSym(a.in); ok && (cl.coll != algo.Broadcast || cl.root == c.rank) {
 		me.inID, me.inOff = reg.id, uint64(off)
-	} else if needIn {
-		return false, nil
-	}
-	if reg, off, ok := c.findSym(a.out); ok && reg.all {
-		me.outID, me.outOff = reg.id, uint64(off)
 	} else {
-		return false, nil
+		me.inLen = 0
 	}
-	if !needIn {
-		me.inID, me.inLen = noSym, 0
+	if reg, off, ok := c.findSym(a.out); ok {
+		me.outID, me.outOff = reg.id, uint64(off)
 	}
 	c.symOps.Add(1)
 	x := &c.exec
@@ -141,7 +125,7 @@ func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) 
 	me.put(c.symMsg[:])
 	failed, err := c.exchange(c.symMsg[:], symArrival)
 	if err != nil {
-		return true, err // the transport failed: the Comm aborts
+		return err // the transport failed: the Comm aborts
 	}
 	if failed == nil {
 		switch cl.coll {
@@ -160,7 +144,7 @@ func (c *Comm) trySym(ctx context.Context, a *collArgs, cl *call) (bool, error) 
 	if err := c.depart(failed != nil); err != nil && failed == nil {
 		failed = err
 	}
-	return true, failed
+	return failed
 }
 
 // symReduceScatter reduces this rank's block straight from every rank's

@@ -60,7 +60,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		// Device buffers are staged, and their streams held, by run, which
 		// changes the ops' views: it runs on a copy, in space kept for the
 		// next call.
-		cl := call{isGroup: true, group: append(c.groupOps[:0], ops...)}
+		cl := call{isGroup: true, path: pathGroup, group: append(c.groupOps[:0], ops...)}
 		c.groupOps = cl.group[:0]
 		err := c.holdStreams(&cl)
 		if err == nil {
@@ -74,7 +74,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		return err
 	}
 	if c.async.pending.Load() > 0 {
-		return c.waitQueued(ctx, &call{isGroup: true, group: append([]P2P(nil), ops...)})
+		return c.waitQueued(ctx, &call{isGroup: true, path: pathGroup, group: append([]P2P(nil), ops...)})
 	}
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
@@ -125,7 +125,7 @@ type p2pProgress struct {
 	self  int    // for a send to self: index of the matching receive
 	tag   transport.Tag
 	ended bool
-	// Direct Send/Recv of device buffers (devp2p.go).
+	// Direct Send/Recv of device buffers (sendrecv_device.go).
 	dev     uint8 // devNone, devOffer, ...
 	answer  byte  // devAnswer's
 	descLen int   // devOffer's description, in Comm.dev.p2pDescs
@@ -296,7 +296,7 @@ func (c *Comm) runGroup(ctx context.Context, name string, tag transport.Tag, ops
 				}
 				x.tag = s.tag
 				if t.Kind() != tagP2P && op.tag == 0 {
-					// A peer's device send (devp2p.go) reaches host
+					// A peer's device send (sendrecv_device.go) reaches host
 					// receives too (a variable-size collective's receives
 					// take none: x.check reports it).
 					handled, err := c.p2pControl(ops, st, i, m, t, r, &left)

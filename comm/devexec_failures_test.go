@@ -50,7 +50,7 @@ func runFakeRanks(t *testing.T, n int, f func(c *Comm) error) []error {
 // A rank that cannot map its peers' buffers fails the call, and so must
 // every rank; it must not return while its peers still read and write its
 // buffers (its caller may free or reuse them at once).
-func TestReviewDeviceImportFailure(t *testing.T) {
+func TestDeviceImportFailureFailsEveryRank(t *testing.T) {
 	const n, count = 3, 64
 	var after [n]int64
 	var bufs [n]*devicetest.Buffer
@@ -93,7 +93,7 @@ func TestReviewDeviceImportFailure(t *testing.T) {
 // from cuMemCreate or stream-ordered pools, as PyTorch's allocator may
 // hand out) is still memory the host path can stage: the call succeeds
 // through host staging on every rank instead of aborting the Comm.
-func TestReviewDeviceExportFailureStages(t *testing.T) {
+func TestDeviceExportFailureStages(t *testing.T) {
 	const n, count = 3, 100
 	var bufs [n]*devicetest.Buffer
 	for r := range bufs {
