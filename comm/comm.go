@@ -79,8 +79,7 @@ const (
 type Comm struct {
 	rank, size int
 	ep         transport.Endpoint
-	cfg        Config        // as given, for communicators made by Split
-	world      *inproc.World // set for in-process communicators
+	cfg        Config // as given, for communicators made by Split
 	splitSeq   uint64
 	shrinkSeq  uint64
 	log        *slog.Logger
@@ -90,7 +89,6 @@ type Comm struct {
 
 	reached  atomic.Uint64 // sequence number of the last collective entered
 	arrivals [arrivalLog]arrival
-	laggards func(seq uint64) ([]int, error)
 
 	state    atomic.Int32
 	failure  atomic.Pointer[error]
@@ -118,6 +116,7 @@ type Comm struct {
 	vOps      []P2P // the sends and receives of a variable-size collective (vcoll.go)
 
 	async asyncState
+	rv    rendezvous        // Split, Shrink and Alloc's (rendezvous.go)
 	boot  *bootstrap.Client // multi-process communicators only
 	jobID string            // names shared memory (multi-process only)
 
@@ -177,25 +176,17 @@ func InitLocal(n int, cfg *Config) ([]*Comm, error) {
 			return nil, err
 		}
 	}
-	w, err := inproc.NewWorld(n, cfg.SlotSize, cfg.SlotCount)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
+	g := newLocalGroup(n)
 	comms := make([]*Comm, n)
 	for r := range comms {
-		comms[r], err = newComm(w.Endpoint(r), cfg)
+		c, err := (&localRendezvous{g: g, rank: r}).open(context.Background(), cfg, "")
 		if err != nil {
 			for _, c := range comms[:r] {
 				c.Close()
 			}
 			return nil, err
 		}
-		comms[r].world = w
-	}
-	group := make(localGroup, n)
-	for r, c := range comms {
-		group[r].Store(c)
-		c.laggards = group.laggards
+		comms[r] = c
 	}
 	return comms, nil
 }
@@ -390,16 +381,11 @@ func (c *Comm) Close() error {
 	c.async.stop(c)
 	c.freeAllSym()
 	err := c.ep.Close()
-	if c.world != nil && c.world.Closed() {
-		forgetShrinks(c.world)
-	}
-	if c.boot != nil {
-		// An abort notice leaves through the rendezvous connection: let it
-		// go first (it gives up after 5 s).
-		c.notices.Wait()
-		if berr := c.boot.Close(); err == nil {
-			err = berr
-		}
+	// An abort notice leaves through the rendezvous connection: let it
+	// go first (it gives up after 5 s).
+	c.notices.Wait()
+	if rerr := c.rv.close(); err == nil {
+		err = rerr
 	}
 	return err
 }

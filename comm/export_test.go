@@ -44,15 +44,10 @@ func SetRingOrder(cs []*Comm, order []int) error {
 // WallNow is the clock arrival times are read from.
 var WallNow = wallNow
 
-// PendingShrinks counts the in-process shrinks of c's world still on record.
+// PendingShrinks counts the in-process shrinks of c's group still on record.
 func PendingShrinks(c *Comm) int {
-	shrinkMu.Lock()
-	defer shrinkMu.Unlock()
-	n := 0
-	for k := range shrinksOf {
-		if k.parent == c.world {
-			n++
-		}
-	}
-	return n
+	g := c.rv.(*localRendezvous).g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.shrinks)
 }

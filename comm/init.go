@@ -51,12 +51,7 @@ func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := connect(ctx, client, cfg, client.JobID())
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return c, nil
+	return bootRendezvous{client}.open(ctx, cfg, client.JobID())
 }
 
 // connect builds a rank's transports over a joined bootstrap client: it
@@ -199,8 +194,8 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
 	c.setHosts(hosts)
 	c.boot = client
+	c.rv = bootRendezvous{client}
 	c.jobID = jobID
-	c.laggards = c.bootstrapLaggards
 	go c.watchLost(client)
 	return c, nil
 }
@@ -214,24 +209,6 @@ func parseInfos(blobs [][]byte) ([]peerInfo, error) {
 		}
 	}
 	return infos, nil
-}
-
-// splitRemote makes the communicator of one color of a multi-process Split,
-// over the parent's rendezvous connection. Its shared-memory names carry the
-// parent's names, the split's number and color, so sibling communicators,
-// and the children of siblings, never collide.
-func (c *Comm) splitRemote(ctx context.Context, color, key int) (*Comm, error) {
-	sub, err := c.boot.Split(ctx, color, key)
-	if err != nil {
-		return nil, err
-	}
-	jobID := fmt.Sprintf("%s-s%dc%d", c.jobID, c.splitSeq, color)
-	nc, err := connect(ctx, sub, &c.cfg, jobID)
-	if err != nil {
-		sub.Close()
-		return nil, err
-	}
-	return nc, nil
 }
 
 // watchLost aborts the Comm when the bootstrap reports a lost or aborting

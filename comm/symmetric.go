@@ -5,10 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
-
-	"github.com/gccl/gccl/transport/shm"
 )
 
 // Symmetric memory: buffers from Alloc exist once per rank, at the same
@@ -81,9 +78,9 @@ type symRegion struct {
 	id    uint32 // the Alloc's number on this Comm, the same on every rank
 	size  int    // bytes, the same on every rank
 	mine  []byte
-	peers [][]byte      // by rank; nil where the peer's memory is not mapped
-	maps  []*shm.Region // to unmap at Free (own region included)
-	all   bool          // every peer's memory is mapped
+	peers [][]byte // by rank; nil where the peer's memory is not mapped
+	maps  []symMem // to unmap at Free (own memory included)
+	all   bool     // every peer's memory is mapped
 	freed bool
 }
 
@@ -148,13 +145,7 @@ func (c *Comm) Alloc(ctx context.Context, dt DataType, count int) (*SymBuffer, e
 	case count > maxAllocBytes/dt.Size():
 		bad = invalid("Alloc of %d %v elements: more than %d bytes", count, dt, maxAllocBytes)
 	}
-	var reg *symRegion
-	var err error
-	if c.boot != nil {
-		reg, err = c.allocShared(ctx, id, size, bad)
-	} else {
-		reg, err = c.allocLocal(ctx, id, size, bad)
-	}
+	reg, err := c.allocRegion(ctx, id, size, bad)
 	if err != nil {
 		var oe *OpError
 		if errors.As(err, &oe) {
@@ -225,68 +216,6 @@ func (c *Comm) freeAllSym() {
 	}
 }
 
-// allocLocal is Alloc for in-process ranks: each allocates on the heap and
-// they swap slices through a rendezvous keyed by the world and Alloc number.
-func (c *Comm) allocLocal(ctx context.Context, id uint32, size int, bad error) (*symRegion, error) {
-	var mem []byte
-	if bad == nil {
-		mem = make([]byte, size)
-	}
-	p := joinLocalAlloc(c.world, id, c.size)
-	p.mu.Lock()
-	p.mems[c.rank], p.sizes[c.rank], p.errs[c.rank] = mem, size, bad
-	if p.arrived++; p.arrived == c.size {
-		close(p.done)
-	}
-	p.mu.Unlock()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if err := agreeAlloc(c.rank, size, p.sizes, p.errs); err != nil {
-		return nil, err
-	}
-	peers := make([][]byte, c.size)
-	copy(peers, p.mems)
-	return &symRegion{id: id, size: size, mine: mem, peers: peers, all: true}, nil
-}
-
-type localAllocKey struct {
-	w  any
-	id uint32
-}
-
-type pendingAlloc struct {
-	mu      sync.Mutex
-	mems    [][]byte
-	sizes   []int
-	errs    []error
-	arrived int
-	taken   int
-	done    chan struct{}
-}
-
-var (
-	localAllocMu sync.Mutex
-	localAllocs  = map[localAllocKey]*pendingAlloc{}
-)
-
-func joinLocalAlloc(w any, id uint32, n int) *pendingAlloc {
-	localAllocMu.Lock()
-	defer localAllocMu.Unlock()
-	k := localAllocKey{w, id}
-	p := localAllocs[k]
-	if p == nil {
-		p = &pendingAlloc{mems: make([][]byte, n), sizes: make([]int, n), errs: make([]error, n), done: make(chan struct{})}
-		localAllocs[k] = p
-	}
-	if p.taken++; p.taken == n {
-		delete(localAllocs, k)
-	}
-	return p
-}
-
 // agreeAlloc turns the ranks' Alloc outcomes into a verdict that fails on
 // every rank if it fails on one: this rank's own error, else the first
 // failed peer's (as an *OpError naming it), else a disagreement on the size.
@@ -309,22 +238,24 @@ func agreeAlloc(rank, size int, sizes []int, errs []error) error {
 	return nil
 }
 
-// allocShared is Alloc for processes: each rank creates a shared-memory
-// region, the ranks swap names through the rendezvous, map the regions of
-// the peers they reach over shared memory, and unlink once all mapped, so a
-// crash leaves nothing in /dev/shm.
-func (c *Comm) allocShared(ctx context.Context, id uint32, size int, bad error) (reg *symRegion, err error) {
-	reg = &symRegion{id: id, size: size, peers: make([][]byte, c.size)}
+// allocRegion is Alloc's rendezvous: each rank allocates its memory
+// (rendezvous.allocSym: shared memory across processes, the heap in one
+// process), the ranks swap names, each maps the peers' memory it can reach
+// (mapSym), reports failures to everyone in a second round, which is also
+// the barrier before the names are unlinked (a crash then leaves nothing
+// in /dev/shm), and every rank fails if one did.
+func (c *Comm) allocRegion(ctx context.Context, id uint32, size int, bad error) (_ *symRegion, err error) {
+	reg := &symRegion{id: id, size: size, peers: make([][]byte, c.size)}
 	defer func() {
-		if err != nil {
+		if err != nil { // reg, not the result, which is nil by now
 			for _, m := range reg.maps {
 				m.Close()
 			}
 		}
 	}()
-	var own *shm.Region
+	var own symMem
 	if bad == nil {
-		if own, bad = shm.Alloc(c.jobID, c.rank, size); bad == nil {
+		if own, bad = c.rv.allocSym(c, size); bad == nil {
 			reg.maps = append(reg.maps, own)
 			reg.mine = own.Bytes()
 			reg.peers[c.rank] = reg.mine
@@ -334,7 +265,11 @@ func (c *Comm) allocShared(ctx context.Context, id uint32, size int, bad error) 
 	if own != nil {
 		name = own.Name()
 	}
-	blobs, err := c.boot.AllGather(ctx, allocInfo{size, name, bad}.marshal())
+	sent := size
+	if bad != nil {
+		sent = 0 // may be out of range; the error is what counts
+	}
+	blobs, err := c.rv.allGather(ctx, allocInfo{sent, name, bad}.marshal())
 	if err != nil {
 		return nil, err
 	}
@@ -348,34 +283,35 @@ func (c *Comm) allocShared(ctx context.Context, id uint32, size int, bad error) 
 		}
 		sizes[p], names[p], errs[p] = info.size, info.name, info.err
 	}
+	errs[c.rank] = bad // this rank's own, with its identity (the wire keeps the text)
 	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
 		return nil, err
 	}
-	// Map what the shared-memory routes reach; report failures to everyone
-	// in a second round, which is also the barrier before unlinking.
 	var mapErr error
 	reg.all = true
 	for p := range c.size {
 		if p == c.rank {
 			continue
 		}
-		if c.Via(p) != "SHM" {
-			reg.all = false
-			continue
-		}
-		m, err := shm.MapRegion(names[p], size)
+		m, err := c.rv.mapSym(c, p, names[p], size)
 		if err != nil {
 			mapErr = err
 			break
 		}
+		if m == nil {
+			reg.all = false
+			continue
+		}
 		reg.maps = append(reg.maps, m)
 		reg.peers[p] = m.Bytes()
 	}
-	blobs, err = c.boot.AllGather(ctx, allocInfo{size: size, err: mapErr}.marshal())
+	blobs, err = c.rv.allGather(ctx, allocInfo{size: size, err: mapErr}.marshal())
 	if err != nil {
 		return nil, err
 	}
-	own.Unlink()
+	if own != nil {
+		own.Unlink()
+	}
 	for p, b := range blobs {
 		info, err := unmarshalAllocInfo(b)
 		if err != nil {
@@ -383,6 +319,7 @@ func (c *Comm) allocShared(ctx context.Context, id uint32, size int, bad error) 
 		}
 		errs[p] = info.err
 	}
+	errs[c.rank] = mapErr
 	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
 		return nil, err
 	}

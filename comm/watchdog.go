@@ -14,11 +14,8 @@ import (
 // not reached it: the first question of any hang diagnosis. It runs in the
 // background so the wait goes on undisturbed.
 func (c *Comm) reportLaggards(op string, seq uint64, waited time.Duration) {
-	if c.laggards == nil {
-		return
-	}
 	go func() {
-		late, err := c.laggards(seq)
+		late, err := c.rv.laggards(c, seq)
 		switch {
 		case err != nil:
 			c.log.Warn(fmt.Sprintf("watchdog: %s #%d has waited %v; cannot tell which ranks are late: %v", op, seq, waited, err), "subsys", "COLL")
