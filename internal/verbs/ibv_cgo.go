@@ -274,6 +274,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -504,13 +505,9 @@ func (c *Context) QueryGID(port, index int) (GID, error) {
 // cfg.GIDIndex, from the GID table in sysfs (or, without it, from the
 // device), checked against the device's own table.
 func (c *Context) Port(port int, cfg Config) (Port, error) {
-	a, err := c.QueryPort(port)
+	a, err := c.activePort(port)
 	if err != nil {
 		return Port{}, err
-	}
-	name := fmt.Sprintf("%s:%d", c.name, port)
-	if a.State != PortActive {
-		return Port{}, fmt.Errorf("verbs: %s is %v, not ACTIVE (link down, or no subnet manager on InfiniBand)", name, a.State)
 	}
 	entries := scanPort(fmt.Sprintf("/sys/class/infiniband/%s/ports/%d", c.name, port), port).GIDs
 	if len(entries) == 0 {
@@ -522,12 +519,41 @@ func (c *Context) Port(port int, cfg Config) (Port, error) {
 	}
 	e, err := ChooseGID(entries, a.LinkLayer, cfg.GIDIndex)
 	if err != nil {
-		return Port{}, fmt.Errorf("verbs: %s: %s", name, err.Error()[len("verbs: "):])
+		return Port{}, fmt.Errorf("verbs: %s:%d: %s", c.name, port, strings.TrimPrefix(err.Error(), "verbs: "))
 	}
+	return c.portWith(port, a, e)
+}
+
+// CandidatePort is the port and GID that Select or Choose picked, after
+// checking that the port is still active and the GID still in the
+// device's table (without reading the whole table again).
+func (c *Context) CandidatePort(cand Candidate) (Port, error) {
+	if cand.Device != c.name {
+		return Port{}, fmt.Errorf("%w: candidate %s is not a port of %s", ErrInvalidArgument, cand.Name(), c.name)
+	}
+	a, err := c.activePort(cand.Port.Num)
+	if err != nil {
+		return Port{}, err
+	}
+	return c.portWith(cand.Port.Num, a, cand.GID)
+}
+
+func (c *Context) activePort(port int) (PortAttr, error) {
+	a, err := c.QueryPort(port)
+	if err != nil {
+		return PortAttr{}, err
+	}
+	if a.State != PortActive {
+		return PortAttr{}, fmt.Errorf("verbs: %s:%d is %v, not ACTIVE (link down, or no subnet manager on InfiniBand)", c.name, port, a.State)
+	}
+	return a, nil
+}
+
+func (c *Context) portWith(port int, a PortAttr, e GIDEntry) (Port, error) {
 	if g, err := c.QueryGID(port, e.Index); err != nil {
 		return Port{}, err
 	} else if g != e.GID {
-		return Port{}, fmt.Errorf("verbs: %s: GID %d is %v on the device but %v in sysfs (the table changed; retry)", name, e.Index, g, e.GID)
+		return Port{}, fmt.Errorf("verbs: %s:%d: GID %d is %v on the device, not %v (the table changed; choose again)", c.name, port, e.Index, g, e.GID)
 	}
 	return Port{Device: c.name, Num: port, Attr: a, GID: e}, nil
 }
@@ -736,6 +762,7 @@ type CQ struct {
 	evErr   C.int
 	armed   bool
 	unacked C.uint
+	events  uint64 // channel events taken (tests)
 }
 
 // CreateCQ creates a completion queue of at least size entries; with
@@ -874,6 +901,7 @@ func (cq *CQ) Wait(wcs []WC, deadline time.Time) (int, error) {
 			return 0, &Error{Op: "ibv_get_cq_event", Device: cq.ctx.name, Err: errno(cq.evErr)}
 		}
 		cq.armed = false
+		cq.events++
 		if cq.unacked++; cq.unacked >= ackBatch {
 			C.gv_ack(cq.cq, cq.unacked)
 			cq.unacked = 0

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Device is an RDMA device as sysfs (/sys/class/infiniband) describes it.
@@ -119,12 +120,21 @@ func scanPort(dir string, num int) PortInfo {
 	return p
 }
 
+// readTrim reads a small sysfs file, "" when it cannot. It uses the bare
+// system calls: a port's GID table is 256 to 1024 files, and os.Open
+// would also register each with Go's poller (sysfs files are pollable).
 func readTrim(path string) string {
-	b, err := os.ReadFile(path)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	defer syscall.Close(fd)
+	var buf [256]byte
+	n, err := syscall.Read(fd, buf[:])
+	if err != nil || n <= 0 {
+		return ""
+	}
+	return strings.TrimSpace(string(buf[:n]))
 }
 
 // pciFunction reports whether s looks like a PCI function address
