@@ -33,7 +33,8 @@ var selected struct {
 	err  error
 }
 
-// device opens the device port Select picks here, or skips the test.
+// device opens the device port Select picks here, or skips the test
+// (fails it under GCCL_TEST_REQUIRE_RDMA=1, as tests/rxe sets).
 // Select runs once per test binary: it reads the port's whole GID table
 // from sysfs, which takes seconds in the emulated VM.
 func device(t *testing.T) (*Context, Port, Config) {
@@ -48,6 +49,9 @@ func device(t *testing.T) (*Context, Port, Config) {
 		s.log = log.String()
 	})
 	if errors.Is(s.err, ErrNotSupported) {
+		if os.Getenv("GCCL_TEST_REQUIRE_RDMA") == "1" {
+			t.Fatalf("GCCL_TEST_REQUIRE_RDMA=1, but: %v", s.err)
+		}
 		t.Skipf("no RDMA device here (%v); tests/rxe/run.sh runs this test in a Soft-RoCE VM", s.err)
 	}
 	require.NoError(t, s.err)
