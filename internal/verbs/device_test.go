@@ -487,6 +487,47 @@ func TestErrorCompletion(t *testing.T) {
 	require.Contains(t, l.cq.Check(&l.wcs[0]).Error(), "Work Request Flushed Error")
 }
 
+// A peer that vanished: the write is retransmitted GCCL_IB_RETRY_CNT times,
+// GCCL_IB_TIMEOUT apart, then fails with "transport retry counter
+// exceeded". The device acts on timeout and retry_cnt here, so this also
+// checks that they reach it in the right fields (ibv_query_qp reads them
+// back through the same declarations, so it cannot tell them apart;
+// swapped, the timeout would be 0: retransmit never, and this hangs).
+func TestRetryExceeded(t *testing.T) {
+	ctx, port, _ := device(t)
+	cfg := DefaultConfig()
+	cfg.Timeout, cfg.RetryCnt = 12, 0 // 16.8 ms, no retry
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	defer pd.Close()
+	cq, err := ctx.CreateCQ(16, true)
+	require.NoError(t, err)
+	defer cq.Close()
+	buf := make([]byte, 4096)
+	mr, err := pd.Register(buf, AccessAll)
+	require.NoError(t, err)
+	defer mr.Close()
+	o := QPOptions{Port: port, SendCQ: cq, RecvCQ: cq}
+	qa, err := pd.CreateQP(o)
+	require.NoError(t, err)
+	defer qa.Close()
+	gone, err := pd.CreateQP(o)
+	require.NoError(t, err)
+	peer := gone.Endpoint()
+	require.NoError(t, gone.Close()) // packets to its number are dropped
+	require.NoError(t, qa.Connect(peer, cfg))
+	start := time.Now()
+	require.NoError(t, qa.PostSend([]SendWR{{ID: 1, Op: OpWrite, Flags: SendSignaled, RemoteAddr: 0x1000, RKey: 1,
+		SGEs: []SGE{mr.SGE(0, 64)}}}))
+	wcs := make([]WC, 1)
+	n, err := cq.Wait(wcs, time.Now().Add(20*time.Second))
+	require.NoError(t, err, "no completion: the QP never gave up (its timeout is not %d?)", cfg.Timeout)
+	require.Equal(t, 1, n)
+	require.Equal(t, WCRetryExcErr, wcs[0].Status)
+	require.ErrorContains(t, cq.Check(&wcs[0]), "transport retry counter exceeded")
+	t.Logf("gave up after %v: %v", time.Since(start), cq.Check(&wcs[0]))
+}
+
 // Flush (to ERR) completes every outstanding receive with a flush error:
 // how a transport cancels.
 func TestFlushCancels(t *testing.T) {
