@@ -561,7 +561,7 @@ func TestPostChecks(t *testing.T) {
 	cq, err := ctx.CreateCQ(8, false)
 	require.NoError(t, err)
 	defer cq.Close()
-	q, err := pd.CreateQP(QPOptions{Port: port, SendCQ: cq, RecvCQ: cq, MaxSendSGE: 2, MaxRecvSGE: 1})
+	q, err := pd.CreateQP(QPOptions{Port: port, SendCQ: cq, RecvCQ: cq, MaxSendSGE: 2, MaxRecvSGE: 1, PostBatch: 2})
 	require.NoError(t, err)
 	defer q.Close()
 	buf := make([]byte, 4096)
@@ -575,11 +575,14 @@ func TestPostChecks(t *testing.T) {
 	require.ErrorContains(t, err, "the QP is in INIT (Connect it first)")
 	// Receives may be posted in INIT; too many SGEs are refused with the
 	// index of the request.
-	err = q.PostRecv([]RecvWR{{ID: 1, SGEs: []SGE{mr.SGE(0, 8)}}, {ID: 2, SGEs: []SGE{mr.SGE(0, 8), mr.SGE(8, 8)}}})
+	// Posts go in batches of 2 here: the first batch is posted, the
+	// refused request's is not.
+	one := []SGE{mr.SGE(0, 8)}
+	err = q.PostRecv([]RecvWR{{ID: 1, SGEs: one}, {ID: 2, SGEs: one}, {ID: 3, SGEs: one}, {ID: 4, SGEs: []SGE{mr.SGE(0, 8), mr.SGE(8, 8)}}})
 	var pe *PostError
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, 1, pe.Posted)
-	require.ErrorContains(t, err, "work request 1: 2 SGEs (the QP takes 1)")
+	require.Equal(t, 2, pe.Posted)
+	require.ErrorContains(t, err, "work request 3: 2 SGEs (the QP takes 1)")
 	require.ErrorContains(t, err, "QP 0x"+strconv.FormatUint(uint64(q.QPN()), 16))
 	require.Panics(t, func() { mr.SGE(4000, 100) })
 

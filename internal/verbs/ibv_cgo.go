@@ -996,6 +996,10 @@ func (pd *PD) CreateQP(o QPOptions) (*QP, error) {
 	if o.Port.Device != dev || o.Port.Num < 1 {
 		return nil, fmt.Errorf("%w: the QP's port %s:%d is not a port of %s (use Context.Port)", ErrInvalidArgument, o.Port.Device, o.Port.Num, dev)
 	}
+	if o.Port.GID.Index > 255 {
+		return nil, fmt.Errorf("%w: GID index %d of %s:%d: a QP's address takes indexes 0-255 (set GCCL_IB_GID_INDEX)",
+			ErrInvalidArgument, o.Port.GID.Index, dev, o.Port.Num)
+	}
 	if o.SendCQ.ctx != pd.ctx || o.RecvCQ.ctx != pd.ctx {
 		return nil, fmt.Errorf("%w: the QP's CQs belong to another device context", ErrInvalidArgument)
 	}
@@ -1207,7 +1211,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 			w := &wrs[done+i]
 			ns := len(w.SGEs)
 			if ns > q.caps.MaxSendSGE || w.Op > OpRead {
-				return q.badSend(done+i, ns, w.Op)
+				return q.badSend(done, done+i, ns, w.Op)
 			}
 			if w.Flags&SendInline != 0 {
 				total := 0
@@ -1215,7 +1219,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 					total += int(s.Length)
 				}
 				if total > q.caps.MaxInline {
-					return q.badInline(done+i, total)
+					return q.badInline(done, done+i, total)
 				}
 			}
 			d := &q.sdesc[i]
@@ -1254,7 +1258,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 			w := &wrs[done+i]
 			ns := len(w.SGEs)
 			if ns > q.caps.MaxRecvSGE {
-				return q.badRecv(done+i, ns)
+				return q.badRecv(done, done+i, ns)
 			}
 			d := &q.rdesc[i]
 			d.wr_id = C.uint64_t(w.ID)
@@ -1271,24 +1275,26 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 }
 
 // The error paths of the posts, apart so that the posts allocate nothing.
+// posted counts the requests of earlier batches, which went to the device;
+// i is the refused request (its batch was not posted).
 
 func (q *QP) postStateError(s QPState) error {
 	return &PostError{Err: &Error{Op: "post", Device: q.pd.ctx.name, QPN: q.qpn,
 		Err: fmt.Errorf("%w: the QP is in %v", ErrInvalidArgument, s), Hint: "Connect it first"}}
 }
 
-func (q *QP) badSend(i, nsge int, op Opcode) error {
-	return &PostError{Posted: i, Err: &Error{Op: "ibv_post_send", Device: q.pd.ctx.name, QPN: q.qpn,
+func (q *QP) badSend(posted, i, nsge int, op Opcode) error {
+	return &PostError{Posted: posted, Err: &Error{Op: "ibv_post_send", Device: q.pd.ctx.name, QPN: q.qpn,
 		Err: fmt.Errorf("%w: work request %d: %v with %d SGEs (the QP takes %d)", ErrInvalidArgument, i, op, nsge, q.caps.MaxSendSGE)}}
 }
 
-func (q *QP) badInline(i, n int) error {
-	return &PostError{Posted: i, Err: &Error{Op: "ibv_post_send", Device: q.pd.ctx.name, QPN: q.qpn,
+func (q *QP) badInline(posted, i, n int) error {
+	return &PostError{Posted: posted, Err: &Error{Op: "ibv_post_send", Device: q.pd.ctx.name, QPN: q.qpn,
 		Err: fmt.Errorf("%w: work request %d: %d bytes inline (the QP takes %d; QPOptions.MaxInline)", ErrInvalidArgument, i, n, q.caps.MaxInline)}}
 }
 
-func (q *QP) badRecv(i, nsge int) error {
-	return &PostError{Posted: i, Err: &Error{Op: "ibv_post_recv", Device: q.pd.ctx.name, QPN: q.qpn,
+func (q *QP) badRecv(posted, i, nsge int) error {
+	return &PostError{Posted: posted, Err: &Error{Op: "ibv_post_recv", Device: q.pd.ctx.name, QPN: q.qpn,
 		Err: fmt.Errorf("%w: work request %d: %d SGEs (the QP takes %d)", ErrInvalidArgument, i, nsge, q.caps.MaxRecvSGE)}}
 }
 
