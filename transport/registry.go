@@ -100,14 +100,27 @@ type Setup struct {
 	// the communicator's first exchange.
 	Hosts []string
 	Pids  []int
+	// LocalRank is this rank's index among the ranks of its host.
+	LocalRank int
 	// Unclaimed are the peers no higher-priority listener of this rank
 	// claims (Claimer); a transport with none to serve may skip listening.
 	Unclaimed []int
+	// Store is the job's key-value store (the rendezvous's), for what a
+	// transport exchanges per pair at Connect (queue pair numbers). It is
+	// nil where there is no rendezvous.
+	Store Store
 	// Getenv reads the environment (GCCL_SHM_DISABLE, GCCL_SOCKET_IFNAME,
 	// ...).
 	Getenv func(string) string
 	// Logger receives the transports' own logs.
 	Logger *slog.Logger
+}
+
+// Store is a key-value store shared by the ranks of a job: Set publishes a
+// value, Get waits until some rank has set the key (bootstrap.Client).
+type Store interface {
+	Set(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
 }
 
 // SameHost lists the ranks on this rank's host, itself excluded.
