@@ -1,13 +1,11 @@
-// Package nvlink moves and reduces data directly between GPUs of one host,
-// for gccl's device collectives: processes export their device buffers as
-// CUDA IPC handles, peers map them (over NVLink or PCIe peer-to-peer where
-// the GPUs differ; on one GPU, within its memory), and an Engine reduces
-// with gccl's kernels (internal/kernels) and copies with the copy engines,
-// straight between the mapped buffers. It implements device.Engine;
-// package gpu gives every Device one.
-//
-// Status: tested against the fake CUDA driver only (the kernels run there
-// compiled for the CPU); no GPU has run it yet (docs/HARDWARE.md).
+// Package engine is the GPU's collective engine: it moves and reduces data
+// directly between the GPUs of one host for gccl's device collectives.
+// Processes export their device buffers as CUDA IPC handles, peers map them
+// (over NVLink or PCIe peer-to-peer where the GPUs differ; on one GPU,
+// within its memory), and an Engine reduces with gccl's kernels
+// (internal/kernels) and copies with the copy engines, straight between the
+// mapped buffers. It implements device.Engine; package gpu gives every
+// Device one, and is its only user.
 package engine
 
 import (
