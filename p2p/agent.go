@@ -15,8 +15,8 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/netif"
 	"github.com/gccl/gccl/transport/shm"
-	"github.com/gccl/gccl/transport/tcp"
 )
 
 // Defaults for Config.
@@ -215,7 +215,7 @@ func New(name string, cfg Config) (*Agent, error) {
 func (a *Agent) listen() error {
 	addr := a.cfg.ListenAddr
 	if addr == "" {
-		ifs, err := tcp.SelectInterfaces(os.Getenv("GCCL_SOCKET_IFNAME"))
+		ifs, err := netif.Select(netif.FromEnv())
 		if err != nil {
 			return fmt.Errorf("p2p: %w", err)
 		}
