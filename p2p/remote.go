@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gccl/gccl/transport/shm"
+	"github.com/gccl/gccl/internal/shmem"
 )
 
 // remoteAgent is a loaded peer: its metadata, and on this host the mappings
@@ -20,7 +20,7 @@ type remoteAgent struct {
 	pvm      bool
 
 	mu      sync.Mutex
-	maps    map[uint32]*shm.Region // shared regions mapped here, by region ID
+	maps    map[uint32]*shmem.Region // shared regions mapped here, by region ID
 	ipc     map[[ipcHandleLen]byte]*ipcMapping
 	vmaps   map[uint32]vramMapping // VRAM regions opened here (in ipc), by region ID
 	pins    map[uint32]bool        // mapped shared regions pinned for CUDA copies
@@ -38,7 +38,7 @@ type vramMapping struct {
 // newRemoteAgent maps the peer's shared regions (taking over old's mappings
 // of the same segments) and probes process_vm_readv.
 func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
-	ra := &remoteAgent{a: a, info: info, maps: map[uint32]*shm.Region{}, ipc: map[[ipcHandleLen]byte]*ipcMapping{},
+	ra := &remoteAgent{a: a, info: info, maps: map[uint32]*shmem.Region{}, ipc: map[[ipcHandleLen]byte]*ipcMapping{},
 		vmaps: map[uint32]vramMapping{}, pins: map[uint32]bool{}}
 	if old != nil && old.info.Token == info.Token {
 		// The same agent never reuses a region ID: what it deregistered
@@ -56,7 +56,7 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 	if !ra.sameHost {
 		return ra
 	}
-	reuse := map[string]*shm.Region{}
+	reuse := map[string]*shmem.Region{}
 	var reuseIPC map[[ipcHandleLen]byte]*ipcMapping
 	if old != nil {
 		old.mu.Lock()
@@ -94,7 +94,7 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 				delete(reuse, r.SHM)
 				continue
 			}
-			m, err := shm.MapRegion(r.SHM, int(r.Len))
+			m, err := shmem.MapRegion(r.SHM, int(r.Len))
 			if err != nil {
 				a.log.Warn("p2p cannot map a peer's shared region; its transfers fall back to another backend",
 					"peer", info.Name, "region", r.ID, "segment", r.SHM, "err", err)
@@ -214,7 +214,7 @@ func (ra *remoteAgent) invalidate() {
 func (ra *remoteAgent) unmap() {
 	ra.mu.Lock()
 	maps, pins, ipc := ra.maps, ra.pins, ra.ipc
-	ra.maps, ra.pins = map[uint32]*shm.Region{}, map[uint32]bool{}
+	ra.maps, ra.pins = map[uint32]*shmem.Region{}, map[uint32]bool{}
 	ra.ipc, ra.vmaps = map[[ipcHandleLen]byte]*ipcMapping{}, map[uint32]vramMapping{}
 	ra.mu.Unlock()
 	for id, m := range maps {
