@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -469,130 +468,6 @@ func (p *peer) handle(h header) error {
 		return errors.New("a second hello")
 	}
 	return nil
-}
-
-// serveWrite lands a WRITE's data in the target region, or drains it if the
-// region does not hold it (the commit then gets a refusal).
-func (p *peer) serveWrite(h header) error {
-	r, err := p.a.pinRegion(h.region, h.offset, h.length)
-	if err != nil {
-		p.refuse(h.req, err)
-		_, err := io.CopyN(io.Discard, p.data, int64(h.length))
-		return err
-	}
-	defer r.busy.Add(-1)
-	if r.info.Type == VRAM {
-		devErr, err := p.a.gpu.toDeviceFrom(p.data, r.vram.dev, h.offset, h.length)
-		if devErr != nil {
-			p.refuse(h.req, devErr)
-		}
-		return err
-	}
-	if r.info.Type == FILE {
-		ferr, err := r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
-		if ferr != nil { // the file refused the data: the commit says so
-			p.refuse(h.req, ferr)
-		}
-		return err
-	}
-	off := h.offset - r.info.Base
-	_, err = io.ReadFull(p.data, r.mem[off:off+h.length])
-	return err
-}
-
-// refuse records why a write of the peer's request req was refused, for
-// its commit's ack.
-func (p *peer) refuse(req uint64, err error) {
-	p.mu.Lock()
-	if _, dup := p.refused[req]; !dup && len(p.refused) < 1<<16 {
-		p.refused[req] = err.Error()
-	}
-	p.mu.Unlock()
-}
-
-// refusal is the initiator's error for a transfer the target refused with
-// the text why; a descriptor outside the target's regions is
-// ErrOutOfBounds on this side too.
-func refusal(target, what, why string) error {
-	if rest, ok := strings.CutPrefix(why, ErrOutOfBounds.Error()); ok {
-		return fmt.Errorf("p2p: %s refused %s: %w%s", target, what, ErrOutOfBounds, rest)
-	}
-	return fmt.Errorf("p2p: %s refused %s: %s", target, what, why)
-}
-
-// readResp lands READ data in the request's local memory.
-func (p *peer) readResp(h header) error {
-	p.mu.Lock()
-	r := p.inflight[h.req]
-	p.mu.Unlock()
-	if h.flags&flagError != 0 {
-		b := make([]byte, h.length)
-		if _, err := io.ReadFull(p.br, b); err != nil {
-			return err
-		}
-		if r := p.take(h.req); r != nil {
-			r.finish(refusal(p.name, "a read", string(b)))
-		}
-		return nil
-	}
-	if r == nil || h.aux >= uint64(len(r.segs)) || r.segs[h.aux].n != h.length {
-		_, err := io.CopyN(io.Discard, p.data, int64(h.length)) // timed out meanwhile, or nonsense
-		return err
-	}
-	s := &r.segs[h.aux]
-	if s.local.info.Type == VRAM {
-		landed, devErr, err := p.landDevice(h.req, r, s)
-		switch {
-		case err != nil:
-			return err
-		case devErr != nil:
-			if r := p.take(h.req); r != nil {
-				r.finish(fmt.Errorf("p2p: READ from %s: landing in local VRAM: %w", p.name, devErr))
-			}
-		case landed:
-			p.segDone(h.req, r, int(h.aux))
-		}
-		return nil
-	}
-	landed, err := p.landRead(h.req, r, s)
-	if err != nil {
-		return err
-	}
-	if landed {
-		p.segDone(h.req, r, int(h.aux))
-	}
-	return nil
-}
-
-// landRead lands the answer to piece s of post id of r. The bytes wait in
-// the connection's buffer and are copied into the piece a buffer-full at a
-// time under landMu, only while the post is in flight, never read from the
-// socket straight into it: the post may time out while the rest of the
-// answer is still coming, and its owner may then reuse or deregister the
-// memory (an Alloc'd region is unmapped) at once. That costs a memory copy
-// per byte received. What arrives after the post failed is drained. It
-// reports whether the whole piece landed.
-func (p *peer) landRead(id uint64, r *Request, s *segment) (bool, error) {
-	live := true
-	for off := uint64(0); off < s.n; {
-		if _, err := p.br.Peek(1); err != nil {
-			return false, err
-		}
-		p.lastRecv.Store(monoNow()) // bytes arrived (see recvReader)
-		k := min(s.n-off, uint64(p.br.Buffered()))
-		b, _ := p.br.Peek(int(k))
-		p.landMu.Lock()
-		if live {
-			live = p.inFlight(id, r)
-		}
-		if live {
-			copy(s.local.mem[s.loff+off:s.loff+off+k], b)
-		}
-		p.landMu.Unlock()
-		p.br.Discard(int(k))
-		off += k
-	}
-	return live, nil
 }
 
 // take removes post id from the requests in flight and returns its
