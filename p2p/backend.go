@@ -29,21 +29,11 @@ const (
 )
 
 func (b Backend) String() string {
-	switch b {
-	case BackendAuto:
+	if b == BackendAuto {
 		return "auto"
-	case BackendLocal:
-		return "local"
-	case BackendSHM:
-		return "shm"
-	case BackendPVM:
-		return "pvm"
-	case BackendTCP:
-		return "tcp"
-	case BackendFile:
-		return "file"
-	case BackendCUDAIPC:
-		return "cudaipc"
+	}
+	if s := specOf(b); s != nil {
+		return s.name
 	}
 	return fmt.Sprintf("Backend(%d)", uint8(b))
 }
@@ -61,64 +51,97 @@ type placement struct {
 	ipcOff     bool // CUDA IPC disabled
 }
 
-// selectBackend picks the cheapest backend that can do the transfer and
-// says why (logged). forced, if not BackendAuto, is checked instead.
+// vram reports whether either end is VRAM.
+func (pl placement) vram() bool { return pl.localType == VRAM || pl.remoteType == VRAM }
+
+// peerDRAM reports whether the target is a peer's DRAM (not this agent,
+// not VRAM, not a file).
+func (pl placement) peerDRAM() bool {
+	return !pl.self && pl.remoteType != FILE && pl.remoteType != VRAM
+}
+
+// backend is one way of moving a request's bytes. Each lives in its own
+// file (backend_<name>.go) with its backendSpec, listed once in backends.
+type backend interface {
+	// serves reports whether the backend can move a request whose ends
+	// are placed as pl, and why it is the one to use when it comes first
+	// among those in backends that can (the reason is logged). It is
+	// pure: no I/O, no locks.
+	serves(pl placement) (ok bool, why string)
+	// prepare readies a request made for the backend, once, at
+	// MakeRequest (say, pins the host memory that CUDA copies use).
+	prepare(r *Request) error
+	// run moves one post of r: each part's bytes, then the part's
+	// notification (notifyPart), in part order, stopping between blocks
+	// once r.stop says so (then returning r.halted()). It runs on the
+	// goroutine that executes the post (its lane's, or Post's own for an
+	// inline post), and its error finishes the post, unless the spec is
+	// async: run then starts the post and returns nil, and the backend
+	// finishes it (Request.finish) when the peer has answered.
+	run(r *Request) error
+}
+
+// retirer is a backend whose goroutines may still be touching a post's
+// memory after the post left flight (it timed out, say): complete calls
+// retire before it reports the outcome, and retire returns once none is.
+type retirer interface {
+	retire(r *Request)
+}
+
+// backendSpec is a backend's entry in backends.
+type backendSpec struct {
+	backend
+	kind Backend
+	name string
+	cost costModel
+	// inline: a post of at most Config.InlineLimit bytes may run inside
+	// Post when nothing is queued before it (the initiator copies).
+	inline bool
+	// initiatorChecks: the target runs nothing for a post, so the
+	// initiator refuses at Post the regions the peer deregistered since
+	// (the target refuses them itself on the others).
+	initiatorChecks bool
+	// async: run starts the post; the backend finishes it later.
+	async bool
+}
+
+// backends are the backends in order of preference: selection takes the
+// first whose serves accepts a request's placement. A new backend is a file
+// with its spec, a Backend constant and a line here.
+var backends = []*backendSpec{
+	&localSpec,
+	&fileSpec,
+	&cudaipcSpec,
+	&shmSpec,
+	&pvmSpec,
+	&tcpSpec,
+}
+
+// specOf is b's spec (nil for BackendAuto and unknown values).
+func specOf(b Backend) *backendSpec {
+	for _, s := range backends {
+		if s.kind == b {
+			return s
+		}
+	}
+	return nil
+}
+
+// selectBackend picks the cheapest backend that can do the transfer (the
+// first of backends whose serves accepts pl) and says why (logged).
+// forced, if not BackendAuto, is checked instead.
 func selectBackend(pl placement, forced Backend) (Backend, string, error) {
 	var candidates []Backend
 	var why string
-	vram := pl.localType == VRAM || pl.remoteType == VRAM
-	switch {
-	case pl.self && pl.remoteType == FILE:
-		candidates, why = []Backend{BackendFile}, "target is a file of this agent"
-		if vram {
-			why += "; VRAM staged through pinned bounce buffers"
+	for _, s := range backends {
+		ok, w := s.serves(pl)
+		if !ok {
+			continue
 		}
-	case pl.self:
-		candidates, why = []Backend{BackendLocal}, "both ends in this process"
-		if vram {
-			why += "; CUDA copies"
+		if len(candidates) == 0 {
+			why = w
 		}
-	case pl.remoteType == FILE:
-		candidates, why = []Backend{BackendTCP}, "a peer's file is reached through its agent"
-	case pl.remoteType == VRAM:
-		if pl.sameHost && pl.allMapped && !pl.ipcOff {
-			candidates, why = append(candidates, BackendCUDAIPC), "the target's VRAM is opened here through CUDA IPC"
-		}
-		candidates = append(candidates, BackendTCP)
-		switch {
-		case candidates[0] == BackendCUDAIPC:
-		case !pl.sameHost:
-			why = "another host; the target stages its VRAM through pinned buffers"
-		case pl.ipcOff:
-			why = "same host, CUDA IPC disabled (GCCL_SHM_DISABLE, GCCL_P2P_CUDAIPC_DISABLE or Config); the target stages its VRAM"
-		default:
-			why = "same host, but the target's VRAM is not opened here (same process, no CUDA driver here, or no IPC handle); the target stages it"
-		}
-	default:
-		if pl.allMapped && !pl.shmOff {
-			candidates = append(candidates, BackendSHM)
-		}
-		if pl.sameHost && pl.pvm && pl.localType != VRAM {
-			candidates = append(candidates, BackendPVM)
-		}
-		candidates = append(candidates, BackendTCP)
-		switch {
-		case candidates[0] == BackendSHM:
-			why = "the target's regions are shared memory mapped here"
-			if vram {
-				why += "; CUDA copies between them and the local VRAM"
-			}
-		case candidates[0] == BackendPVM:
-			why = "same host, heap regions, process_vm_writev permitted"
-		case !pl.sameHost:
-			why = "another host"
-		case pl.shmOff:
-			why = "same host, shared memory disabled (GCCL_SHM_DISABLE or Config.DisableSHM) and process_vm unusable"
-		case pl.localType == VRAM:
-			why = "same host, the target's regions are not shared, and process_vm cannot reach VRAM"
-		default:
-			why = "same host, but the target's regions are not shared and process_vm is unusable"
-		}
+		candidates = append(candidates, s.kind)
 	}
 	if forced == BackendAuto {
 		return candidates[0], why, nil
@@ -147,33 +170,22 @@ func (a *Agent) chooseBackend(r *Request, forced Backend) (Backend, string, erro
 }
 
 // The cost model: a fixed cost per request, per piece and per part, plus the
-// bytes at the backend's bandwidth. The figures are this VM's, measured with
-// gccl-p2pbench (docs/P2P.md); they rank backends and size batches, not
-// promise times.
+// bytes at the backend's bandwidth (each backend's spec has its figures,
+// measured with gccl-p2pbench on the development VM, docs/P2P.md); they rank
+// backends and size batches, not promise times.
 type costModel struct {
 	fixed, perPiece, perPart time.Duration
 	bytesPerSec              float64
 }
 
-var costs = map[Backend]costModel{
-	BackendLocal: {fixed: 200 * time.Nanosecond, perPiece: 20 * time.Nanosecond, bytesPerSec: 7e9},
-	BackendSHM:   {fixed: 300 * time.Nanosecond, perPiece: 20 * time.Nanosecond, perPart: 5 * time.Microsecond, bytesPerSec: 7e9},
-	BackendPVM:   {fixed: 2 * time.Microsecond, perPiece: 100 * time.Nanosecond, perPart: 5 * time.Microsecond, bytesPerSec: 5e9},
-	BackendTCP:   {fixed: 40 * time.Microsecond, perPiece: 300 * time.Nanosecond, perPart: 10 * time.Microsecond, bytesPerSec: 1.5e9},
-	BackendFile:  {fixed: 20 * time.Microsecond, perPiece: 2 * time.Microsecond, bytesPerSec: 1e9},
-	// Not measured: a CUDA copy's launch cost and an H100's copy engines
-	// over PCIe 5 (host<->device) or NVLink (device<->device); only the
-	// fake driver has run.
-	BackendCUDAIPC: {fixed: 10 * time.Microsecond, perPiece: 2 * time.Microsecond, perPart: 5 * time.Microsecond, bytesPerSec: 20e9},
-}
-
 // estimateCost is the model's time for pieces merged pieces of bytes in
 // parts parts on backend b.
 func estimateCost(b Backend, pieces int, bytes uint64, parts int) time.Duration {
-	c, ok := costs[b]
-	if !ok {
+	spec := specOf(b)
+	if spec == nil {
 		return 0
 	}
+	c := spec.cost
 	t := c.fixed + time.Duration(pieces)*c.perPiece + time.Duration(parts)*c.perPart
 	return t + time.Duration(float64(bytes)/c.bytesPerSec*1e9)
 }

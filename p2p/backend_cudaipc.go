@@ -1,6 +1,33 @@
 package p2p
 
-import "os"
+import (
+	"os"
+	"time"
+)
+
+// The cudaipc backend: the target is a peer's VRAM on this host, whose
+// allocations were opened here through their CUDA IPC handles at LoadRemote
+// (openVRAM). The initiator copies on the GPU: device to device from local
+// VRAM, host to device and back from local DRAM (pinned once).
+var cudaipcSpec = backendSpec{
+	backend: cudaipcBackend{}, kind: BackendCUDAIPC, name: "cudaipc", inline: true, initiatorChecks: true,
+	// Not calibrated: a CUDA copy's launch cost and a copy engine's
+	// bandwidth, to rank the backend above tcp.
+	cost: costModel{fixed: 10 * time.Microsecond, perPiece: 2 * time.Microsecond, perPart: 5 * time.Microsecond, bytesPerSec: 20e9},
+}
+
+type cudaipcBackend struct{}
+
+func (cudaipcBackend) serves(pl placement) (bool, string) {
+	if pl.self || pl.remoteType != VRAM || !pl.sameHost || !pl.allMapped || pl.ipcOff {
+		return false, ""
+	}
+	return true, "the target's VRAM is opened here through CUDA IPC"
+}
+
+func (cudaipcBackend) prepare(r *Request) error { return r.prepareCUDA() }
+
+func (cudaipcBackend) run(r *Request) error { return r.runCUDA() }
 
 // vramMapping is where a peer's VRAM region is in this process.
 type vramMapping struct {
@@ -49,10 +76,18 @@ func (ra *remoteAgent) openVRAM(reuse map[[ipcHandleLen]byte]*ipcMapping) {
 			}
 		}
 		ra.ipc[r.IPC] = m
-		if r.IPCOff+r.Len > uint64(m.size) {
+		if r.IPCOff+r.Len > uint64(m.Size()) {
 			a.log.Warn("p2p ignores a VRAM region that runs past its allocation", "peer", info.Name, "region", r.ID)
 			continue
 		}
-		ra.vmaps[r.ID] = vramMapping{base: uint64(m.base) + r.IPCOff, dev: m.dev}
+		ra.vmaps[r.ID] = vramMapping{base: uint64(m.Base()) + r.IPCOff, dev: m.Ordinal()}
 	}
+}
+
+// takeVRAMLocked hands the peer's CUDA IPC mappings over (to a newer blob
+// of it, or to be closed), and forgets its regions' places (ra.mu held).
+func (ra *remoteAgent) takeVRAMLocked() map[[ipcHandleLen]byte]*ipcMapping {
+	ipc := ra.ipc
+	ra.ipc, ra.vmaps = map[[ipcHandleLen]byte]*ipcMapping{}, map[uint32]vramMapping{}
+	return ipc
 }

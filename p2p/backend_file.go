@@ -2,9 +2,36 @@ package p2p
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gccl/gccl/internal/cuda"
 )
+
+// The file backend: the target is a FILE region of this agent. pread and
+// pwrite run on the file pool (FileQueueDepth goroutines, FileBlockSize
+// blocks, O_DIRECT where aligned); a VRAM end is staged through pinned
+// bounce buffers, or moved by cuFile (Config.GDS).
+var fileSpec = backendSpec{
+	backend: fileBackend{}, kind: BackendFile, name: "file",
+	cost: costModel{fixed: 20 * time.Microsecond, perPiece: 2 * time.Microsecond, bytesPerSec: 1e9},
+}
+
+type fileBackend struct{}
+
+func (fileBackend) serves(pl placement) (bool, string) {
+	if !pl.self || pl.remoteType != FILE {
+		return false, ""
+	}
+	why := "target is a file of this agent"
+	if pl.vram() {
+		why += "; VRAM staged through pinned bounce buffers"
+	}
+	return true, why
+}
+
+func (fileBackend) prepare(*Request) error { return nil }
+
+func (fileBackend) run(r *Request) error { return r.runFile() }
 
 // runFile is the file backend: this agent's memory to or from its file,
 // until the post's deadline (checked between blocks, pieces and parts).

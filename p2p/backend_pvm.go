@@ -3,7 +3,44 @@ package p2p
 import (
 	"fmt"
 	"sync"
+	"time"
 )
+
+// The pvm backend: the target's regions are on its heap on this host, and
+// process_vm_readv reaches it (probed at LoadRemote): the kernel copies
+// between the processes, one system call per 1024 pieces (per share of a
+// large transfer, split as the copy pool splits a copy).
+var pvmSpec = backendSpec{
+	backend: pvmBackend{}, kind: BackendPVM, name: "pvm", inline: true, initiatorChecks: true,
+	cost: costModel{fixed: 2 * time.Microsecond, perPiece: 100 * time.Nanosecond, perPart: 5 * time.Microsecond, bytesPerSec: 5e9},
+}
+
+type pvmBackend struct{}
+
+func (pvmBackend) serves(pl placement) (bool, string) {
+	if !pl.peerDRAM() || !pl.sameHost || !pl.pvm || pl.localType == VRAM {
+		return false, ""
+	}
+	return true, "same host, heap regions, process_vm_writev permitted"
+}
+
+func (pvmBackend) prepare(*Request) error { return nil }
+
+func (pvmBackend) run(r *Request) error { return r.runPVM() }
+
+// probe checks at LoadRemote whether process_vm_readv reaches the peer (on
+// this host; unless Config.DisablePVM), and says so when it does not.
+func (ra *remoteAgent) probe() {
+	a, info := ra.a, ra.info
+	if a.cfg.DisablePVM {
+		return
+	}
+	err := probePVM(int(info.Pid), info.Probe, info.Token[:])
+	ra.pvm = err == nil
+	if err != nil {
+		a.log.Info("p2p process_vm_readv unusable with this peer; its heap regions go over tcp", "peer", info.Name, "err", err)
+	}
+}
 
 // runPVM copies with process_vm_writev/readv, one system call per 1024
 // pieces (per about copyMin bytes when large), until the post's deadline.

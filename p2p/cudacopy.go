@@ -54,15 +54,9 @@ func (s *segment) cudaDev() int {
 	return s.rctxDev
 }
 
-// usesCUDA reports whether a request's copies go through the driver: a
-// VRAM end on a backend where the initiator copies itself.
-func (r *Request) usesCUDA() bool {
-	switch r.backend {
-	case BackendLocal, BackendSHM, BackendCUDAIPC:
-		return r.local.typ == VRAM || r.remote.typ == VRAM
-	}
-	return false
-}
+// hasVRAM reports whether either end of the request is VRAM: the backends
+// where the initiator copies then copy through the driver.
+func (r *Request) hasVRAM() bool { return r.local.typ == VRAM || r.remote.typ == VRAM }
 
 // prepareCUDA loads what a request's CUDA copies need once, at
 // MakeRequest: the driver, and pinned host memory for its DRAM ends.

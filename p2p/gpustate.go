@@ -11,20 +11,21 @@ import (
 	"github.com/gccl/gccl/internal/cufile"
 )
 
-// gpuState is an agent's CUDA driver, loaded on first use (RegisterVRAM, a
-// peer's VRAM regions on this host, a transfer with a VRAM end): one driver,
-// one primary context per device, and a pool of streams with their events
-// and bounce buffers. Close releases it all.
+// gpuState is an agent's use of CUDA, started on first use (RegisterVRAM, a
+// peer's VRAM regions on this host, a transfer with a VRAM end): its
+// reference to the process's driver, primary contexts and CUDA IPC
+// mappings (cuda.Shared, which other agents and package gpu share), its
+// pool of streams with their events and bounce buffers, and the host memory
+// it pinned. Close releases it all.
 type gpuState struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
 	loaded bool
 	closed bool
-	drv    *cuda.Driver
+	sh     *cuda.Shared
 	err    error // why there is no driver (wraps ErrNotSupported)
 	count  int
-	ctxs   map[int]*cuda.Context
 	idle   map[int][]*cudaSlot
 	slots  []*cudaSlot
 	pins   map[uintptr]hostPin
@@ -63,25 +64,19 @@ func (g *gpuState) driverLocked() error {
 		return g.err
 	}
 	g.loaded = true
-	d, err := cuda.Load()
-	if err == nil {
-		g.count, err = d.DeviceCount()
-		if err != nil {
-			d.Close()
-		}
-	}
+	sh, err := cuda.OpenShared()
 	if err != nil {
 		g.err = fmt.Errorf("%w: no usable CUDA driver: %w", ErrNotSupported, err)
 		return g.err
 	}
-	if g.count == 0 {
-		d.Close()
+	if g.count = sh.DeviceCount(); g.count == 0 {
+		sh.Close()
 		g.err = fmt.Errorf("%w: the CUDA driver sees no device", ErrNotSupported)
 		return g.err
 	}
-	g.drv = d
-	g.ctxs, g.idle, g.pins = map[int]*cuda.Context{}, map[int][]*cudaSlot{}, map[uintptr]hostPin{}
-	g.log.Info("p2p loaded the CUDA driver", "version", d.Version(), "devices", g.count)
+	g.sh = sh
+	g.idle, g.pins = map[int][]*cudaSlot{}, map[uintptr]hostPin{}
+	g.log.Info("p2p loaded the CUDA driver", "version", sh.Driver().Version(), "devices", g.count)
 	return nil
 }
 
@@ -99,14 +94,10 @@ func (g *gpuState) contextLocked(dev int) (*cuda.Context, error) {
 	if dev < 0 || dev >= g.count {
 		return nil, fmt.Errorf("p2p: CUDA device %d does not exist (this process sees %d)", dev, g.count)
 	}
-	if c := g.ctxs[dev]; c != nil {
-		return c, nil
-	}
-	c, err := g.drv.Retain(dev)
+	c, err := g.sh.Context(dev)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: CUDA device %d: %w", dev, err)
 	}
-	g.ctxs[dev] = c
 	return c, nil
 }
 
@@ -121,10 +112,10 @@ func (g *gpuState) context(dev int) (*cuda.Context, error) {
 func (g *gpuState) busID(dev int) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.drv == nil {
+	if g.sh == nil {
 		return ""
 	}
-	s, _ := g.drv.PCIBusID(dev)
+	s, _ := g.sh.PCIBusID(dev)
 	return s
 }
 
@@ -134,15 +125,10 @@ func (g *gpuState) busID(dev int) string {
 func (g *gpuState) deviceOfBus(bus string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.drv == nil || bus == "" {
+	if g.sh == nil {
 		return -1
 	}
-	for i := 0; i < g.count; i++ {
-		if s, err := g.drv.PCIBusID(i); err == nil && s == bus {
-			return i
-		}
-	}
-	return -1
+	return g.sh.DeviceOfBus(bus)
 }
 
 // slot takes an idle slot of device dev, or makes one.
@@ -261,48 +247,30 @@ func (g *gpuState) unpin(b []byte) {
 	}
 }
 
-// ipcMapping is a peer's device allocation opened here (cuIpcOpenMemHandle).
-type ipcMapping struct {
-	base cuda.DevicePtr
-	size int
-	dev  int // the local device whose context opened it
-	ctx  *cuda.Context
-}
+// ipcMapping is a peer's device allocation opened here
+// (cuIpcOpenMemHandle), shared with the process's other users of it.
+type ipcMapping = cuda.Import
 
 // openIPC opens a peer's allocation on device dev.
 func (g *gpuState) openIPC(h [ipcHandleLen]byte, dev int) (*ipcMapping, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ctx, err := g.contextLocked(dev)
-	if err != nil {
+	if _, err := g.contextLocked(dev); err != nil {
 		return nil, err
 	}
-	base, err := ctx.OpenIPC(cuda.IPCHandle(h))
-	if err != nil {
-		return nil, err
-	}
-	_, size, err := ctx.AddressRange(base)
-	if err != nil {
-		ctx.CloseIPC(base)
-		return nil, err
-	}
-	return &ipcMapping{base: base, size: size, dev: dev, ctx: ctx}, nil
+	return g.sh.Import(dev, cuda.IPCHandle(h))
 }
 
-// closeIPC unmaps what openIPC opened.
+// closeIPC unmaps what openIPC opened (once no other user in the process
+// has it open); after close there is nothing left to unmap.
 func (g *gpuState) closeIPC(m *ipcMapping) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return
-	}
-	if err := m.ctx.CloseIPC(m.base); err != nil {
+	if err := m.Close(); err != nil {
 		g.log.Warn("p2p cannot close a peer's CUDA IPC mapping", "err", err)
 	}
 }
 
-// close releases the streams, events, bounce buffers, pins and contexts
-// and closes the driver. The agent's transfers must be over.
+// close releases the streams, events, bounce buffers and pins, and its
+// reference to the driver and contexts. The agent's transfers must be over.
 func (g *gpuState) close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -310,7 +278,7 @@ func (g *gpuState) close() error {
 		return nil
 	}
 	g.closed = true
-	if g.drv == nil {
+	if g.sh == nil {
 		return nil
 	}
 	for _, p := range g.pins {
@@ -325,9 +293,8 @@ func (g *gpuState) close() error {
 	if g.gds != nil {
 		err = g.gds.Close() // the file regions deregistered theirs
 	}
-	for _, c := range g.ctxs {
-		err = errors.Join(err, c.Release())
-	}
-	g.pins, g.slots, g.idle, g.ctxs = nil, nil, nil, nil
-	return errors.Join(err, g.drv.Close())
+	g.pins, g.slots, g.idle = nil, nil, nil
+	// The contexts, the driver and what is still mapped through this
+	// reference go once no other user in the process holds them.
+	return errors.Join(err, g.sh.Close())
 }

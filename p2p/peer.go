@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gccl/gccl/internal/cuda"
 )
 
 const connBufSize = 256 << 10
@@ -411,44 +409,13 @@ func (p *peer) handle(h header) error {
 	case opWrite:
 		return p.serveWrite(h)
 	case opReadReq:
-		r, err := p.a.pinRegion(h.region, h.offset, h.length)
-		if err != nil {
-			p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})
-			return nil
-		}
-		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length})
+		p.serveReadReq(h)
 	case opReadResp:
 		return p.readResp(h)
 	case opCommit:
-		var msg []byte
-		if h.length > 0 {
-			msg = make([]byte, h.length)
-			if _, err := io.ReadFull(p.br, msg); err != nil {
-				return err
-			}
-		}
-		p.mu.Lock()
-		why, bad := p.refused[h.req]
-		if bad && h.flags&flagAck != 0 {
-			delete(p.refused, h.req)
-		}
-		p.mu.Unlock()
-		if h.flags&flagNotify != 0 && !bad {
-			p.a.deliverNotif(p.name, msg)
-		}
-		if h.flags&flagAck != 0 {
-			p.queue(reply{op: opAck, req: h.req, aux: h.aux, err: why})
-		}
+		return p.serveCommit(h)
 	case opAck:
-		var why string
-		if h.flags&flagError != 0 {
-			b := make([]byte, h.length)
-			if _, err := io.ReadFull(p.br, b); err != nil {
-				return err
-			}
-			why = string(b)
-		}
-		p.acked(h.req, why)
+		return p.ackReceived(h)
 	case opNotif:
 		msg := make([]byte, h.length)
 		if _, err := io.ReadFull(p.br, msg); err != nil {
@@ -567,42 +534,7 @@ func (p *peer) writeReplyLocked(r reply) error {
 	if r.op != opReadResp {
 		return p.frameLocked(h, nil)
 	}
-	h.length = r.length
-	if r.region.info.Type == FILE {
-		if err := r.region.file.holds(int64(r.offset), int64(r.length)); err != nil {
-			// Refuse before the header: once it is sent, a failed read
-			// leaves the stream out of step and ends the connection.
-			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
-		}
-		if err := p.frameLocked(h, nil); err != nil {
-			return err
-		}
-		return r.region.file.readTo(p.bw, int64(r.offset), int64(r.length), p.a.files)
-	}
-	if r.region.info.Type == VRAM {
-		// Staged through pinned buffers by this (the responder) goroutine.
-		sl, err := p.a.gpu.slot(r.region.vram.dev)
-		if err == nil {
-			if _, err = sl.bounces(); err != nil {
-				p.a.gpu.put(sl)
-			}
-		}
-		if err != nil {
-			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
-		}
-		defer p.a.gpu.put(sl)
-		if err := p.frameLocked(h, nil); err != nil {
-			return err
-		}
-		// A failed copy after the header leaves the stream out of step:
-		// the connection goes.
-		return sl.fromDevice(cuda.DevicePtr(r.offset), r.length, func(_ uint64, chunk []byte) error {
-			_, err := p.bw.Write(chunk)
-			return err
-		})
-	}
-	off := r.offset - r.region.info.Base
-	return p.frameLocked(h, r.region.mem[off:off+r.length])
+	return p.serveReadLocked(r, h)
 }
 
 // frameLocked writes a header and its payload (large payloads go to the

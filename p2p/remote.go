@@ -47,7 +47,7 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 	if !ra.sameHost {
 		return ra
 	}
-	reuse := map[string]*shmem.Region{}
+	var reuseSHM map[string]*shmem.Region
 	var reuseIPC map[[ipcHandleLen]byte]*ipcMapping
 	if old != nil {
 		old.mu.Lock()
@@ -55,55 +55,14 @@ func newRemoteAgent(a *Agent, info *agentInfo, old *remoteAgent) *remoteAgent {
 			// Its mappings move here or are unmapped below: from now on the
 			// old remote refuses transfers (it is replaced in a moment).
 			old.invalid = true
-			for id, m := range old.maps {
-				if r, ok := old.table.byID(id); ok {
-					if old.pins[id] {
-						a.gpu.unpin(m.Bytes())
-						delete(old.pins, id)
-					}
-					reuse[r.SHM] = m
-					delete(old.maps, id)
-				}
-			}
-			reuseIPC, old.ipc = old.ipc, map[[ipcHandleLen]byte]*ipcMapping{}
-			old.vmaps = map[uint32]vramMapping{}
+			reuseSHM = old.takeSharedLocked()
+			reuseIPC = old.takeVRAMLocked()
 		}
 		old.mu.Unlock()
 	}
-	ra.openVRAM(reuseIPC)
-	if !a.cfg.DisableSHM {
-		for _, r := range info.Regions {
-			if r.Flags&regionSHM == 0 || ra.dropped[r.ID] {
-				continue
-			}
-			if !validSegment(r.SHM) {
-				a.log.Warn("p2p ignores a shared region with a segment name Alloc does not make", "peer", info.Name, "segment", r.SHM)
-				continue
-			}
-			if m := reuse[r.SHM]; m != nil && uint64(m.Len()) == r.Len {
-				ra.maps[r.ID] = m
-				delete(reuse, r.SHM)
-				continue
-			}
-			m, err := shmem.MapRegion(r.SHM, int(r.Len))
-			if err != nil {
-				a.log.Warn("p2p cannot map a peer's shared region; its transfers fall back to another backend",
-					"peer", info.Name, "region", r.ID, "segment", r.SHM, "err", err)
-				continue
-			}
-			ra.maps[r.ID] = m
-		}
-	}
-	for _, m := range reuse {
-		m.Close()
-	}
-	if !a.cfg.DisablePVM {
-		err := probePVM(int(info.Pid), info.Probe, info.Token[:])
-		ra.pvm = err == nil
-		if err != nil {
-			a.log.Info("p2p process_vm_readv unusable with this peer; its heap regions go over tcp", "peer", info.Name, "err", err)
-		}
-	}
+	ra.openVRAM(reuseIPC)  // cudaipc
+	ra.mapShared(reuseSHM) // shm
+	ra.probe()             // pvm
 	return ra
 }
 
@@ -140,18 +99,14 @@ func (ra *remoteAgent) invalidate() {
 	}
 }
 
+// unmap closes the peer's shared segments and VRAM mappings here.
 func (ra *remoteAgent) unmap() {
 	ra.mu.Lock()
-	maps, pins, ipc := ra.maps, ra.pins, ra.ipc
+	maps, pins := ra.maps, ra.pins
 	ra.maps, ra.pins = map[uint32]*shmem.Region{}, map[uint32]bool{}
-	ra.ipc, ra.vmaps = map[[ipcHandleLen]byte]*ipcMapping{}, map[uint32]vramMapping{}
+	ipc := ra.takeVRAMLocked()
 	ra.mu.Unlock()
-	for id, m := range maps {
-		if pins[id] {
-			ra.a.gpu.unpin(m.Bytes())
-		}
-		m.Close()
-	}
+	ra.unmapShared(maps, pins)
 	for _, m := range ipc {
 		ra.a.gpu.closeIPC(m)
 	}
