@@ -103,6 +103,9 @@ type backendSpec struct {
 	initiatorChecks bool
 	// async: run starts the post; the backend finishes it later.
 	async bool
+	// retirer is the backend's, if it is one (set by init: complete
+	// asks on every post, without a type assertion).
+	retirer retirer
 }
 
 // backends are the backends in order of preference: selection takes the
@@ -115,6 +118,12 @@ var backends = []*backendSpec{
 	&shmSpec,
 	&pvmSpec,
 	&tcpSpec,
+}
+
+func init() {
+	for _, s := range backends {
+		s.retirer, _ = s.backend.(retirer)
+	}
 }
 
 // specOf is b's spec (nil for BackendAuto and unknown values).
@@ -185,7 +194,10 @@ func estimateCost(b Backend, pieces int, bytes uint64, parts int) time.Duration 
 	if spec == nil {
 		return 0
 	}
-	c := spec.cost
+	return spec.cost.estimate(pieces, bytes, parts)
+}
+
+func (c costModel) estimate(pieces int, bytes uint64, parts int) time.Duration {
 	t := c.fixed + time.Duration(pieces)*c.perPiece + time.Duration(parts)*c.perPart
 	return t + time.Duration(float64(bytes)/c.bytesPerSec*1e9)
 }

@@ -492,7 +492,7 @@ func (r *Request) PartsDone() int { return int(r.partsDone.Load()) }
 
 // EstimateCost is the cost model's time for the request on its backend.
 func (r *Request) EstimateCost() time.Duration {
-	return estimateCost(r.backend, len(r.segs), r.bytes, len(r.parts))
+	return r.spec.cost.estimate(len(r.segs), r.bytes, len(r.parts))
 }
 
 // Post starts the request. It returns StatusDone when the transfer finished
@@ -656,7 +656,7 @@ func (r *Request) complete(err error, releaseRemote bool) {
 			delete(p.inflight, r.id)
 		}
 		p.mu.Unlock()
-		if rt, ok := r.spec.backend.(retirer); ok {
+		if rt := r.spec.retirer; rt != nil {
 			rt.retire(r)
 		}
 	}
