@@ -307,6 +307,36 @@ func (i *Import) drop() error {
 // It waits for a close under way to finish first. The mappings deferred
 // are closed by the end of the last deferral of the context.
 func (s *Shared) DeferCloses(ordinal int) (end func() error, err error) {
+	sc, err := s.beginDeferral(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() { err = sc.endDeferral() })
+		return err
+	}, nil
+}
+
+// BeginDeferral is DeferCloses without the closure, for hot paths (it
+// allocates nothing): each BeginDeferral that succeeded must be ended by
+// exactly one EndDeferral of the same device.
+func (s *Shared) BeginDeferral(ordinal int) error {
+	_, err := s.beginDeferral(ordinal)
+	return err
+}
+
+// EndDeferral ends a deferral begun by BeginDeferral.
+func (s *Shared) EndDeferral(ordinal int) error {
+	sc, err := s.context(ordinal)
+	if err != nil {
+		return err
+	}
+	return sc.endDeferral()
+}
+
+func (s *Shared) beginDeferral(ordinal int) (*sharedCtx, error) {
 	sc, err := s.context(ordinal)
 	if err != nil {
 		return nil, err
@@ -316,12 +346,7 @@ func (s *Shared) DeferCloses(ordinal int) (end func() error, err error) {
 	sc.deferring++
 	proc.mu.Unlock()
 	sc.ipcMu.Unlock()
-	var once sync.Once
-	return func() error {
-		var err error
-		once.Do(func() { err = sc.endDeferral() })
-		return err
-	}, nil
+	return sc, nil
 }
 
 func (sc *sharedCtx) endDeferral() error {
