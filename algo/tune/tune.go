@@ -1,7 +1,7 @@
 // Package tune is gccl's cost model: for a system (bandwidth and latency
 // inside a node and between nodes, ranks per node, nodes), a collective and
 // a message size, it predicts the time of each algorithm (ring, double
-// binary tree, hierarchical), picks the fastest, and sizes the pipeline
+// binary tree, hierarchical; algo.Algorithm names them), picks the fastest, and sizes the pipeline
 // chunk. The model is NCCL's (src/graph/tuning.cc): a base latency per call,
 // a latency per pipeline step (intra-node or network), and the bytes each
 // rank moves divided by the bus bandwidth the graph offers.
@@ -18,25 +18,6 @@ import (
 
 	"github.com/gccl/gccl/algo"
 )
-
-// Algorithm is a schedule the model can price.
-type Algorithm int
-
-const (
-	Ring         Algorithm = iota // one ring over all ranks (NCCL's Ring)
-	Tree                          // double binary tree across nodes, chain inside (NCCL's Tree)
-	Hierarchical                  // reduce-scatter inside nodes, all-reduce across nodes per rail, all-gather inside
-	NumAlgorithms
-)
-
-var algorithmNames = [...]string{"ring", "tree", "hier"}
-
-func (a Algorithm) String() string {
-	if a >= 0 && int(a) < len(algorithmNames) {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
 
 // Link is what one level of the system offers.
 type Link struct {
@@ -97,10 +78,10 @@ type Estimate struct {
 
 // Prediction is the model's answer for one collective call.
 type Prediction struct {
-	Algorithm   Algorithm // the fastest supported algorithm
-	ChunkBytes  int64     // the pipeline chunk for it
-	Estimate              // the chosen algorithm's figures
-	ByAlgorithm [NumAlgorithms]Estimate
+	Algorithm   algo.Algorithm               // the fastest supported algorithm
+	ChunkBytes  int64                        // the pipeline chunk for it
+	Estimate                                 // the chosen algorithm's figures
+	ByAlgorithm [algo.NumAlgorithms]Estimate // indexed by algorithm; unsupported ones are zero
 }
 
 // BusFactor is nccl-tests' factor from algorithm bandwidth to bus
@@ -139,7 +120,7 @@ func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) 
 		return p, fmt.Errorf("%w: %s", ErrUnsupported, coll)
 	}
 	best := -1
-	for a := Algorithm(0); a < NumAlgorithms; a++ {
+	for a := algo.Ring; a < algo.NumAlgorithms; a++ {
 		t, ok := sys.time(a, coll, float64(bytes))
 		if !ok {
 			continue
@@ -154,7 +135,7 @@ func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) 
 			best = int(a)
 		}
 	}
-	p.Algorithm = Algorithm(best)
+	p.Algorithm = algo.Algorithm(best)
 	p.Estimate = p.ByAlgorithm[best]
 	p.ChunkBytes = sys.chunk(p.Algorithm, bytes)
 	return p, nil
@@ -175,15 +156,15 @@ func (s System) ringBW() float64 {
 
 // time returns the predicted µs of algorithm a, or false when a does not
 // apply to coll on this system.
-func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
+func (s System) time(a algo.Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
 	n, k, ppn := s.Ranks(), s.Nodes, s.RanksPerNode
 	if n == 1 {
 		// One rank copies (or does nothing in place): the call's cost.
-		return s.BaseLatencyUs, a == Ring
+		return s.BaseLatencyUs, a == algo.Ring
 	}
 	perByte := func(bw float64) float64 { return 1 / (bw * 1e3) } // µs per byte at bw GB/s
 	switch a {
-	case Ring:
+	case algo.Ring:
 		var steps, interSteps int
 		switch coll {
 		case algo.AllReduce:
@@ -195,7 +176,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 		}
 		lat := s.BaseLatencyUs + float64(steps-interSteps)*s.Intra.LatencyUs + float64(interSteps)*s.Inter.LatencyUs
 		return lat + bytes*BusFactor(coll, n)*perByte(s.ringBW()), true
-	case Tree:
+	case algo.Tree:
 		// All-reduce only (as in NCCL): reduce up the trees, broadcast down.
 		// Inside a node a chain of ppn ranks; across nodes log2(k) levels.
 		if coll != algo.AllReduce || s.TreeEfficiency == 0 {
@@ -205,7 +186,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 		// Every byte goes up and comes down: 2 × bytes over the ring's links
 		// at the tree's efficiency.
 		return lat + 2*bytes*perByte(s.ringBW()*s.TreeEfficiency), true
-	case Hierarchical:
+	case algo.Hier:
 		// Only meaningful with several nodes of several ranks.
 		if coll != algo.AllReduce || k < 2 || ppn < 2 {
 			return 0, false
@@ -224,7 +205,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 // times the per-step latency (so latency hides behind transfer), a power of
 // two within [MinChunkBytes, MaxChunkBytes], and no larger than a rank's
 // share of the message.
-func (s System) chunk(a Algorithm, bytes int64) int64 {
+func (s System) chunk(a algo.Algorithm, bytes int64) int64 {
 	lo, hi := s.MinChunkBytes, s.MaxChunkBytes
 	if lo <= 0 {
 		lo = 4 << 10
