@@ -42,6 +42,9 @@ type TableSpec struct {
 	// algo.ParseAlgorithm); "" lets
 	// the model choose, as the tuner does.
 	Force string
+	// Scaled says the op pre-scales its inputs (PreMulSum, float Avg),
+	// which rules out the schedules that read an input twice.
+	Scaled bool
 }
 
 // Table predicts every size of spec on sys.
@@ -66,7 +69,7 @@ func Table(sys System, spec TableSpec) ([]Row, error) {
 	for size := spec.MinBytes; size <= spec.MaxBytes; {
 		count := size / int64(spec.TypeSize)
 		bytes := count * int64(spec.TypeSize)
-		p, err := Predict(sys, spec.Collective, bytes)
+		p, err := PredictWith(sys, spec.Collective, bytes, Options{Scaled: spec.Scaled})
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +163,14 @@ func Simulate(w io.Writer, o SimOptions) error {
 	if err != nil {
 		return err
 	}
-	rows, err := Table(sys, o.TableSpec)
+	return SimulateSystem(w, sys, o.TableSpec)
+}
+
+// SimulateSystem writes the predicted table of spec on sys to w: for
+// Host's systems, the algorithm column is what the communicators' tuner
+// runs.
+func SimulateSystem(w io.Writer, sys System, spec TableSpec) error {
+	rows, err := Table(sys, spec)
 	if err != nil {
 		return err
 	}
