@@ -30,6 +30,7 @@ import (
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/algo/hier"
+	"github.com/gccl/gccl/algo/tune"
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
 	"github.com/gccl/gccl/topo"
@@ -87,6 +88,7 @@ type Comm struct {
 	timeout    time.Duration
 	watchdog   time.Duration
 	algoPref   algo.Algorithm // 0: the tuner decides
+	tuner      *tune.Tuner    // the cost model's choices for this layout (tune.go)
 
 	reached  atomic.Uint64 // sequence number of the last collective entered
 	arrivals [arrivalLog]arrival
@@ -254,6 +256,7 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	default:
 		return nil, invalid("unknown algorithm %q (want ring, tree or hier)", pref)
 	}
+	c.retune(nil)
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())
 	c.exec.c = c
