@@ -30,39 +30,42 @@ const (
 
 // With more ranks on a host than it has cores, every dependent hop may
 // wait for a context switch. These figures come from 3 to 8 ranks on the
-// 2 vCPUs (2026-11-22 and 2026-11-23), fitted to the crossovers measured
-// there (the ring against the tree at 3, 4, 6 and 8 ranks, the one
-// exchange against the tree at 3, 4 and 8; TCP over loopback at 4).
+// 2 vCPUs, fitted to the crossovers measured there: the one exchange
+// against the tree at 3, 4 and 8 ranks (2026-11-22; TCP over loopback at
+// 4), the ring against the tree and the chain against the tree at 3, 4, 6
+// and 8 (2026-11-27). "Small" is the median over 8 B to 2 KiB.
 const (
 	// CalibrationCores is the cores of the machine the figures come from:
 	// a host with more ranks than this is crowded.
 	CalibrationCores = 2
 
-	CrowdedShmBusBW  = 1.85 // GB/s: 4 ranks, 16 MiB all-reduce
-	CrowdedShmStepUs = 6.5  // the ring/tree crossovers put a step at 12 KB of ring traffic: 12e3 B / 1.85 GB/s
-	CrowdedShmPeerUs = 2.6  // 8 ranks: the exchange at 8 B took 0.46 of the tree's time (47 µs against 103): 1 + 6 × 0.4 steps against 7.5
+	CrowdedShmBusBW = 1.85 // GB/s: 4 ranks, 16 MiB all-reduce
+	// CrowdedShmStepUs puts a step at 12 KB of ring traffic (× 1.85 GB/s):
+	// the ring/tree crossovers of 16-32 KiB on 6 ranks and 32-64 KiB on 8
+	// allow 10.6-15.6 KB.
+	CrowdedShmStepUs = 6.5
+	// CrowdedShmPeerUs is 0.4 steps: on 8 ranks the exchange took 47 µs at
+	// 8 B against the tree's 103, 1 + 6 × 0.4 steps against 7.5.
+	CrowdedShmPeerUs = 2.6
 	CrowdedTCPBusBW  = 1.07 // GB/s: TCP's 1.66 scaled as shm's (1.85/2.88); not measured
-	CrowdedTCPStepUs = 90   // 4 ranks: tree all-reduce 8 B 517 µs (5 steps), ring all-gather 32 B 260 µs (3)
-	CrowdedTCPPeerUs = 55   // 4 ranks: exchange 8 B 204 µs = 4 + 90 + 2 × 55; direct all-gather 1 KiB 184-243 µs
+	CrowdedTCPStepUs = 90   // 4 ranks: tree all-reduce 8 B 517 µs = 4 + 5 steps, ring all-gather 32 B 260 µs = 4 + 3
+	CrowdedTCPPeerUs = 55   // 4 ranks: exchange 8 B 204 µs = 4 + 90 + 2 × 55
 
-	// HostTreeHop is a tree level's latency in ring steps: the median of
-	// the tree/ring time ratios at 8 B over the step counts (3, 4, 6 and 8
-	// ranks: 1.16, 1.65, 1.12, 1.24).
+	// HostTreeHop is a tree level's latency in ring steps: small tree /
+	// ring time ratios times the ring's steps over the tree's (3, 4, 6, 8
+	// ranks: 1.14, 1.51, 0.98, 1.38; the median).
 	HostTreeHop = 1.25
 	// HostChainHop is a broadcast or reduce chain hop's latency in ring
 	// steps: a chain of blocking calls overlaps from one call to the next,
-	// so it costs far less than its n-1 hops (8 B broadcast and reduce, 3,
-	// 4 and 8 ranks: 0.41, 0.28, 0.18 of a step per hop; the median).
-	HostChainHop = 0.28
+	// so it costs far less than its n-1 hops (small chain / tree time
+	// ratios times the tree's steps over the chain's hops: broadcast 3, 4,
+	// 8 ranks 0.40, 0.19, 0.17, reduce 3, 4 ranks 0.35, 0.30; the median).
+	HostChainHop = 0.3
 	// HostTreeEfficiency is the tree's share of the ring's bandwidth: its
-	// time per byte against the ring's at 2 MiB (3, 4, 6 and 8 ranks:
-	// 1.23, 0.70, 0.51, 0.54; the median).
+	// time per byte against the ring's, up to 2 MiB (256 KiB on 6 ranks; 3,
+	// 4, 6, 8 ranks: 1.23, 0.70, 0.44, 0.55; the median).
 	HostTreeEfficiency = 0.6
 
-	// DirectMaxBytes bounds each rank's n-1 copies of its input in the
-	// direct schedules: measured on 4 ranks, the exchange beat the tree up
-	// to about 3 x 64 KiB of copies, so 64 KiB is on the safe side; on 2
-	// ranks it still beat the ring at 64 KiB, on shm and TCP alike.
 	DirectMaxBytes = 64 << 10
 	// DirectMaxRanks bounds the ranks of the direct schedules: each rank
 	// receives (and reduces) every other rank's input in turn; measured to

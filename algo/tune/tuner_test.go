@@ -230,7 +230,7 @@ func TestTunerMeasuredChoices(t *testing.T) {
 		{[]int{3}, algo.AllGather, false, []span{{8, 32 << 10, algo.Direct}}},
 		{[]int{4}, algo.AllGather, false, []span{{8, 21845, algo.Direct}}},
 		{[]int{8}, algo.AllGather, false, []span{{8, 9362, algo.Direct}}},
-		// The ring against the tree above the exchange (2026-11-23, 5
+		// The ring against the tree above the exchange (2026-11-27, 5
 		// alternating runs): the ring from 32 KiB to 2 MiB on 3 and 4
 		// ranks; the tree to 16 KiB and the ring from 32 KiB on 6; the
 		// tree to 32 KiB and the ring from 64 KiB on 8 (3 runs each).
