@@ -88,7 +88,6 @@ type Comm struct {
 	timeout    time.Duration
 	watchdog   time.Duration
 	algoPref   algo.Algorithm // 0: the tuner decides
-	tuner      *tune.Tuner    // the cost model's choices for this layout (tune.go)
 
 	reached  atomic.Uint64 // sequence number of the last collective entered
 	arrivals [arrivalLog]arrival
@@ -148,6 +147,8 @@ type Comm struct {
 	// ringOrder is the ranks in ring order when it is not 0..n-1 (from
 	// the topology), and ringPos each rank's position in it.
 	ringOrder, ringPos []int
+	// tuner is the cost model's choices for this layout (tune.go).
+	tuner *tune.Tuner
 }
 
 type planKey struct {

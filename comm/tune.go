@@ -1,7 +1,9 @@
 package comm
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/algo/hier"
@@ -21,7 +23,7 @@ import (
 // each rank's host (nil: all on one, as in-process ranks are).
 func (c *Comm) retune(hostOf []string) {
 	var perHost []int
-	if hostOf == nil {
+	if len(hostOf) != c.size {
 		perHost = []int{c.size}
 	} else {
 		index := map[string]int{}
@@ -42,7 +44,15 @@ func (c *Comm) retune(hostOf []string) {
 	if err != nil {
 		panic("gccl: tuner: " + err.Error()) // Host and NewTuner take any layout and GCCL_ALGO newComm accepts
 	}
-	c.log.Debug("tuner: "+c.tuner.String(), "subsys", "TUNING", "system", sys.Name)
+	// Once per communicator at INFO where hosts are known (setHosts:
+	// multi-process jobs), else at DEBUG (in-process ranks, many at once).
+	level := slog.LevelDebug
+	if hostOf != nil {
+		level = slog.LevelInfo
+	}
+	if c.log.Enabled(context.Background(), level) {
+		c.log.Log(context.Background(), level, "tuner for "+sys.Name+": "+c.tuner.String(), "subsys", "TUNING")
+	}
 }
 
 // choose picks the algorithm for a collective of the given size in bytes
@@ -146,7 +156,7 @@ func (c *Comm) setHosts(hostOf []string) {
 	}
 	if len(lay.Hosts) > 1 && lay.PerHost() > 1 {
 		c.hier = &lay
-		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather", len(lay.Hosts), lay.PerHost()), "subsys", "TUNING")
+		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather where the tuner picks them", len(lay.Hosts), lay.PerHost()), "subsys", "TUNING")
 	}
 }
 

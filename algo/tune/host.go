@@ -166,10 +166,12 @@ func (s System) directFits(coll algo.Collective, bytes float64) bool {
 //	tree       levels D = ceil(log2 n), ceil(log2 k) of them across hosts,
 //	           TreeHop steps each; all-reduce twice (up, down), 2 bytes;
 //	           broadcast, reduce once, 1 byte; at TreeEfficiency
-//	direct     one message to each peer: P per peer; n-1 copies of the
-//	           input, the host's network carrying p × (its peers off the host)
+//	direct     a step for the first peer, P for each further one (seen
+//	           from the smallest host); its copies to peers on its host, and
+//	           r(n-r) copies over a host's network for its r ranks
 //	hier       k rings of p-1 steps inside each host (twice for all-reduce),
-//	           and across hosts one swap (k = 2) or a ring; bytes per stage
+//	           and across hosts one swap (k = 2) or a ring; the slower of
+//	           the bytes inside and across
 func (s System) hostTime(a algo.Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
 	if !s.applies(a, coll, false) {
 		return 0, false

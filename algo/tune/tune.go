@@ -217,8 +217,10 @@ func PredictWith(sys System, coll algo.Collective, bytes int64, opt Options) (Pr
 }
 
 // pricingOrder is the order algorithms are priced in; on a tie the first
-// wins: the fewest dependent steps first (one rank: a copy either way, and
-// the exchange's plan is it), the ring before the tree as before.
+// wins: the one exchange first (on one rank every schedule is a copy, and
+// the exchange's plan is it), then the hierarchical schedule (on two hosts
+// its all-gather takes as many steps as the ring, and crosses the network
+// less), then the ring before the tree, as before.
 var pricingOrder = [...]algo.Algorithm{algo.Direct, algo.Hier, algo.Ring, algo.Tree}
 
 // price returns time's figure for a within opt, or false where opt or the
