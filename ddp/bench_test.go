@@ -16,12 +16,13 @@ import (
 // ranks. "overlap" marks each layer ready as it is produced, as a trainer
 // does; "serial" marks them all at the end, the communication of a
 // trainer that all-reduces after its backward pass. Per step it reports
-// the time (step-ms), the backward pass alone (compute-ms), the time Wait
-// blocked (exposed-ms) and Stats.Overlap (overlap-%).
+// the time (step-ms), the backward pass alone (compute-ms), the bucket
+// all-reduces (comm-ms), the time Wait blocked (exposed-ms), the
+// end-of-step agreement round (check-ms) and Stats.Overlap (overlap-%).
 //
 //	go test -run '^$' -bench Overlap -benchtime 20x ./ddp
 func BenchmarkOverlap(b *testing.B) {
-	const layers, elems, pace = 8, 1 << 20, 3 * time.Millisecond
+	const layers, elems, pace = 8, 1 << 20, 8 * time.Millisecond
 	for _, sym := range []bool{false, true} {
 		for _, mode := range []string{"overlap", "serial"} {
 			b.Run(fmt.Sprintf("symmetric=%v/%s", sym, mode), func(b *testing.B) {
@@ -70,6 +71,7 @@ func BenchmarkOverlap(b *testing.B) {
 				b.ReportMetric(float64(layers*pace)/1e6, "compute-ms")
 				b.ReportMetric(perStep(s.Comm), "comm-ms")
 				b.ReportMetric(perStep(s.Blocked), "exposed-ms")
+				b.ReportMetric(perStep(s.Check), "check-ms")
 				b.ReportMetric(100*s.Overlap(), "overlap-%")
 			})
 		}
