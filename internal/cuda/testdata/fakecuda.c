@@ -303,7 +303,7 @@ CUresult cuMemGetHandleForAddressRange(void *handle, uint64_t p, size_t n, int t
 	pthread_mutex_lock(&mu);
 	struct alloc *a = find(p);
 	int fd = -1;
-	if (a && !a->ipc && a->base == p && n <= a->size) fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+	if (a && !a->ipc && a->base == p && n <= ((a->size + 4095) & ~(size_t)4095)) fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
 	pthread_mutex_unlock(&mu);
 	if (fd < 0) return INVALID_VALUE;
 	*(int *)handle = fd;
