@@ -232,6 +232,74 @@ func (rdmaBackend) landed(r *Request, out []uint64) bool {
 	return false
 }
 
+// notifPath is the way a post's notifications travel to the target: on
+// the connection (every backend but rdma), or as SENDs on the RDMA
+// channel's QP 0. Each keeps its order; a lane that switches from one to
+// the other first makes sure the target has delivered what went the other
+// way, so that notifications arrive in posting order whatever the mix of
+// backends.
+type notifPath uint8
+
+const (
+	pathNone notifPath = iota
+	pathStream
+	pathRDMA
+)
+
+// execute runs r, after the switch of notification path it needs.
+func (l *lane) execute(r *Request) error {
+	if p := r.p; p != nil {
+		path := pathStream
+		if r.backend == BackendRDMA {
+			path = pathRDMA
+		}
+		if l.path != pathNone && l.path != path {
+			ctx, cancel := context.WithDeadline(context.Background(), clockBase.Add(time.Duration(r.stop.deadline.Load())))
+			var err error
+			if path == pathRDMA {
+				err = p.fence(ctx) // the target delivered what came on the connection
+			} else {
+				err = p.rdmaBarrier(ctx)
+			}
+			cancel()
+			if err != nil {
+				l.a.log.Warn("p2p could not order notifications between rdma and the connection", "peer", p.name, "err", err)
+			}
+		}
+		l.path = path
+	}
+	return l.a.execute(r)
+}
+
+// rdmaBarrier waits until the channel's posts are over (their
+// notifications acknowledged by the target's device), then sends a
+// barrier on the connection: the target delivers what comes after it once
+// its responder has delivered every notification up to the last one sent.
+func (p *peer) rdmaBarrier(ctx context.Context) error {
+	p.rcMu.Lock()
+	ch := p.rc
+	p.rcMu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		ch.mu.Lock()
+		ch.cond.Broadcast()
+		ch.mu.Unlock()
+	})
+	defer stop()
+	ch.mu.Lock()
+	for len(ch.posts) > 0 && ch.state != chDown && ctx.Err() == nil {
+		ch.cond.Wait()
+	}
+	last := ch.nseq
+	ch.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return p.control(header{op: opRDMABarrier, aux: last}, nil)
+}
+
 // rdmaChannel is the connection's RDMA channel, connected on first use.
 func (p *peer) rdmaChannel() (*rdmaChan, error) {
 	p.rcMu.Lock()

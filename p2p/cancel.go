@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
 )
 
 var (
@@ -28,7 +27,9 @@ type stallError struct{ msg string }
 
 func (e *stallError) Error() string { return e.msg }
 
-func (e *stallError) Is(target error) bool { return target == ErrStalled || errors.Is(ErrTimeout, target) }
+func (e *stallError) Is(target error) bool {
+	return target == ErrStalled || errors.Is(ErrTimeout, target)
+}
 
 // stalled is a stall's error.
 func stalled(format string, args ...any) error {

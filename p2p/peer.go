@@ -448,6 +448,13 @@ func (p *peer) handle(h header) error {
 		}
 	case opRDMAConnect:
 		return p.serveRDMAConnect(h)
+	case opRDMABarrier:
+		p.rmu.Lock()
+		rs := p.rsp
+		p.rmu.Unlock()
+		if rs != nil {
+			rs.waitDelivered(h.aux, p.a.cfg.PeerTimeout/2)
+		}
 	case opRDMAAccept:
 		return p.rdmaAccepted(h)
 	case opAbort:

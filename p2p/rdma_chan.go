@@ -938,8 +938,9 @@ type rdmaResp struct {
 	rsge [1]verbs.SGE
 
 	mu      sync.Mutex
-	last    uint64 // the last notification delivered
-	asm     []byte // a notification being reassembled
+	cond    *sync.Cond // last advanced
+	last    uint64     // the last notification delivered
+	asm     []byte     // a notification being reassembled
 	asmSeq  uint64
 	stop    chan struct{}
 	stopped chan struct{}
@@ -991,6 +992,7 @@ func (p *peer) acceptRDMA(payload []byte) ([]byte, error) {
 func newRDMAResp(p *peer, eps []verbs.Endpoint, last uint64) (*rdmaResp, error) {
 	a, d := p.a, p.a.rdma
 	rs := &rdmaResp{a: a, p: p, last: last, wcs: make([]verbs.WC, 32), stop: make(chan struct{}), stopped: make(chan struct{})}
+	rs.cond = sync.NewCond(&rs.mu)
 	var err error
 	if rs.cq, err = d.ctx.CreateCQ(rdmaRecvs+len(eps)+16, true); err != nil {
 		return nil, err
@@ -1095,6 +1097,29 @@ func (rs *rdmaResp) receive(b []byte) {
 		if len(msg) == total {
 			rs.a.deliverNotif(rs.p.name, msg)
 		}
+		rs.cond.Broadcast()
+	}
+}
+
+// waitDelivered waits (the connection's reader, at a barrier) until the
+// notification numbered seq is delivered, or timeout.
+func (rs *rdmaResp) waitDelivered(seq uint64, timeout time.Duration) {
+	t := time.AfterFunc(timeout, func() {
+		rs.mu.Lock()
+		rs.cond.Broadcast()
+		rs.mu.Unlock()
+	})
+	defer t.Stop()
+	start := time.Now()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for rs.last < seq && time.Since(start) < timeout {
+		select {
+		case <-rs.stopped:
+			return
+		default:
+		}
+		rs.cond.Wait()
 	}
 }
 
@@ -1106,6 +1131,9 @@ func (rs *rdmaResp) close() uint64 {
 	}
 	close(rs.stop)
 	<-rs.stopped
+	rs.mu.Lock()
+	rs.cond.Broadcast() // a barrier waiting on it
+	rs.mu.Unlock()
 	// Receives that completed before the flush are delivered: the peer saw
 	// their SENDs acknowledged.
 	for {

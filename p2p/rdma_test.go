@@ -577,3 +577,40 @@ func TestRDMAPostAllocs(t *testing.T) {
 	require.LessOrEqual(t, allocs, 1.0, "more than the done channel (AllocsPerRun counts the progress goroutine's too)")
 	req.Release()
 }
+
+// Notifications keep posting order across the rdma path and the
+// connection: rdma and tcp requests alternate, large and small.
+func TestRDMANotificationOrderMixed(t *testing.T) {
+	a, b := rdmaPair(t, Config{})
+	dst := make([]byte, 4<<20)
+	rb, _ := b.RegisterMem(dst)
+	_, err := a.LoadRemote(ctxT(t), b.LocalMetadata())
+	require.NoError(t, err)
+	src := make([]byte, 4<<20)
+	ra, _ := a.RegisterMem(src)
+	const n = 40
+	var reqs []*Request
+	for i := range n {
+		o := &RequestOptions{Notif: []byte{byte(i)}}
+		l := uint64(4096)
+		if i%3 == 0 {
+			o.Backend = BackendTCP
+		}
+		if i%4 == 1 {
+			l = 2 << 20
+		}
+		off := uint64(i%2) * (2 << 20)
+		req, err := a.CreateRequest(Write, one(DRAM, ra.Desc(off, l)), "b", one(DRAM, rb.Desc(off, l)), o)
+		require.NoError(t, err)
+		_, err = req.Post()
+		require.NoError(t, err)
+		reqs = append(reqs, req)
+	}
+	for i := range n {
+		require.Equal(t, []byte{byte(i)}, waitNotif(t, b, "a"), "notification %d (backend %v)", i, reqs[i].Backend())
+	}
+	for _, r := range reqs {
+		require.NoError(t, r.Wait(ctxT(t)))
+		r.Release()
+	}
+}

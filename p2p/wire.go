@@ -50,6 +50,9 @@ const (
 	opRDMAConnect op = 12
 	opRDMAAccept  op = 13
 	opAbort       op = 14 // a request of the sender to the receiver failed; payload: why (PeerFailure)
+	// rdmaBarrier: deliver what follows on the connection only once the
+	// RDMA notifications up to sequence number aux are delivered.
+	opRDMABarrier op = 15
 )
 
 const (
@@ -102,7 +105,7 @@ func parseHeader(b []byte) (header, error) {
 	}
 	var allowed uint8
 	switch h.op {
-	case opWrite, opReadReq, opPing, opPong, opInvalidate, opBye:
+	case opWrite, opReadReq, opPing, opPong, opInvalidate, opBye, opRDMABarrier:
 	case opReadResp, opAck, opRDMAAccept:
 		allowed = flagError
 	case opRDMAConnect, opAbort:
@@ -127,7 +130,7 @@ func parseHeader(b []byte) (header, error) {
 		if h.flags&flagError != 0 && h.length > maxCtrlPayload {
 			return header{}, fmt.Errorf("p2p: error text of %d bytes", h.length)
 		}
-	case opPing, opPong, opInvalidate, opBye:
+	case opPing, opPong, opInvalidate, opBye, opRDMABarrier:
 		if h.length != 0 {
 			return header{}, fmt.Errorf("p2p: %v with a payload", h.op)
 		}
@@ -145,7 +148,7 @@ func (h header) payloadLen() uint64 {
 
 func (o op) String() string {
 	names := [...]string{"?", "hello", "write", "readReq", "readResp", "commit", "ack", "notif", "ping", "pong", "invalidate", "bye",
-		"rdmaConnect", "rdmaAccept", "abort"}
+		"rdmaConnect", "rdmaAccept", "abort", "rdmaBarrier"}
 	if int(o) < len(names) {
 		return names[o]
 	}

@@ -755,6 +755,7 @@ type lane struct {
 	busy    bool
 	running bool // a run goroutine drains q
 	closed  bool
+	path    notifPath // the last post's (read and written by the one running posts)
 }
 
 func (a *Agent) lane(peer string) *lane {
@@ -787,7 +788,7 @@ func (l *lane) runInline(r *Request) (bool, error) {
 	}
 	l.busy = true
 	l.mu.Unlock()
-	err := l.a.execute(r)
+	err := l.execute(r)
 	l.mu.Lock()
 	l.busy = false
 	if len(l.q) > 0 {
@@ -836,7 +837,7 @@ func (l *lane) run() {
 		l.q = l.q[1:]
 		l.busy = true
 		l.mu.Unlock()
-		l.a.execute(r)
+		l.execute(r)
 		l.mu.Lock()
 		l.busy = false
 		l.mu.Unlock()

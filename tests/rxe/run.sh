@@ -6,6 +6,9 @@
 #
 #   tests/rxe/run.sh [--no-2vm] [PKG...]      (default PKG: ./internal/verbs)
 #
+# RXE_1VM_RUN, when set, is the -test.run pattern of step 2 (default: all
+# of the package's tests); RXE_2VM_RUN that of step 3.
+#
 # 1. on the host: go test PKG (the pure tests, and internal/verbs' layout
 #    check against rdma-core's verbs.h; the device tests skip there);
 # 2. each PKG's test binary, built here, runs in one VM with rxe0 set up
@@ -27,6 +30,8 @@ if [ "${1:-}" = --no-2vm ]; then two=0; shift; fi
 pkgs=("$@")
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs)
 pattern=${RXE_2VM_RUN:-^TestTwoHosts\$}
+onevm=()
+[ -z "${RXE_1VM_RUN:-}" ] || onevm=(-test.run "$RXE_1VM_RUN")
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
@@ -77,11 +82,11 @@ for pkg in "${pkgs[@]}"; do
 	took "go test -c $pkg" "$t"
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 
-	step "one VM: $pkg's tests on rxe0"
+	step "one VM: $pkg's tests on rxe0${RXE_1VM_RUN:+ matching $RXE_1VM_RUN}"
 	t=$(now)
 	out=$work/$name.vm
 	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA" \
-		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s) >"$out" 2>&1; then
+		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s ${onevm[@]+"${onevm[@]}"}) >"$out" 2>&1; then
 		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|.*NET/IB)' "$out" | sed 's/^/    /'
 	else
 		cat "$out"
