@@ -130,6 +130,7 @@ func (r *Request) runTCP() {
 		return
 	}
 	p.inflight[id] = r
+	r.progress.Store(monoNow())
 	p.mu.Unlock()
 	if r.stop.why.Load() != 0 { // cancelled before it went out
 		if p.take(id) == r {
@@ -231,6 +232,7 @@ func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int)
 		if live {
 			_, err = p.bw.Write(s.local.mem[s.loff+off : s.loff+off+k])
 			r.tcpLanded[part].Add(k)
+			r.progress.Store(monoNow())
 		} else {
 			k = min(k, uint64(len(zeroPad)))
 			_, err = p.bw.Write(zeroPad[:k])
@@ -305,6 +307,7 @@ func (st *stager) writeFrames(a *Agent, p *peer, id uint64, r *Request, s *segme
 			return err
 		}
 		r.tcpLanded[part].Add(k)
+		r.progress.Store(monoNow())
 		off += k
 	}
 	return nil
@@ -338,6 +341,7 @@ func (p *peer) acked(id uint64, why string) {
 			r.partsDone.Add(1)
 			r.acks++
 			done = r.acks == len(r.parts)
+			r.progress.Store(monoNow())
 		}
 		if done {
 			delete(p.inflight, id) // whoever takes the post out finishes it
@@ -427,6 +431,7 @@ func (p *peer) landRead(id uint64, r *Request, s *segment) (bool, error) {
 		if live {
 			copy(s.local.mem[s.loff+off:s.loff+off+k], b)
 			r.tcpLanded[r.partOf(s)].Add(k)
+			r.progress.Store(monoNow())
 		}
 		p.landMu.Unlock()
 		p.br.Discard(int(k))
@@ -468,6 +473,7 @@ func (p *peer) landDevice(id uint64, r *Request, s *segment) (landed bool, devEr
 				}
 				if devErr == nil {
 					r.tcpLanded[r.partOf(s)].Add(k)
+					r.progress.Store(monoNow())
 				}
 			}
 			p.landMu.Unlock()

@@ -105,8 +105,12 @@ func (r *Request) cancelWith(ctx context.Context, err error, why int32) (CancelR
 	}
 	select {
 	case <-done:
-	case <-ctx.Done():
-		return CancelReport{Canceled: true, Err: err}, fmt.Errorf("p2p: cancel of a %v to %s: %w (whether the rest can still land is not confirmed)", r.op, r.peer, ctx.Err())
+	default:
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return CancelReport{Canceled: true, Err: err}, fmt.Errorf("p2p: cancel of a %v to %s: %w (whether the rest can still land is not confirmed)", r.op, r.peer, ctx.Err())
+		}
 	}
 	r.mu.Lock()
 	rep := CancelReport{Canceled: true, Err: r.err}

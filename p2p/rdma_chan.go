@@ -37,7 +37,7 @@ import (
 
 const (
 	rdmaDepth        = 512       // send work requests per QP
-	rdmaSigEvery     = 32        // a signaled work request at least this often
+	rdmaSigEvery     = 16        // a signaled work request at least this often
 	rdmaMaxWR        = 1 << 20   // bytes per work request
 	rdmaStripeMin    = 256 << 10 // smaller posts go on QP 0 alone
 	rdmaMaxSGE       = 16        // scatter/gather entries per work request
@@ -447,8 +447,14 @@ const notifMagic = 0x4e52 // "RN"
 func (ch *rdmaChan) loop() {
 	defer ch.a.wg.Done()
 	defer close(ch.loopDone)
+	// Idle (nothing outstanding, connected) it sleeps until a completion:
+	// shutdown wakes it with a flushed receive, and the agent's watchdog
+	// looks for stalls and drains that never complete (watch). Otherwise it
+	// wakes at least every rdmaWaitTick. (A wake by the deadline costs an
+	// allocation, CQ.Wait's error: none while idle.)
+	var deadline time.Time
 	for {
-		n, err := ch.cq.Wait(ch.wcs, time.Now().Add(rdmaWaitTick))
+		n, err := ch.cq.Wait(ch.wcs, deadline)
 		if err != nil && !errors.Is(err, verbs.ErrTimeout) {
 			ch.mu.Lock()
 			if !ch.stopping {
@@ -465,7 +471,11 @@ func (ch *rdmaChan) loop() {
 		ch.tickLocked()
 		ch.pumpLocked()
 		ch.collectLocked()
-		stop := ch.stopping && ch.drained()
+		stop := (ch.stopping || ch.state == chDown) && ch.drained() && ch.rwgIdle()
+		deadline = time.Time{}
+		if ch.state != chUp || !ch.drained() {
+			deadline = time.Now().Add(rdmaWaitTick)
+		}
 		ch.cond.Broadcast()
 		ch.mu.Unlock()
 		ch.finishDone()
@@ -473,6 +483,32 @@ func (ch *rdmaChan) loop() {
 			return
 		}
 	}
+}
+
+// watch runs the stall and drain checks from the agent's watchdog: the
+// progress goroutine sleeps while it sees nothing outstanding, and a post
+// on a stalled device brings it no completion.
+func (ch *rdmaChan) watch() {
+	ch.mu.Lock()
+	ch.tickLocked()
+	ch.pumpLocked()
+	ch.collectLocked()
+	ch.cond.Broadcast()
+	ch.mu.Unlock()
+	ch.finishDone()
+}
+
+// rwgIdle: no reconnection runs (under mu: reconnect sets connecting).
+func (ch *rdmaChan) rwgIdle() bool { return ch.state != chConnecting }
+
+// wakeID is the wr_id of the work request shutdown posts to a QP in ERR,
+// whose flushed completion wakes an idle progress goroutine.
+const wakeID = 1 << 63
+
+// wake posts a zero-length signaled WRITE to q, in ERR: it completes
+// flushed.
+func wake(q *verbs.QP) {
+	q.PostSend([]verbs.SendWR{{ID: wakeID, Op: verbs.OpWrite, Flags: verbs.SendSignaled}})
 }
 
 // qpIndex is the index of the QP numbered qpn, -1 for a QP of an earlier
@@ -489,8 +525,8 @@ func (ch *rdmaChan) qpIndex(qpn uint32) int {
 // completion accounts one work completion (under mu).
 func (ch *rdmaChan) completion(wc *verbs.WC) {
 	k := ch.qpIndex(wc.QPNum)
-	if k < 0 {
-		return // a QP destroyed since
+	if k < 0 || wc.WRID == wakeID {
+		return // a QP destroyed since; shutdown's wake-up
 	}
 	ch.progress = monoNow()
 	seq := wc.WRID
@@ -904,10 +940,25 @@ func (ch *rdmaChan) shutdown(err error) {
 	ch.stopping = true
 	if ch.state == chUp {
 		ch.resetLocked()
+		if len(ch.qps) > 0 {
+			// A completion for the progress goroutine, asleep if idle: work
+			// posted to a QP in ERR is flushed.
+			wake(ch.qps[0])
+		}
 	}
 	ch.downLocked(err)
 	ch.mu.Unlock()
-	<-ch.loopDone
+	select {
+	case <-ch.loopDone:
+	case <-time.After(rdmaDrainTimeout + rdmaWaitTick):
+		// No completion woke it: closing the CQ ends its wait.
+		ch.mu.Lock()
+		closeQPs(ch.qps)
+		ch.qps = nil
+		ch.mu.Unlock()
+		ch.cq.Close()
+		<-ch.loopDone
+	}
 	ch.rwg.Wait()
 	ch.mu.Lock()
 	for _, r := range ch.posts {
@@ -1056,8 +1107,9 @@ func (rs *rdmaResp) loop() {
 			return
 		default:
 		}
-		n, err := rs.cq.Wait(rs.wcs, time.Now().Add(rdmaWaitTick))
-		if err != nil && !errors.Is(err, verbs.ErrTimeout) {
+		// No deadline: close flushes the receives, which wakes it.
+		n, err := rs.cq.Wait(rs.wcs, time.Time{})
+		if err != nil {
 			return
 		}
 		for i := range n {
@@ -1126,11 +1178,21 @@ func (rs *rdmaResp) waitDelivered(seq uint64, timeout time.Duration) {
 // close moves the QPs to ERR, stops the goroutine, frees everything and
 // returns the last notification delivered.
 func (rs *rdmaResp) close() uint64 {
+	close(rs.stop) // before the flush, whose completions wake the goroutine
 	for _, q := range rs.qps {
 		q.Flush()
 	}
-	close(rs.stop)
-	<-rs.stopped
+	if len(rs.qps) > 0 {
+		wake(rs.qps[0]) // a device may flush no receives (Soft-RoCE in Linux 6.1)
+	}
+	select {
+	case <-rs.stopped:
+	case <-time.After(rdmaDrainTimeout):
+		closeQPs(rs.qps) // no completion woke it: closing the CQ ends its wait
+		rs.qps = nil
+		rs.cq.Close()
+		<-rs.stopped
+	}
 	rs.mu.Lock()
 	rs.cond.Broadcast() // a barrier waiting on it
 	rs.mu.Unlock()

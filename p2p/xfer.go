@@ -238,6 +238,7 @@ type Request struct {
 	rd        *rdmaPlan
 	rch       *rdmaChan       // the channel of the current rdma post
 	tcpLanded []atomic.Uint64 // tcp: per part, bytes sent live (WRITE) or landed (READ)
+	progress  atomic.Int64    // tcp: monoNow of the post's last byte sent or landed, or ack (stalls)
 }
 
 // stopper ends a post's copy or file I/O between blocks once its deadline
