@@ -1,0 +1,46 @@
+#!/bin/sh
+# rdma_vs_perftest.sh P2PBENCH [SIZES...]: gccl-p2pbench's rdma WRITE and
+# READ against perftest's ib_write_bw and ib_read_bw on the same RDMA device,
+# alternating the two tools size by size, and the ratio of each pair. Run
+# it where the device is, e.g. in the Soft-RoCE VM:
+#
+#   go build -o /tmp/p2pbench ./cmd/gccl-p2pbench
+#   tests/rxe/vm.sh --setup -- cmd/gccl-p2pbench/rdma_vs_perftest.sh /tmp/p2pbench
+#
+# RDMA_DEV (default rxe0), RDMA_GIDX (default $RXEVM_GIDX), RDMA_ITERS
+# (default 40) and RDMA_QPS (perftest's QPs, default 4: gccl stripes a
+# request over 4) tune it. Both tools report decimal Gb/s here.
+set -eu
+bench=$1
+shift
+sizes=${*:-1048576 4194304 16777216}
+dev=${RDMA_DEV:-rxe0}
+gidx=${RDMA_GIDX:-${RXEVM_GIDX:-0}}
+iters=${RDMA_ITERS:-40}
+qps=${RDMA_QPS:-4}
+port=18515
+
+perftest() { # tool size -> Gb/s (BW average)
+	port=$((port + 1))
+	"$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" >/tmp/pt.srv 2>&1 &
+	srv=$!
+	sleep 1
+	"$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" 127.0.0.1 >/tmp/pt.cli 2>&1 || cat /tmp/pt.cli >&2
+	wait $srv || true
+	awk -v s="$2" '$1 == s { print $4 }' /tmp/pt.cli | tail -1
+}
+
+gccl() { # op size -> Gb/s
+	"$bench" -op "$1" -target dram -backend rdma -b "$2" -e "$2" -n "$iters" -w 3 -check=false 2>/dev/null |
+		awk -v s="$2" '$1 == s { printf "%.3f\n", $4 * 8 }'
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r), device $dev GID $gidx, $iters iterations, perftest -q $qps"
+printf '%-6s %10s %12s %12s %7s\n' op bytes gccl_Gb/s perftest_Gb/s ratio
+for op in write read; do
+	for s in $sizes; do
+		p=$(perftest "ib_${op}_bw" "$s")
+		g=$(gccl "$op" "$s")
+		printf '%-6s %10s %12s %12s %7s\n' "$op" "$s" "$g" "$p" "$(awk -v g="$g" -v p="$p" 'BEGIN { if (p > 0) printf "%.0f%%", 100 * g / p; else print "-" }')"
+	done
+done
