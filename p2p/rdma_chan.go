@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gccl/gccl/internal/verbs"
@@ -42,7 +43,7 @@ const (
 	rdmaStripeMin    = 256 << 10 // smaller posts go on QP 0 alone
 	rdmaMaxSGE       = 16        // scatter/gather entries per work request
 	rdmaSlotSize     = 4096      // a notification fragment, header included
-	rdmaSlots        = 64        // notification SENDs outstanding per channel
+	rdmaSlots        = 320       // notification SENDs outstanding per channel (a 1 MiB notification fits)
 	rdmaRecvs        = 2 * rdmaSlots
 	rdmaNotifHdr     = 16
 	maxRDMAQPs       = 64
@@ -123,8 +124,11 @@ type rdmaChan struct {
 	rwg      sync.WaitGroup // reconnections
 	done     []*Request     // finished posts, to finish outside mu
 	spare    []*Request     // finishDone's scratch, swapped with done
-	swr      [1]verbs.SendWR
-	ssge     [1]verbs.SGE
+	pmu      sync.Mutex  // posting (pump): one at a time, in reservation order
+	kick     atomic.Bool // work for the poster: look again
+	b        batch       // pump's, under pmu
+	nwrs     []verbs.SendWR
+	nsges    []verbs.SGE
 	loopDone chan struct{}
 }
 
@@ -159,6 +163,7 @@ func newRDMAChan(a *Agent, p *peer) (*rdmaChan, error) {
 		ch.marks[k].buf = make([]mark, rdmaDepth+rdmaSlots)
 	}
 	ch.nextSeq, ch.doneSeq, ch.errSeen = make([]uint64, n), make([]uint64, n), make([]bool, n)
+	ch.nwrs, ch.nsges, ch.b.slots = make([]verbs.SendWR, rdmaSlots), make([]verbs.SGE, rdmaSlots), make([]int32, 0, rdmaSlots)
 	for i := range rdmaSlots {
 		ch.free = append(ch.free, int32(i))
 	}
@@ -270,21 +275,29 @@ func (ch *rdmaChan) String() string {
 	return fmt.Sprintf("%s QPs %#x", ch.d.info.Device, ch.qpn)
 }
 
-// post starts post r.id of r on the channel (the lane's goroutine).
+// post starts post r.id of r on the channel (the lane's goroutine): it
+// hands the first batches to the device; the progress goroutine the rest.
 func (ch *rdmaChan) post(r *Request) error {
 	rp := r.rd
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if ch.state == chDown {
+		ch.mu.Unlock()
 		return ch.err
+	}
+	if r.stop.why.Load() != 0 { // cancelled before it started
+		ch.mu.Unlock()
+		return r.halted()
 	}
 	rp.reset(r.id)
 	if len(ch.posts) == 0 {
 		ch.progress = monoNow() // a stall is counted from the first post
 	}
 	ch.posts = append(ch.posts, r)
-	ch.pumpLocked()
+	ch.mu.Unlock()
+	ch.pump(4) // a small post's data and notification go at once
+	ch.mu.Lock()
 	ch.collectLocked()
+	ch.mu.Unlock()
 	return nil
 }
 
@@ -297,29 +310,101 @@ func (rp *rdmaPlan) reset(id uint64) {
 	rp.failed, rp.canceled = nil, false
 }
 
-// pumpLocked posts what the send queues have room for: data of the posts
-// in order, and the notifications whose data is in place.
-func (ch *rdmaChan) pumpLocked() {
-	if ch.state != chUp {
-		return
+// batch is work requests reserved under mu for one PostSend, which runs
+// under pmu only: completions, cancels and the watchdog go on while a
+// device that does the work inside the posting call (Soft-RoCE runs a user
+// QP's requester in the caller's system call) is busy.
+type batch struct {
+	qp    *verbs.QP
+	k     int
+	wrs   []verbs.SendWR
+	r     *Request
+	post  uint64
+	from  int    // data: index of the first in r.rd.wrs[k]
+	seq   uint64 // the first wr_id
+	notif bool
+	part  int
+	slots []int32 // notification: the slots of its fragments
+}
+
+const (
+	rdmaPostBatch = 32      // work requests per PostSend at most
+	rdmaPostBytes = 4 << 20 // and bytes
+)
+
+// pump posts what the send queues have room for, at most limit batches
+// (<0: no limit): data of the posts in order, and the notifications whose
+// data is in place. One goroutine posts at a time; another that finds it
+// busy leaves its work to it.
+func (ch *rdmaChan) pump(limit int) {
+	for {
+		if !ch.pmu.TryLock() {
+			ch.kick.Store(true) // the poster looks again once it is done
+			return
+		}
+		ch.kick.Store(false)
+		for n := 0; limit < 0 || n < limit; n++ {
+			ch.mu.Lock()
+			ok := ch.reserveLocked(&ch.b)
+			ch.mu.Unlock()
+			if !ok {
+				break
+			}
+			if err := ch.b.qp.PostSend(ch.b.wrs); err != nil {
+				ch.mu.Lock()
+				ch.unreserveLocked(&ch.b, err)
+				ch.mu.Unlock()
+			}
+		}
+		ch.b.r = nil
+		ch.pmu.Unlock()
+		if !ch.kick.Load() {
+			return
+		}
 	}
+}
+
+// reserveLocked reserves the next batch to post into b: wr_ids, marks of
+// its signaled work requests, counters. False when there is none.
+func (ch *rdmaChan) reserveLocked(b *batch) bool {
+	if ch.state != chUp || len(ch.qps) != ch.n {
+		return false
+	}
+	now := monoNow()
 	for _, r := range ch.posts {
 		rp := r.rd
 		if rp.failed != nil {
 			continue
 		}
 		for k := range ch.n {
-			wrs := rp.wrs[k]
-			for int(rp.posted[k]) < len(wrs) {
-				room := rdmaDepth - int(ch.nextSeq[k]-ch.doneSeq[k])
-				if room <= 0 {
-					break
+			from := int(rp.posted[k])
+			left := len(rp.wrs[k]) - from
+			room := rdmaDepth - int(ch.nextSeq[k]-min(ch.doneSeq[k], ch.nextSeq[k]))
+			if left == 0 || room <= 0 {
+				continue
+			}
+			wrs := rp.wrs[k][from : from+min(left, room, rdmaPostBatch)]
+			n, bytes := 0, 0
+			for n < len(wrs) && (n == 0 || bytes < rdmaPostBytes) {
+				for _, s := range wrs[n].SGEs {
+					bytes += int(s.Length)
 				}
-				if err := ch.postData(r, k, min(room, len(wrs)-int(rp.posted[k]))); err != nil {
-					ch.failLocked(r, err)
-					return
+				n++
+			}
+			wrs = wrs[:n]
+			seq := ch.nextSeq[k]
+			wrs[n-1].Flags |= verbs.SendSignaled
+			for i := range wrs {
+				wrs[i].ID = seq + uint64(i)
+				if wrs[i].Flags&verbs.SendSignaled != 0 {
+					ch.marks[k].push(mark{seq: wrs[i].ID, r: r, post: rp.post, idx: int32(from + i + 1), slot: -1})
 				}
 			}
+			ch.nextSeq[k] += uint64(n)
+			rp.posted[k] += int32(n)
+			ch.progress = now
+			*b = batch{qp: ch.qps[k], k: k, wrs: wrs, r: r, post: rp.post, from: from, seq: seq, slots: b.slots[:0]}
+			return true
 		}
 	}
 	// Notifications, in posting order: the first post whose parts are not
@@ -330,57 +415,58 @@ func (ch *rdmaChan) pumpLocked() {
 			continue
 		}
 		for rp.notified < len(r.parts) && ch.partReady(r, rp.notified) {
-			ps := &r.parts[rp.notified]
-			if ps.flag {
-				if !ch.sendNotif(r, rp.notified) {
-					return // no slot: later
-				}
+			if !r.parts[rp.notified].flag {
+				rp.notified++
+				continue
+			}
+			if !ch.reserveNotif(b, r, rp.notified) {
+				return false // no slot or room: later
 			}
 			rp.notified++
+			return true
 		}
 		if rp.notified < len(r.parts) {
-			return
+			return false
 		}
 	}
+	return false
 }
 
-// postData posts the next n work requests of r on QP k, the last one
-// signaled.
-func (ch *rdmaChan) postData(r *Request, k, n int) error {
-	rp := r.rd
-	from := int(rp.posted[k])
-	wrs := rp.wrs[k][from : from+n]
-	seq := ch.nextSeq[k]
-	for i := range wrs {
-		wrs[i].ID = seq + uint64(i)
+// unreserveLocked takes back what of batch b the device did not take (its
+// PostSend failed with err) and fails its post.
+func (ch *rdmaChan) unreserveLocked(b *batch, err error) {
+	posted := 0
+	var pe *verbs.PostError
+	if errors.As(err, &pe) {
+		posted = pe.Posted // those went to the device and complete
 	}
-	wrs[n-1].Flags |= verbs.SendSignaled
-	if err := ch.qps[k].PostSend(wrs); err != nil {
-		var pe *verbs.PostError
-		if errors.As(err, &pe) {
-			n = pe.Posted // those went to the device and complete
-		} else {
-			n = 0
+	unposted := len(b.wrs) - posted
+	first := b.seq + uint64(posted)
+	if ch.nextSeq[b.k] == b.seq+uint64(len(b.wrs)) {
+		ch.nextSeq[b.k] -= uint64(unposted)
+	}
+	ring := &ch.marks[b.k]
+	for ring.n > 0 {
+		tail := &ring.buf[(ring.head+ring.n-1)%len(ring.buf)]
+		if tail.seq < first {
+			break
 		}
-		ch.account(r, k, from, n)
-		return fmt.Errorf("p2p: RDMA to %s: %w", ch.p.name, err)
+		*tail = mark{}
+		ring.n--
 	}
-	ch.account(r, k, from, n)
-	return nil
-}
-
-// account notes n work requests of r posted on QP k from index from.
-func (ch *rdmaChan) account(r *Request, k, from, n int) {
-	rp := r.rd
-	wrs := rp.wrs[k]
-	for i := from; i < from+n; i++ {
-		if wrs[i].Flags&verbs.SendSignaled != 0 {
-			ch.marks[k].push(mark{seq: wrs[i].ID, r: r, post: rp.post, idx: int32(i + 1), slot: -1})
+	rp := b.r.rd
+	if b.notif {
+		for _, sl := range b.slots[posted:] {
+			ch.free = append(ch.free, sl)
 		}
+		if rp.post == b.post {
+			rp.notifOut -= unposted
+			rp.notified = min(rp.notified, b.part) // sent again, whole, after the reset
+		}
+	} else if rp.post == b.post && int(rp.posted[b.k]) == b.from+len(b.wrs) {
+		rp.posted[b.k] = int32(b.from + posted)
 	}
-	ch.nextSeq[k] += uint64(n)
-	rp.posted[k] += int32(n)
-	ch.progress = monoNow()
+	ch.failLocked(b.r, fmt.Errorf("p2p: RDMA to %s: %w", ch.p.name, err))
 }
 
 // partReady: part i of r may be notified: a WRITE's data is on the wire
@@ -401,39 +487,37 @@ func (ch *rdmaChan) partReady(r *Request, i int) bool {
 	return true
 }
 
-// sendNotif posts part i's notification as SENDs of at most a slot each,
-// on QP 0, and reports false (posting nothing) without enough free slots.
-func (ch *rdmaChan) sendNotif(r *Request, i int) bool {
+// reserveNotif reserves part i's notification as SENDs of at most a slot
+// each, on QP 0, into b; false (reserving nothing) without enough free
+// slots or room.
+func (ch *rdmaChan) reserveNotif(b *batch, r *Request, i int) bool {
 	msg := r.parts[i].notif
 	frags := max(1, (len(msg)+rdmaSlotSize-rdmaNotifHdr-1)/(rdmaSlotSize-rdmaNotifHdr))
-	if len(ch.free) < frags || rdmaDepth+rdmaSlots-int(ch.nextSeq[0]-ch.doneSeq[0]) < frags {
+	if len(ch.free) < frags || rdmaDepth+rdmaSlots-int(ch.nextSeq[0]-min(ch.doneSeq[0], ch.nextSeq[0])) < frags {
 		return false
 	}
 	ch.nseq++
 	seq := ch.nseq
 	r.rd.partSeq[i] = seq
+	*b = batch{qp: ch.qps[0], wrs: ch.nwrs[:frags], r: r, post: r.rd.post, seq: ch.nextSeq[0], notif: true, part: i, slots: b.slots[:0]}
 	for f := range frags {
 		slot := ch.free[len(ch.free)-1]
 		ch.free = ch.free[:len(ch.free)-1]
-		b := ch.buf[int(slot)*rdmaSlotSize : int(slot+1)*rdmaSlotSize]
+		b.slots = append(b.slots, slot)
+		buf := ch.buf[int(slot)*rdmaSlotSize : int(slot+1)*rdmaSlotSize]
 		chunk := msg[min(len(msg), f*(rdmaSlotSize-rdmaNotifHdr)):min(len(msg), (f+1)*(rdmaSlotSize-rdmaNotifHdr))]
-		binary.LittleEndian.PutUint16(b, notifMagic)
-		b[2] = 0
+		binary.LittleEndian.PutUint16(buf, notifMagic)
+		buf[2] = 0
 		if f == frags-1 {
-			b[2] = 1 // the last fragment
+			buf[2] = 1 // the last fragment
 		}
-		b[3] = 0
-		binary.LittleEndian.PutUint32(b[4:], uint32(len(msg)))
-		binary.LittleEndian.PutUint64(b[8:], seq)
-		copy(b[rdmaNotifHdr:], chunk)
-		ch.ssge[0] = ch.bmr.SGE(int(slot)*rdmaSlotSize, rdmaNotifHdr+len(chunk))
+		buf[3] = 0
+		binary.LittleEndian.PutUint32(buf[4:], uint32(len(msg)))
+		binary.LittleEndian.PutUint64(buf[8:], seq)
+		copy(buf[rdmaNotifHdr:], chunk)
 		id := ch.nextSeq[0]
-		ch.swr[0] = verbs.SendWR{ID: id, Op: verbs.OpSend, Flags: verbs.SendSignaled, SGEs: ch.ssge[:]}
-		if err := ch.qps[0].PostSend(ch.swr[:]); err != nil {
-			ch.free = append(ch.free, slot)
-			ch.failLocked(r, fmt.Errorf("p2p: RDMA notification to %s: %w", ch.p.name, err))
-			return true
-		}
+		ch.nsges[f] = ch.bmr.SGE(int(slot)*rdmaSlotSize, rdmaNotifHdr+len(chunk))
+		ch.nwrs[f] = verbs.SendWR{ID: id, Op: verbs.OpSend, Flags: verbs.SendSignaled, SGEs: ch.nsges[f : f+1 : f+1]}
 		ch.marks[0].push(mark{seq: id, r: r, post: r.rd.post, idx: -1, slot: slot, part: int32(i), fin: f == frags-1})
 		ch.nextSeq[0]++
 		r.rd.notifOut++
@@ -469,7 +553,12 @@ func (ch *rdmaChan) loop() {
 			ch.completion(&ch.wcs[i])
 		}
 		ch.tickLocked()
-		ch.pumpLocked()
+		ch.mu.Unlock()
+		// A few batches, then the completions again: a device that works
+		// inside the posting call (Soft-RoCE) would otherwise hold the
+		// completions back until the whole post went out.
+		ch.pump(4)
+		ch.mu.Lock()
 		ch.collectLocked()
 		stop := (ch.stopping || ch.state == chDown) && ch.drained() && ch.rwgIdle()
 		deadline = time.Time{}
@@ -491,7 +580,6 @@ func (ch *rdmaChan) loop() {
 func (ch *rdmaChan) watch() {
 	ch.mu.Lock()
 	ch.tickLocked()
-	ch.pumpLocked()
 	ch.collectLocked()
 	ch.cond.Broadcast()
 	ch.mu.Unlock()
@@ -634,7 +722,7 @@ func (ch *rdmaChan) resetLocked() {
 // drained reports whether no work request is outstanding on the QPs.
 func (ch *rdmaChan) drained() bool {
 	for k := range ch.n {
-		if ch.nextSeq[k] != ch.doneSeq[k] {
+		if ch.doneSeq[k] < ch.nextSeq[k] {
 			return false
 		}
 	}
@@ -717,8 +805,18 @@ func (ch *rdmaChan) reconnect(old []*verbs.QP) {
 	closeQPs(old)
 	qps, last, err := ch.connect()
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	defer ch.cond.Broadcast()
+	up := false
+	defer func() {
+		ch.cond.Broadcast()
+		ch.mu.Unlock()
+		if up {
+			ch.pump(-1)
+			ch.mu.Lock()
+			ch.collectLocked()
+			ch.mu.Unlock()
+			ch.finishDone()
+		}
+	}()
 	if err != nil || ch.stopping {
 		if err == nil {
 			closeQPs(qps)
@@ -748,8 +846,7 @@ func (ch *rdmaChan) reconnect(old []*verbs.QP) {
 		}
 	}
 	ch.a.log.Debug("p2p RDMA channel reconnected", "peer", ch.p.name, "qps", ch.String(), "gen", ch.gen)
-	ch.pumpLocked()
-	ch.collectLocked()
+	up = true
 }
 
 // downLocked ends the channel: posts without outstanding work fail now,

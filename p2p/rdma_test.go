@@ -436,7 +436,9 @@ func TestRDMAStall(t *testing.T) {
 }
 
 // A peer that goes away in the middle of a READ fails it with
-// ErrRemoteDisconnect, and the local buffer is not written afterwards.
+// ErrRemoteDisconnect (or, on a real device that serves the READ from the
+// closing agent's still registered memory, it completes with the right
+// bytes), and the local buffer is not written afterwards.
 func TestRDMAPeerGone(t *testing.T) {
 	a, b := rdmaPair(t, Config{})
 	size := 32 << 20
@@ -457,7 +459,12 @@ func TestRDMAPeerGone(t *testing.T) {
 	waitFor(t, func() bool { return rdmaProgress(req) >= 0.05 })
 	require.NoError(t, b.Close())
 	err = req.Wait(ctxT(t))
-	require.ErrorIs(t, err, ErrRemoteDisconnect)
+	if err != nil || verbstest.InChild() { // the fake NIC is paced: always in the middle
+		require.ErrorIs(t, err, ErrRemoteDisconnect)
+	} else {
+		t.Log("the READ completed before the peer's agent went away")
+		require.True(t, bytes.Equal(srcB, dst))
+	}
 	snap := bytes.Clone(dst)
 	time.Sleep(200 * time.Millisecond)
 	require.True(t, bytes.Equal(snap, dst), "READ data landed after the request failed")
