@@ -124,9 +124,9 @@ type rdmaChan struct {
 	rwg      sync.WaitGroup // reconnections
 	done     []*Request     // finished posts, to finish outside mu
 	spare    []*Request     // finishDone's scratch, swapped with done
-	pmu      sync.Mutex  // posting (pump): one at a time, in reservation order
-	kick     atomic.Bool // work for the poster: look again
-	b        batch       // pump's, under pmu
+	pmu      sync.Mutex     // posting (pump): one at a time, in reservation order
+	kick     atomic.Bool    // work for the poster: look again
+	b        batch          // pump's, under pmu
 	nwrs     []verbs.SendWR
 	nsges    []verbs.SGE
 	loopDone chan struct{}
