@@ -103,7 +103,8 @@ type rdmaChan struct {
 	bmr *verbs.MR  // their registration
 	wcs []verbs.WC // progress goroutine's
 
-	fmu      sync.Mutex // finishDone
+	fmu      sync.Mutex  // finishDone
+	refinish atomic.Bool // finished posts for the finisher: look again
 	mu       sync.Mutex
 	cond     *sync.Cond // drains, reconnections, finished posts
 	state    chState
@@ -915,21 +916,34 @@ func (ch *rdmaChan) dataDone(r *Request, i int) bool {
 // finishDone finishes the posts collectLocked set aside (outside mu:
 // finishing runs callbacks).
 func (ch *rdmaChan) finishDone() {
-	ch.fmu.Lock() // one finisher at a time: the scratch is shared
-	defer ch.fmu.Unlock()
-	ch.mu.Lock()
-	done := ch.done
-	ch.done, ch.spare = ch.spare[:0], nil
-	ch.mu.Unlock()
-	for i, r := range done {
-		if ch.p.take(r.rd.post) == r {
-			r.finish(r.rd.failed)
+	for {
+		// One finisher at a time (the scratch is shared); one that finds
+		// another at work (an OnComplete that posts, say) leaves its posts
+		// to it.
+		if !ch.fmu.TryLock() {
+			ch.refinish.Store(true)
+			return
 		}
-		done[i] = nil
+		ch.refinish.Store(false)
+		ch.mu.Lock()
+		done := ch.done
+		ch.done, ch.spare = ch.spare[:0], nil
+		ch.mu.Unlock()
+		for i, r := range done {
+			if ch.p.take(r.rd.post) == r {
+				r.finish(r.rd.failed)
+			}
+			done[i] = nil
+		}
+		ch.mu.Lock()
+		ch.spare = done[:0]
+		more := len(ch.done) > 0
+		ch.mu.Unlock()
+		ch.fmu.Unlock()
+		if !more && !ch.refinish.Load() {
+			return
+		}
 	}
-	ch.mu.Lock()
-	ch.spare = done[:0]
-	ch.mu.Unlock()
 }
 
 // retire returns once nothing of post id of r is outstanding on the QPs

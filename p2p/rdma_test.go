@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -623,4 +624,48 @@ func TestRDMANotificationOrderMixed(t *testing.T) {
 		require.NoError(t, r.Wait(ctxT(t)))
 		r.Release()
 	}
+}
+
+// OnComplete may post: two requests whose callbacks post each other, on
+// the progress goroutine that finishes them, neither deadlock nor lose a
+// completion.
+func TestRDMAPostFromCallback(t *testing.T) {
+	a, b := rdmaPair(t, Config{})
+	dst := make([]byte, 1<<20)
+	rb, _ := b.RegisterMem(dst)
+	_, err := a.LoadRemote(ctxT(t), b.LocalMetadata())
+	require.NoError(t, err)
+	src := make([]byte, 1<<20)
+	fill(src, 4)
+	ra, _ := a.RegisterMem(src)
+	done := make(chan error, 2)
+	var left atomic.Int32
+	left.Store(20)
+	var reqs [2]*Request
+	for i := range reqs {
+		off := uint64(i) * (64 << 10)
+		reqs[i], err = a.CreateRequest(Write, one(DRAM, ra.Desc(off, 64<<10)), "b", one(DRAM, rb.Desc(off, 64<<10)), &RequestOptions{
+			OnComplete: func(r *Request, err error) {
+				if err != nil || left.Add(-1) <= 0 {
+					done <- err
+					return
+				}
+				if _, err := reqs[1-i].Post(); err != nil {
+					done <- err
+				}
+			}})
+		require.NoError(t, err)
+	}
+	reqs[0].Post()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the chain of posts stopped")
+	}
+	for _, r := range reqs {
+		require.NoError(t, r.Wait(ctxT(t)))
+		r.Release()
+	}
+	require.Equal(t, src[:128<<10], dst[:128<<10])
 }

@@ -315,20 +315,21 @@ func Prefill(c Config, decodeAddr string) (p2p.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var peer string
+	var regions []p2p.RemoteRegion
 	for {
-		// Metadata exchanged over the socket; decode may not listen yet
-		// when started on another host.
-		if peer, err = a.Connect(ctx, decodeAddr); err == nil || ctx.Err() != nil {
-			break
+		// Metadata exchanged over the socket. Decode, started on another
+		// host, may not listen yet, or not have registered its KV region.
+		if peer, err = a.Connect(ctx, decodeAddr); err == nil {
+			if regions, err = a.RemoteRegions(peer); err == nil && len(regions) == 1 {
+				break
+			}
+			a.Invalidate(peer)
+			err = fmt.Errorf("decode's regions: %v %v", regions, err)
+		}
+		if ctx.Err() != nil {
+			return 0, err
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	if err != nil {
-		return 0, err
-	}
-	regions, err := a.RemoteRegions(peer)
-	if err != nil || len(regions) != 1 {
-		return 0, fmt.Errorf("decode's regions: %v %v", regions, err)
 	}
 	dst := regions[0]
 	layerBytes := c.Blocks * c.BlockSize
