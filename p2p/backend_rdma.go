@@ -272,9 +272,10 @@ func (l *lane) execute(r *Request) error {
 }
 
 // rdmaBarrier waits until the channel's posts are over (their
-// notifications acknowledged by the target's device), then sends a
-// barrier on the connection: the target delivers what comes after it once
-// its responder has delivered every notification up to the last one sent.
+// notifications acknowledged by the target's device, or failed), then
+// sends a barrier on the connection: the target delivers what comes after
+// it once its responder has delivered every notification up to the last
+// one acknowledged.
 func (p *peer) rdmaBarrier(ctx context.Context) error {
 	p.rcMu.Lock()
 	ch := p.rc
@@ -292,7 +293,7 @@ func (p *peer) rdmaBarrier(ctx context.Context) error {
 	for len(ch.posts) > 0 && ch.state != chDown && ctx.Err() == nil {
 		ch.cond.Wait()
 	}
-	last := ch.nseq
+	last := ch.acked // every notification of the posts over: acknowledged, or never to be delivered
 	ch.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err

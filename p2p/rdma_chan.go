@@ -119,6 +119,7 @@ type rdmaChan struct {
 	errSeen  []bool   // per QP: a failed or flushed completion came (this connection)
 	free     []int32  // free notification slots
 	nseq     uint64   // the last notification sequence number given out
+	acked    uint64   // the last notification the target acknowledged
 	progress int64    // monoNow of the last completion or post
 	drainAt  int64    // monoNow the drain started
 	stopping bool
@@ -670,6 +671,7 @@ func (ch *rdmaChan) applyMark(k int, m *mark, ok bool) {
 		rp.notifOut--
 		if ok && m.fin {
 			rp.delivered = max(rp.delivered, rp.partSeq[m.part])
+			ch.acked = max(ch.acked, rp.partSeq[m.part])
 		}
 		return
 	}
@@ -829,6 +831,7 @@ func (ch *rdmaChan) reconnect(old []*verbs.QP) {
 	ch.setQPs(qps)
 	ch.gen++
 	ch.state = chUp
+	ch.acked = max(ch.acked, last)
 	ch.progress = monoNow()
 	for _, r := range ch.posts {
 		rp := r.rd

@@ -85,7 +85,9 @@ func TestDisaggTwoHosts(t *testing.T) {
 			if !rdma {
 				t.Setenv("GCCL_P2P_RDMA_DISABLE", "1")
 			}
-			c := Config{Layers: 32, Blocks: 8, BlockSize: 64 << 10, RDMA: rdma, Dir: t.TempDir(), Compute: time.Millisecond}
+			// -rdma both times: with RDMA disabled the example says it used
+			// tcp, and why.
+			c := Config{Layers: 32, Blocks: 8, BlockSize: 64 << 10, RDMA: true, Dir: t.TempDir(), Compute: time.Millisecond}
 			port := strconv.Itoa(7400 + i)
 			if rank == "0" {
 				c.Listen = net.JoinHostPort(self, port)
