@@ -329,6 +329,9 @@ func TestRDMACancelWrite(t *testing.T) {
 	waitFor(t, func() bool { return dst[8<<20+1] != 0 && (verbstest.InChild() || rdmaProgress(req) >= 0.1) })
 	rep, err := req.Cancel(ctxT(t))
 	require.NoError(t, err)
+	// The target's bytes as Cancel returns: nothing may change from here,
+	// not even while Wait and Release run.
+	snap := bytes.Clone(dst)
 	t.Logf("cancel report: %+v", rep)
 	require.True(t, rep.Canceled)
 	require.ErrorIs(t, rep.Err, ErrCanceled)
@@ -345,13 +348,14 @@ func TestRDMACancelWrite(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, equal, p.Landed, "part %d", i)
 	}
-	snap := bytes.Clone(dst)
+	time.Sleep(300 * time.Millisecond)
+	require.True(t, bytes.Equal(snap, dst), "the target's bytes changed after Cancel returned")
 	// The buffers are the owner's: deregister, reuse, and nothing moves.
 	require.NoError(t, req.Release())
 	require.NoError(t, a.DeregisterMem(ra))
 	fill(src, 99)
 	time.Sleep(300 * time.Millisecond)
-	require.True(t, bytes.Equal(snap, dst), "the target's bytes changed after Cancel returned")
+	require.True(t, bytes.Equal(snap, dst), "the target's bytes changed after the source was deregistered and reused")
 	// The target learns the request failed.
 	var fails []PeerFailure
 	waitFor(t, func() bool { fails = append(fails, b.GetFailures()...); return len(fails) > 0 })
