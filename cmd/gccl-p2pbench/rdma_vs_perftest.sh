@@ -25,10 +25,23 @@ port=18515
 
 perftest() { # tool size -> Gb/s (BW average)
 	port=$((port + 1))
-	"$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" >/tmp/pt.srv 2>&1 &
+	timeout 900 "$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" >/tmp/pt.srv 2>&1 &
 	srv=$!
-	sleep 1
-	"$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" 127.0.0.1 >/tmp/pt.cli 2>&1 || cat /tmp/pt.cli >&2
+	# The server listens a while after it starts (seconds in the emulated
+	# VM): the client tries again until it connects.
+	tries=0
+	while :; do
+		sleep 1
+		if "$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" 127.0.0.1 >/tmp/pt.cli 2>&1; then
+			break
+		fi
+		tries=$((tries + 1))
+		if ! grep -q "Couldn't connect" /tmp/pt.cli || [ "$tries" -ge 30 ]; then
+			cat /tmp/pt.cli >&2
+			kill "$srv" 2>/dev/null || true
+			break
+		fi
+	done
 	wait $srv || true
 	awk -v s="$2" '$1 == s { print $4 }' /tmp/pt.cli | tail -1
 }
