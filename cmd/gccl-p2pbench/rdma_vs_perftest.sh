@@ -8,23 +8,25 @@
 #   tests/rxe/vm.sh --setup -- cmd/gccl-p2pbench/rdma_vs_perftest.sh /tmp/p2pbench
 #
 # RDMA_DEV (default rxe0), RDMA_GIDX (default $RXEVM_GIDX), RDMA_ITERS
-# (perftest's messages, default 64), RDMA_GCCL_ITERS (gccl's requests of
+# (perftest's messages per QP, default: as many as make the bytes gccl
+# moves, 32 MiB per QP, at least 4), RDMA_GCCL_ITERS (gccl's requests of
 # ~32 MiB, default 4), RDMA_ROUNDS (pairs per size, default 1) and RDMA_QPS
 # (perftest's QPs, default 4: gccl stripes a request over 4) tune it. Both
-# report decimal Gb/s here.
+# report decimal Gb/s here; the last lines are each size's median ratio.
 set -eu
 bench=$1
 shift
 sizes=${*:-1048576 4194304 16777216}
 dev=${RDMA_DEV:-rxe0}
 gidx=${RDMA_GIDX:-${RXEVM_GIDX:-0}}
-iters=${RDMA_ITERS:-64}       # perftest's messages per run
 gccl_iters=${RDMA_GCCL_ITERS:-4} # gccl's requests (of ~32 MiB) per run
 qps=${RDMA_QPS:-4}
 port=18515
 
 perftest() { # tool size -> Gb/s (BW average)
 	port=$((port + 1))
+	iters=${RDMA_ITERS:-$(( (32 << 20) / $2 ))}
+	[ "$iters" -ge 4 ] || iters=4
 	timeout 900 "$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" >/tmp/pt.srv 2>&1 &
 	srv=$!
 	# The server listens a while after it starts (seconds in the emulated
@@ -57,7 +59,8 @@ gccl() { # op size -> Gb/s: requests of about 32 MiB (a batch of size-byte
 }
 
 rounds=${RDMA_ROUNDS:-1}
-echo "# $(date -u +%FT%TZ) $(uname -r), device $dev GID $gidx, perftest $iters messages -q $qps, gccl $gccl_iters requests of ~32 MiB, $rounds round(s)"
+echo "# $(date -u +%FT%TZ) $(uname -r), device $dev GID $gidx, perftest ${RDMA_ITERS:-32 MiB of} messages per QP -q $qps, gccl $gccl_iters requests of ~32 MiB, $rounds round(s)"
+: >/tmp/pt.ratios
 printf '%-6s %10s %5s %12s %12s %7s\n' op bytes round gccl_Gb/s perftest_Gb/s ratio
 for op in write read; do
 	for s in $sizes; do
@@ -66,7 +69,14 @@ for op in write read; do
 			p=$(perftest "ib_${op}_bw" "$s")
 			g=$(gccl "$op" "$s")
 			printf '%-6s %10s %5s %12s %12s %7s\n' "$op" "$s" "$r" "$g" "$p" "$(awk -v g="$g" -v p="$p" 'BEGIN { if (p > 0) printf "%.0f%%", 100 * g / p; else print "-" }')"
+			awk -v o="$op" -v s="$s" -v g="$g" -v p="$p" 'BEGIN { if (p > 0) printf "%s %s %.4f\n", o, s, g / p }' >>/tmp/pt.ratios
 			r=$((r + 1))
 		done
 	done
 done
+echo "# median ratio per op and size (gccl / perftest)"
+sort -k1,1 -k2,2n -k3,3g /tmp/pt.ratios | awk '
+	function flush() { if (n) printf "%-6s %10s median %4.0f%% of %d\n", op, sz, 100 * (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), n }
+	$1 != op || $2 != sz { flush(); op = $1; sz = $2; n = 0 }
+	{ v[++n] = $3 }
+	END { flush() }'
