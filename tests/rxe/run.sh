@@ -120,7 +120,7 @@ for pkg in "${pkgs[@]}"; do
 		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 \
 			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=600s) >"$out" 2>&1 &&
 			[ "$(grep -c -- '^--- PASS' "$out")" -ge 2 ] && ! grep -q -- '^--- SKIP' "$out"; then
-			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank' "$out" | sed 's/^/    /'
+			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank|^(decode|prefill): .*(RDMA|received and checked|over (rdma|tcp))' "$out" | sed 's/^/    /'
 		else
 			cat "$out"
 			echo "rxe: the two-VM tests failed, or skipped, or none ran"
