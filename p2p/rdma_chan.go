@@ -39,7 +39,7 @@ import (
 const (
 	rdmaDepth        = 512       // send work requests per QP
 	rdmaSigEvery     = 16        // a signaled work request at least this often
-	rdmaMaxWR        = 1 << 20   // bytes per work request
+	rdmaMaxWR        = 4 << 20   // bytes per work request
 	rdmaStripeMin    = 256 << 10 // smaller posts go on QP 0 alone
 	rdmaMaxSGE       = 16        // scatter/gather entries per work request
 	rdmaSlotSize     = 4096      // a notification fragment, header included
