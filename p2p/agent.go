@@ -27,6 +27,10 @@ const (
 	DefaultFileBlockSize  = 1 << 20
 	DefaultInlineLimit    = 256 << 10
 	DefaultDialTimeout    = 10 * time.Second
+	DefaultStallTimeout   = 10 * time.Second
+	DefaultRDMAQPs        = 4
+	DefaultRDMAMaxMRSize  = 1 << 30
+	DefaultRDMARegCache   = 64 << 30
 )
 
 // Config tunes an Agent; the zero value works on one host and across hosts.
@@ -77,6 +81,34 @@ type Config struct {
 	// file, the transfer bounces as without it (logged once). Off by
 	// default until it has run on GPU hardware (docs/HARDWARE.md).
 	GDS bool
+	// DisableRDMA keeps the agent off its RDMA device (also
+	// GCCL_P2P_RDMA_DISABLE=1, or GCCL_IB_DISABLE=1 for all of gccl): peers
+	// on other hosts are then reached over tcp.
+	DisableRDMA bool
+	// RDMASameHost uses RDMA between agents of one host too (also
+	// GCCL_P2P_RDMA_SAME_HOST=1), when shared memory and process_vm are off
+	// or unusable, instead of tcp: two processes on one NIC, for tests and
+	// benchmarks. Between hosts RDMA is used whenever both agents have a
+	// device on a common fabric.
+	RDMASameHost bool
+	// RDMAQPs is how many RC queue pairs carry one agent's requests to a
+	// peer (0: DefaultRDMAQPs); a large transfer is striped over them.
+	RDMAQPs int
+	// RDMAMaxMRSize is the largest memory region registered as one MR (0:
+	// DefaultRDMAMaxMRSize); longer regions become several.
+	RDMAMaxMRSize int64
+	// RDMARegCacheBytes bounds the bytes registered with the RDMA device;
+	// idle registrations are evicted first (0: DefaultRDMARegCache).
+	RDMARegCacheBytes int64
+	// Strict makes it an error (instead of a warning and tcp) when RDMA was
+	// expected towards a peer, both agents having a device on a common
+	// fabric, but cannot be used (also GCCL_STRICT=1).
+	Strict bool
+	// StallTimeout fails a tcp or rdma request that made no progress (no
+	// byte acknowledged, landed or sent, no completion) for this long while
+	// its peer is alive, with ErrStalled (0: DefaultStallTimeout; <0: off).
+	// A dead or silent peer is ErrRemoteDisconnect instead.
+	StallTimeout time.Duration
 	// Logger receives the agent's records (nil: GCCL_DEBUG, subsystem P2P).
 	Logger *slog.Logger
 }
@@ -90,6 +122,27 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if os.Getenv("GCCL_P2P_GDS") == "1" {
 		c.GDS = true
+	}
+	if os.Getenv("GCCL_P2P_RDMA_DISABLE") == "1" {
+		c.DisableRDMA = true
+	}
+	if os.Getenv("GCCL_P2P_RDMA_SAME_HOST") == "1" {
+		c.RDMASameHost = true
+	}
+	if os.Getenv("GCCL_STRICT") == "1" {
+		c.Strict = true
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.RDMAQPs == 0 {
+		c.RDMAQPs = DefaultRDMAQPs
+	}
+	if c.RDMAMaxMRSize == 0 {
+		c.RDMAMaxMRSize = DefaultRDMAMaxMRSize
+	}
+	if c.RDMARegCacheBytes == 0 {
+		c.RDMARegCacheBytes = DefaultRDMARegCache
 	}
 	if os.Getenv("GCCL_P2P_CUDAIPC_DISABLE") == "1" || c.DisableSHM {
 		c.DisableCUDAIPC = true
@@ -123,6 +176,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("p2p: file queue depth %d outside [1, 1024]", c.FileQueueDepth)
 	case c.FileBlockSize < directAlign || c.FileBlockSize%directAlign != 0 || c.FileBlockSize > 1<<30:
 		return c, fmt.Errorf("p2p: file block size %d is not a multiple of %d up to 1 GiB", c.FileBlockSize, directAlign)
+	case c.RDMAQPs < 1 || c.RDMAQPs > maxRDMAQPs:
+		return c, fmt.Errorf("p2p: %d RDMA QPs per peer (1 to %d)", c.RDMAQPs, maxRDMAQPs)
+	case c.RDMAMaxMRSize < 4096 || c.RDMARegCacheBytes < 0:
+		return c, fmt.Errorf("p2p: RDMA MR size %d (at least 4096), registration cache %d bytes", c.RDMAMaxMRSize, c.RDMARegCacheBytes)
 	}
 	return c, nil
 }
@@ -156,9 +213,10 @@ type Agent struct {
 	handshakes map[net.Conn]bool // accepted connections before their hello
 	lanes      map[string]*lane
 
-	notifMu sync.Mutex
-	notifs  map[string][][]byte
-	notifCh chan struct{}
+	notifMu  sync.Mutex
+	notifs   map[string][][]byte
+	failures []PeerFailure
+	notifCh  chan struct{}
 
 	nextReq atomic.Uint64
 	logged  sync.Map // "peer/backend" already logged at INFO
@@ -166,6 +224,12 @@ type Agent struct {
 	files *filePool
 	copy  *copyPool
 	gpu   gpuState // the CUDA driver, loaded on first use
+
+	rdma    *rdmaDevice // nil: no RDMA (rdmaErr says why)
+	rdmaErr error
+
+	postMu sync.Mutex
+	posts  map[*Request]struct{} // posts in flight (DeregisterMem cancels those using its region)
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -186,7 +250,7 @@ func New(name string, cfg Config) (*Agent, error) {
 		regions: map[uint32]*Region{}, cache: map[regionKey]*Region{},
 		remotes: map[string]*remoteAgent{}, peers: map[string]*peer{}, conns: map[*peer]bool{}, handshakes: map[net.Conn]bool{},
 		lanes: map[string]*lane{}, notifs: map[string][][]byte{}, notifCh: make(chan struct{}, 1),
-		done: make(chan struct{}), nextRegion: 1,
+		done: make(chan struct{}), nextRegion: 1, posts: map[*Request]struct{}{},
 	}
 	if _, err := rand.Read(a.token[:]); err != nil {
 		return nil, fmt.Errorf("p2p: random token: %w", err)
@@ -199,16 +263,28 @@ func New(name string, cfg Config) (*Agent, error) {
 	a.gpu.log = a.log
 	a.copy = newCopyPool(cfg.CopyThreads)
 	a.files = newFilePool(cfg.FileQueueDepth, cfg.FileBlockSize)
+	if cfg.DisableRDMA {
+		a.rdmaErr = fmt.Errorf("%w: RDMA is disabled (GCCL_P2P_RDMA_DISABLE=1 or Config.DisableRDMA)", ErrNotSupported)
+	} else if a.rdma, a.rdmaErr = openRDMA(cfg, a.log, &a.gpu); a.rdmaErr != nil {
+		a.log.Debug("p2p has no RDMA device", "why", a.rdmaErr)
+	}
 	if cfg.ListenAddr != "-" {
 		if err := a.listen(); err != nil {
 			a.copy.close()
 			a.files.close()
+			if a.rdma != nil {
+				a.rdma.close()
+			}
 			return nil, err
 		}
 	}
 	a.wg.Add(1)
 	go a.watchdog()
-	a.log.Info("p2p agent started", "name", name, "addr", a.addr, "shm", !cfg.DisableSHM, "pvm", !cfg.DisablePVM)
+	rdma := "off"
+	if a.rdma != nil {
+		rdma = a.rdma.info.String()
+	}
+	a.log.Info("p2p agent started", "name", name, "addr", a.addr, "shm", !cfg.DisableSHM, "pvm", !cfg.DisablePVM, "rdma", rdma)
 	return a, nil
 }
 
@@ -257,6 +333,7 @@ type Region struct {
 	refs   int           // registrations, under a.mu
 	busy   atomic.Int32
 	pinned atomic.Bool // DRAM registered with the CUDA driver (unpinned by free)
+	rd     *regEntry   // its registration with the RDMA device (nil: none)
 }
 
 // ID is the region's identifier, unique within its agent.
@@ -312,14 +389,18 @@ func (a *Agent) Alloc(size int) (*Region, error) {
 		return nil, fmt.Errorf("p2p: Alloc: %w", err)
 	}
 	mem := seg.Bytes()
+	rd := a.rdmaRegister(regKey{typ: DRAM, base: AddrOf(mem), len: uint64(len(mem))})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
+		if rd != nil {
+			a.rdma.cache.release(rd)
+		}
 		seg.Close()
 		return nil, ErrClosed
 	}
 	r := a.addRegionLocked(regionInfo{Type: DRAM, Flags: regionSHM, Base: AddrOf(mem), Len: uint64(len(mem)), SHM: seg.Name()})
-	r.mem, r.seg = mem, seg
+	r.mem, r.seg, r.rd = mem, seg, rd
 	a.log.Debug("allocated shared region", "id", r.info.ID, "bytes", size, "segment", seg.Name())
 	return r, nil
 }
@@ -337,7 +418,37 @@ func (a *Agent) RegisterMem(buf []byte) (*Region, error) {
 	}
 	base, n := AddrOf(buf), uint64(len(buf))
 	a.mu.Lock()
+	if r, err := a.memHitLocked(base, n); r != nil || err != nil {
+		a.mu.Unlock()
+		if r != nil && a.rdma != nil {
+			a.rdma.cache.hit()
+		}
+		return r, err
+	}
+	var rd *regEntry
+	if a.rdma != nil {
+		// Registering with the device takes system calls and pins the
+		// memory: outside the lock, then look again.
+		a.mu.Unlock()
+		rd = a.rdmaRegister(regKey{typ: DRAM, base: base, len: n})
+		a.mu.Lock()
+		if r, err := a.memHitLocked(base, n); r != nil || err != nil {
+			a.mu.Unlock() // registered meanwhile by another goroutine, or closed
+			if rd != nil {
+				a.rdma.cache.release(rd)
+			}
+			return r, err
+		}
+	}
 	defer a.mu.Unlock()
+	r := a.addRegionLocked(regionInfo{Type: DRAM, Base: base, Len: n})
+	r.mem, r.rd = buf, rd
+	return r, nil
+}
+
+// memHitLocked is the registered DRAM region holding [base, base+n),
+// counted once more (nil if none).
+func (a *Agent) memHitLocked(base, n uint64) (*Region, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
@@ -350,9 +461,7 @@ func (a *Agent) RegisterMem(buf []byte) (*Region, error) {
 		r.refs++
 		return r, nil
 	}
-	r := a.addRegionLocked(regionInfo{Type: DRAM, Base: base, Len: n})
-	r.mem = buf
-	return r, nil
+	return nil, nil
 }
 
 func (a *Agent) addRegionLocked(info regionInfo) *Region {
@@ -366,13 +475,31 @@ func (a *Agent) addRegionLocked(info regionInfo) *Region {
 	return r
 }
 
-// DeregisterMem undoes one registration of r. The last one removes the
-// region, tells connected peers, and frees its shared memory or file; it
-// fails with ErrRegionBusy while a prepared list or a request uses it.
+// DeregisterMem undoes one registration of r. The last one first fails the
+// requests in flight that use the region (they end with ErrCanceled, once
+// nothing of them can still land: Request.Cancel), then removes the
+// region, deregisters it from the RDMA device (keys peers hold are refused
+// from then on), tells connected peers, and frees its shared memory or
+// file; it fails with ErrRegionBusy while a prepared list or a request
+// still holds it (Release them first).
 func (a *Agent) DeregisterMem(r *Region) error {
 	if r == nil || r.a != a {
 		return errors.New("p2p: DeregisterMem of a region of another agent")
 	}
+	a.mu.Lock()
+	if a.regions[r.info.ID] != r {
+		a.mu.Unlock()
+		return fmt.Errorf("p2p: region %d is not registered", r.info.ID)
+	}
+	if r.refs > 1 {
+		r.refs--
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Unlock()
+	// Requests in flight on the region fail first, and nothing of them can
+	// land once they have (Cancel).
+	a.cancelUsers(r)
 	a.mu.Lock()
 	if a.regions[r.info.ID] != r {
 		a.mu.Unlock()
@@ -410,6 +537,12 @@ func (a *Agent) removeRegionLocked(r *Region) {
 
 func (r *Region) free() error {
 	var err error
+	if r.rd != nil {
+		// Before the memory goes: once this returns, the device no longer
+		// touches it and keys peers hold are refused.
+		r.a.rdma.cache.release(r.rd)
+		r.rd = nil
+	}
 	if r.pinned.Load() {
 		r.a.gpu.unpin(r.mem) // before the memory goes
 	}
@@ -471,10 +604,25 @@ func (a *Agent) snapshot() *agentInfo {
 }
 
 func (a *Agent) infoLocked() *agentInfo {
-	return &agentInfo{
+	m := &agentInfo{
 		Gen: a.gen, Name: a.name, Host: a.host, Addr: a.addr, Pid: uint32(os.Getpid()),
 		Token: a.token, Probe: AddrOf(a.tokenMem), Regions: a.local.all(),
 	}
+	if a.rdma != nil {
+		info := a.rdma.info
+		m.RDMA = &info
+		for _, ri := range m.Regions {
+			if r := a.regions[ri.ID]; r != nil && r.rd != nil {
+				if m.Keys == nil {
+					m.Keys = map[uint32][]rkeyRange{}
+				}
+				m.Keys[ri.ID] = r.rd.keys
+				// Its keys leave this agent: they die with the region.
+				a.rdma.cache.expose(r.rd)
+			}
+		}
+	}
+	return m
 }
 
 // LoadRemote loads a peer's metadata and connects to it, and returns its
@@ -492,11 +640,38 @@ func (a *Agent) LoadRemote(ctx context.Context, blob []byte) (string, error) {
 	if _, err := a.loadInfo(info); err != nil {
 		return "", err
 	}
-	if _, err := a.connectPeer(ctx, info); err != nil {
+	p, err := a.connectPeer(ctx, info)
+	if err != nil {
+		a.Invalidate(info.Name)
+		return "", err
+	}
+	if err := a.connectRDMA(p, info); err != nil {
 		a.Invalidate(info.Name)
 		return "", err
 	}
 	return info.Name, nil
+}
+
+// connectRDMA connects the RDMA channel to a peer that RDMA is expected to
+// reach (both agents have a device on a common fabric, on two hosts or with
+// Config.RDMASameHost), at LoadRemote: a failure is a warning (the peer is
+// reached over tcp), or the error under Config.Strict.
+func (a *Agent) connectRDMA(p *peer, info *agentInfo) error {
+	if a.rdma == nil || info.RDMA == nil || info.Host == a.host && !a.cfg.RDMASameHost {
+		return nil
+	}
+	if ok, _ := sameFabric(&a.rdma.info, info.RDMA); !ok {
+		return nil
+	}
+	_, err := p.rdmaChannel()
+	switch {
+	case err == nil:
+		return nil
+	case a.cfg.Strict:
+		return errStrictRDMA(info.Name, err.Error())
+	}
+	a.log.Warn("p2p expected RDMA to "+info.Name+" but cannot use it; using tcp", "peer", info.Name, "why", err)
+	return nil
 }
 
 // loadInfo makes or refreshes the peer's remoteAgent.
@@ -667,6 +842,9 @@ func (a *Agent) Close() error {
 		err = errors.Join(err, r.free())
 	}
 	a.mu.Unlock()
+	if a.rdma != nil {
+		err = errors.Join(err, a.rdma.close())
+	}
 	err = errors.Join(err, a.gpu.close())
 	shmem.CleanJob(a.cfg.SHMDir, a.jobID)
 	a.log.Info("p2p agent closed", "name", a.name)

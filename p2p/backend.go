@@ -26,6 +26,10 @@ const (
 	// here through its CUDA IPC handle: device-to-device, or host-to-device
 	// and back for a local DRAM end.
 	BackendCUDAIPC
+	// BackendRDMA moves the bytes with RDMA READ and WRITE between regions
+	// registered with both agents' RDMA devices (GPUDirect RDMA for VRAM);
+	// the target runs no code per byte.
+	BackendRDMA
 )
 
 func (b Backend) String() string {
@@ -49,6 +53,10 @@ type placement struct {
 	pvm        bool // process_vm_readv reaches the target
 	shmOff     bool
 	ipcOff     bool // CUDA IPC disabled
+	// rdma: both agents have an RDMA device on a common fabric, every
+	// region of the request is registered with it, and the channel is up.
+	rdma         bool
+	rdmaSameHost bool // Config.RDMASameHost
 }
 
 // vram reports whether either end is VRAM.
@@ -103,6 +111,11 @@ type backendSpec struct {
 	initiatorChecks bool
 	// async: run starts the post; the backend finishes it later.
 	async bool
+	// postInline: run only hands the post to the device (it is async), so
+	// Post runs it on its own goroutine whenever nothing is queued before
+	// it, whatever its size (unless InlineLimit < 0), and returns
+	// StatusInProgress.
+	postInline bool
 	// retirer is the backend's, if it is one (set by init: complete
 	// asks on every post, without a type assertion).
 	retirer retirer
@@ -117,6 +130,7 @@ var backends = []*backendSpec{
 	&cudaipcSpec,
 	&shmSpec,
 	&pvmSpec,
+	&rdmaSpec,
 	&tcpSpec,
 }
 
@@ -165,7 +179,8 @@ func selectBackend(pl placement, forced Backend) (Backend, string, error) {
 
 func (a *Agent) chooseBackend(r *Request, forced Backend) (Backend, string, error) {
 	pl := placement{self: r.self, localType: r.local.typ, remoteType: r.remote.typ, shmOff: a.cfg.DisableSHM,
-		ipcOff: a.cfg.DisableCUDAIPC, allMapped: true}
+		ipcOff: a.cfg.DisableCUDAIPC, allMapped: true, rdmaSameHost: a.cfg.RDMASameHost}
+	var rdmaWhy string
 	if !r.self {
 		pl.sameHost, pl.pvm = r.ra.sameHost, r.ra.pvm
 		for i := range r.segs {
@@ -174,8 +189,28 @@ func (a *Agent) chooseBackend(r *Request, forced Backend) (Backend, string, erro
 				break
 			}
 		}
+		if r.remote.typ != FILE && (forced == BackendAuto || forced == BackendRDMA) {
+			// Only when nothing before rdma in backends takes the request:
+			// connecting the channel is a round trip.
+			if pre, _, err := selectBackend(pl, BackendAuto); err == nil && pre == BackendTCP || forced == BackendRDMA {
+				var expected bool
+				pl.rdma, expected, rdmaWhy = a.rdmaPath(r)
+				if !pl.rdma && expected {
+					if a.cfg.Strict {
+						return 0, "", errStrictRDMA(r.peer, rdmaWhy)
+					}
+					if _, seen := a.logged.LoadOrStore("rdma-warn/"+r.peer+"/"+rdmaWhy, true); !seen {
+						a.log.Warn("p2p expected RDMA to "+r.peer+" but cannot use it; using tcp", "peer", r.peer, "why", rdmaWhy)
+					}
+				}
+			}
+		}
 	}
-	return selectBackend(pl, forced)
+	b, why, err := selectBackend(pl, forced)
+	if err != nil && forced == BackendRDMA && rdmaWhy != "" {
+		err = fmt.Errorf("%w (rdma: %s)", err, rdmaWhy)
+	}
+	return b, why, err
 }
 
 // The cost model: a fixed cost per request, per piece and per part, plus the

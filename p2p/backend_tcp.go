@@ -1,11 +1,14 @@
 package p2p
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gccl/gccl/internal/cuda"
 )
@@ -50,6 +53,30 @@ func (tcpBackend) serves(pl placement) (bool, string) {
 }
 
 func (tcpBackend) prepare(*Request) error { return nil }
+
+// cancel takes the post out of flight (its memory is not touched after
+// that: see retire), then fences the connection: once the peer answered,
+// it has landed every frame of the post that went out (the rest of a WRITE
+// frame cut short is zeros).
+func (tcpBackend) cancel(ctx context.Context, r *Request, err error) error {
+	p := r.p
+	if p == nil {
+		return nil
+	}
+	if p.take(r.id) == r {
+		r.finish(err)
+	}
+	return p.fence(ctx)
+}
+
+// landed is, per part, the bytes of a WRITE sent live (landed, after a
+// fence) or of a READ landed here.
+func (tcpBackend) landed(r *Request, out []uint64) bool {
+	for i := range r.tcpLanded {
+		out[i] = r.tcpLanded[i].Load()
+	}
+	return true
+}
 
 // run sends the post's frames; the reader finishes the post on the
 // target's acks (WRITE) or answers (READ).
@@ -103,7 +130,14 @@ func (r *Request) runTCP() {
 		return
 	}
 	p.inflight[id] = r
+	r.progress.Store(monoNow())
 	p.mu.Unlock()
+	if r.stop.why.Load() != 0 { // cancelled before it went out
+		if p.take(id) == r {
+			r.finish(r.halted())
+		}
+		return
+	}
 	p.lockWriter()
 	var err error
 	var st stager
@@ -120,9 +154,9 @@ func (r *Request) runTCP() {
 			case r.op == Read:
 				err = p.frameLocked(header{op: opReadReq, region: s.rinfo.ID, req: id, aux: uint64(k), offset: s.raddr, length: s.n}, nil)
 			case s.local.info.Type == VRAM:
-				err = st.writeFrames(r.a, p, id, r, s)
+				err = st.writeFrames(r.a, p, id, r, s, i)
 			default:
-				err = p.writePiece(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr, length: s.n}, id, r, s)
+				err = p.writePiece(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr, length: s.n}, id, r, s, i)
 			}
 		}
 		if r.op == Write && err == nil {
@@ -178,7 +212,7 @@ var zeroPad [64 << 10]byte
 // costs a memory copy per byte sent. The header announced the length, so
 // a post that fails midway sends zeros for the rest. The caller holds the
 // writer.
-func (p *peer) writePiece(h header, id uint64, r *Request, s *segment) error {
+func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int) error {
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
 	}
@@ -197,6 +231,8 @@ func (p *peer) writePiece(h header, id uint64, r *Request, s *segment) error {
 		var err error
 		if live {
 			_, err = p.bw.Write(s.local.mem[s.loff+off : s.loff+off+k])
+			r.tcpLanded[part].Add(k)
+			r.progress.Store(monoNow())
 		} else {
 			k = min(k, uint64(len(zeroPad)))
 			_, err = p.bw.Write(zeroPad[:k])
@@ -236,7 +272,7 @@ func (st *stager) put(a *Agent) {
 // piece once the post failed: the copy of the next chunk does not overlap
 // the socket write of this one. A post that failed sends no more frames.
 // The caller holds the peer's writer.
-func (st *stager) writeFrames(a *Agent, p *peer, id uint64, r *Request, s *segment) error {
+func (st *stager) writeFrames(a *Agent, p *peer, id uint64, r *Request, s *segment, part int) error {
 	if st.sl == nil {
 		sl, err := a.gpu.slot(int(s.local.info.Dev))
 		if err != nil {
@@ -270,6 +306,8 @@ func (st *stager) writeFrames(a *Agent, p *peer, id uint64, r *Request, s *segme
 		if err := p.frameLocked(header{op: opWrite, region: s.rinfo.ID, req: id, offset: s.raddr + off}, chunk); err != nil {
 			return err
 		}
+		r.tcpLanded[part].Add(k)
+		r.progress.Store(monoNow())
 		off += k
 	}
 	return nil
@@ -303,6 +341,7 @@ func (p *peer) acked(id uint64, why string) {
 			r.partsDone.Add(1)
 			r.acks++
 			done = r.acks == len(r.parts)
+			r.progress.Store(monoNow())
 		}
 		if done {
 			delete(p.inflight, id) // whoever takes the post out finishes it
@@ -391,6 +430,8 @@ func (p *peer) landRead(id uint64, r *Request, s *segment) (bool, error) {
 		}
 		if live {
 			copy(s.local.mem[s.loff+off:s.loff+off+k], b)
+			r.tcpLanded[r.partOf(s)].Add(k)
+			r.progress.Store(monoNow())
 		}
 		p.landMu.Unlock()
 		p.br.Discard(int(k))
@@ -430,12 +471,22 @@ func (p *peer) landDevice(id uint64, r *Request, s *segment) (landed bool, devEr
 				if devErr = sl.ctx.CopyToDeviceAsync(dst+cuda.DevicePtr(off), chunk, sl.stream); devErr == nil {
 					devErr = sl.fence()
 				}
+				if devErr == nil {
+					r.tcpLanded[r.partOf(s)].Add(k)
+					r.progress.Store(monoNow())
+				}
 			}
 			p.landMu.Unlock()
 		}
 		off += k
 	}
 	return live && devErr == nil, devErr, nil
+}
+
+// partOf is the part piece s (an element of r.segs) belongs to.
+func (r *Request) partOf(s *segment) int {
+	k := int((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(&r.segs[0]))) / unsafe.Sizeof(segment{}))
+	return sort.Search(len(r.parts)-1, func(i int) bool { return k < r.parts[i].end })
 }
 
 // segDone counts piece seg of post id of r, which landed (reader

@@ -44,6 +44,17 @@ func TestSelectBackend(t *testing.T) {
 		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, pvm: true}, BackendPVM, 0, true},
 		{placement{localType: VRAM, remoteType: FILE, sameHost: true}, 0, BackendTCP, false},
 		{placement{localType: VRAM, remoteType: DRAM, sameHost: true, allMapped: true}, BackendCUDAIPC, 0, true},
+		// RDMA: between hosts; on one host only with Config.RDMASameHost.
+		{placement{remoteType: DRAM, rdma: true}, 0, BackendRDMA, false},
+		{placement{localType: VRAM, remoteType: VRAM, rdma: true}, 0, BackendRDMA, false},
+		{placement{remoteType: FILE, rdma: true}, 0, BackendTCP, false},
+		{placement{remoteType: DRAM, sameHost: true, rdma: true}, 0, BackendTCP, false},
+		{placement{remoteType: DRAM, sameHost: true, rdma: true, rdmaSameHost: true}, 0, BackendRDMA, false},
+		{placement{remoteType: DRAM, sameHost: true, pvm: true, rdma: true, rdmaSameHost: true}, 0, BackendPVM, false},
+		{placement{remoteType: DRAM, sameHost: true, allMapped: true, rdma: true, rdmaSameHost: true}, 0, BackendSHM, false},
+		{placement{remoteType: DRAM, rdma: true}, BackendTCP, BackendTCP, false},
+		{placement{remoteType: DRAM}, BackendRDMA, 0, true},
+		{placement{self: true, remoteType: DRAM, rdma: true}, BackendRDMA, 0, true},
 	}
 	for _, c := range cases {
 		got, why, err := selectBackend(c.pl, c.forced)
@@ -62,17 +73,17 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden from th
 // reason, shows in review.
 func TestSelectBackendGolden(t *testing.T) {
 	var b strings.Builder
-	for bits := 0; bits < 1<<6; bits++ {
+	for bits := 0; bits < 1<<8; bits++ {
 		for _, lt := range []MemType{DRAM, VRAM} {
 			for _, rt := range []MemType{DRAM, VRAM, FILE} {
 				pl := placement{self: bits&1 != 0, allMapped: bits&2 != 0, sameHost: bits&4 != 0, pvm: bits&8 != 0,
-					shmOff: bits&16 != 0, ipcOff: bits&32 != 0, localType: lt, remoteType: rt}
+					shmOff: bits&16 != 0, ipcOff: bits&32 != 0, rdma: bits&64 != 0, rdmaSameHost: bits&128 != 0, localType: lt, remoteType: rt}
 				got, why, err := selectBackend(pl, BackendAuto)
 				if err != nil {
 					t.Fatalf("%+v: %v", pl, err)
 				}
 				var may []string
-				for f := BackendLocal; f <= BackendCUDAIPC; f++ {
+				for f := BackendLocal; f <= BackendRDMA; f++ {
 					if c, _, err := selectBackend(pl, f); err == nil {
 						if c != f {
 							t.Fatalf("%+v forced %v chose %v", pl, f, c)
@@ -106,7 +117,7 @@ func TestSelectBackendGolden(t *testing.T) {
 }
 
 func TestEstimateCost(t *testing.T) {
-	for b := BackendLocal; b <= BackendCUDAIPC; b++ {
+	for b := BackendLocal; b <= BackendRDMA; b++ {
 		small, big := estimateCost(b, 1, 4096, 1), estimateCost(b, 1, 64<<20, 1)
 		many := estimateCost(b, 1000, 4096*1000, 1)
 		if small <= 0 || big <= small || many <= estimateCost(b, 1, 4096*1000, 1) {

@@ -53,6 +53,9 @@ func copyPieces(dst, src [][]byte, st *stopper) {
 			k := min(len(d), copyMin)
 			copy(d[:k], s[:k])
 			d, s, n = d[k:], s[k:], n+k
+			if st != nil {
+				st.landed.Add(uint64(k))
+			}
 		}
 	}
 }
@@ -134,6 +137,9 @@ func (p *copyPool) copyAll(dst, src [][]byte, total uint64, st *stopper) {
 	if total < 2*copyMin {
 		for i := range dst {
 			copy(dst[i], src[i])
+		}
+		if st != nil {
+			st.landed.Add(total)
 		}
 		return
 	}

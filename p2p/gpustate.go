@@ -298,3 +298,15 @@ func (g *gpuState) close() error {
 	// reference go once no other user in the process holds them.
 	return errors.Join(err, g.sh.Close())
 }
+
+// dmabufSupported reports whether device dev exports its memory as
+// dma-bufs (GPUDirect RDMA through ibv_reg_dmabuf_mr).
+func (g *gpuState) dmabufSupported(dev int) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.driverLocked(); err != nil {
+		return false, err
+	}
+	v, err := g.sh.Driver().Attribute(dev, cuda.AttrDmaBufSupported)
+	return v == 1, err
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"strconv"
 	"strings"
@@ -118,6 +119,10 @@ func childMain() error {
 					return nil
 				case len(f) == 1 && f[0] == "dereg":
 					fmt.Printf("DEREG %v\n", a.DeregisterMem(r))
+				case len(f) == 2 && f[0] == "sum":
+					// A checksum of the whole region, to see whether bytes
+					// still change (the rdma tests).
+					fmt.Printf("SUM %s %08x\n", f[1], crc32.ChecksumIEEE(read(0, len(mem))))
 				default:
 					fmt.Printf("N %s %s\n", from, m)
 				}

@@ -4,9 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/gccl/gccl/internal/verbs"
 )
 
-// Metadata blob, version 2 (version 1 had no VRAM record tail). Integers are little endian; strings are a u16
+// Metadata blob, version 3 (version 1 had no VRAM record tail, version 2
+// no RDMA port and keys). Integers are little endian; strings are a u16
 // length and bytes. A CRC-32C of everything before it ends the blob, so a
 // truncated or damaged blob is refused before any field is trusted.
 //
@@ -20,15 +23,20 @@ import (
 //	pid      4
 //	token    16  random; a connecting peer must present it (proof it loaded the blob)
 //	probe    8   address of the token in the agent's memory (pvm probe)
+//	rdma     1   1 if the agent has an RDMA port, then: device str, port 1,
+//	             link layer 1, active MTU 1, LID 2, GID 16
 //	count    4   regions, then per region:
 //	  id 4, type 1, flags 1, base 8, len 8, shm str, and for VRAM:
 //	  dev 4 (the owner's device ordinal), bus str (its PCI bus id),
 //	  ipc 64 (CUDA IPC handle of the allocation, when flags&regionIPC),
-//	  ipcoff 8 (offset of base in that allocation)
+//	  ipcoff 8 (offset of base in that allocation);
+//	  and for DRAM and VRAM: keys 2, then per MR of the region (in order,
+//	  covering it from offset 0 to len, none when it is not registered with
+//	  the agent's RDMA device): off 8, len 8, rkey 4
 //	crc      4
 const (
 	metadataMagic   = "GCCLP2P\x00"
-	metadataVersion = 2
+	metadataVersion = 3
 	maxNameLen      = 256
 	maxStringLen    = 1024
 	maxRegions      = 1 << 20
@@ -37,6 +45,7 @@ const (
 	ipcHandleLen    = 64
 	maxDevices      = 1 << 12
 	maxBusIDLen     = 64
+	maxRegionKeys   = 1 << 12
 )
 
 // agentInfo is a decoded metadata blob.
@@ -48,7 +57,11 @@ type agentInfo struct {
 	Pid     uint32
 	Token   [tokenLen]byte
 	Probe   uint64
+	RDMA    *rdmaInfo // nil: no RDMA port
 	Regions []regionInfo
+	// Keys are the RDMA keys of the regions registered with the agent's
+	// device, by region ID.
+	Keys map[uint32][]rkeyRange
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -65,6 +78,15 @@ func encodeMetadata(m *agentInfo) []byte {
 	b = binary.LittleEndian.AppendUint32(b, m.Pid)
 	b = append(b, m.Token[:]...)
 	b = binary.LittleEndian.AppendUint64(b, m.Probe)
+	if r := m.RDMA; r != nil {
+		b = append(b, 1)
+		b = appendString(b, r.Device)
+		b = append(b, r.Port, byte(r.LinkLayer), byte(r.MTU))
+		b = binary.LittleEndian.AppendUint16(b, r.LID)
+		b = append(b, r.GID[:]...)
+	} else {
+		b = append(b, 0)
+	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Regions)))
 	for _, r := range m.Regions {
 		b = binary.LittleEndian.AppendUint32(b, r.ID)
@@ -77,6 +99,15 @@ func encodeMetadata(m *agentInfo) []byte {
 			b = appendString(b, r.Bus)
 			b = append(b, r.IPC[:]...)
 			b = binary.LittleEndian.AppendUint64(b, r.IPCOff)
+		}
+		if r.Type != FILE {
+			keys := m.Keys[r.ID]
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(keys)))
+			for _, k := range keys {
+				b = binary.LittleEndian.AppendUint64(b, k.Off)
+				b = binary.LittleEndian.AppendUint64(b, k.Len)
+				b = binary.LittleEndian.AppendUint32(b, k.RKey)
+			}
 		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
@@ -150,6 +181,32 @@ func (d *decoder) str(what string, limit int) string {
 	return string(d.take(n, what))
 }
 
+// decodeKeys reads a region's RDMA keys: MRs covering it in order.
+func decodeKeys(d *decoder, r regionInfo) []rkeyRange {
+	n := int(d.u16("region key count"))
+	if d.err != nil {
+		return nil
+	}
+	if n > maxRegionKeys || n*20 > len(d.b) {
+		d.fail("region %d: %d keys in %d bytes", r.ID, n, len(d.b))
+		return nil
+	}
+	var keys []rkeyRange
+	next := uint64(0)
+	for i := 0; i < n && d.err == nil; i++ {
+		k := rkeyRange{Off: d.u64("key offset"), Len: d.u64("key length"), RKey: d.u32("rkey")}
+		if d.err == nil && (k.Off != next || k.Len == 0 || k.Off+k.Len < k.Off || k.Off+k.Len > r.Len) {
+			d.fail("region %d: key %d covers [%#x, +%d), expected it from %#x within %d bytes", r.ID, i, k.Off, k.Len, next, r.Len)
+		}
+		next = k.Off + k.Len
+		keys = append(keys, k)
+	}
+	if d.err == nil && n > 0 && next != r.Len {
+		d.fail("region %d: keys cover %d of %d bytes", r.ID, next, r.Len)
+	}
+	return keys
+}
+
 // decodeMetadata parses a blob from a peer, checking every field it will
 // later rely on.
 func decodeMetadata(blob []byte) (*agentInfo, error) {
@@ -178,6 +235,20 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 	m.Pid = d.u32("pid")
 	copy(m.Token[:], d.take(tokenLen, "token"))
 	m.Probe = d.u64("probe address")
+	switch d.u8("rdma flag") {
+	case 0:
+	case 1:
+		r := &rdmaInfo{Device: d.str("rdma device", maxNameLen), Port: d.u8("rdma port"),
+			LinkLayer: verbs.LinkLayer(d.u8("rdma link layer")), MTU: verbs.MTU(d.u8("rdma MTU")), LID: d.u16("rdma LID")}
+		copy(r.GID[:], d.take(len(r.GID), "rdma GID"))
+		if d.err == nil && (r.Device == "" || r.Port == 0 || r.MTU.Bytes() == 0 ||
+			r.LinkLayer != verbs.LinkInfiniBand && r.LinkLayer != verbs.LinkEthernet) {
+			d.fail("rdma port %+v", *r)
+		}
+		m.RDMA = r
+	default:
+		d.fail("rdma flag")
+	}
 	n := d.u32("region count")
 	if d.err == nil && (n > maxRegions || int(n) > len(d.b)/regionRecordMin) {
 		d.fail("%d regions in %d bytes", n, len(d.b))
@@ -195,6 +266,14 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 			r.Bus = d.str("region PCI bus id", maxBusIDLen)
 			copy(r.IPC[:], d.take(ipcHandleLen, "region IPC handle"))
 			r.IPCOff = d.u64("region IPC offset")
+		}
+		if r.Type == DRAM || r.Type == VRAM {
+			if k := decodeKeys(d, r); len(k) > 0 {
+				if m.Keys == nil {
+					m.Keys = map[uint32][]rkeyRange{}
+				}
+				m.Keys[r.ID] = k
+			}
 		}
 		switch {
 		case d.err != nil:

@@ -59,6 +59,17 @@ type peer struct {
 	lastRecv atomic.Int64
 	lastSend atomic.Int64
 	closed   chan struct{}
+
+	// RDMA: this agent's channel to the peer (connected on first use), and
+	// its responder to the peer's channel.
+	rcMu  sync.Mutex
+	rc    *rdmaChan
+	rcErr error
+	rmu   sync.Mutex
+	rsp   *rdmaResp
+	hs    map[uint64]chan hsReply  // RDMA handshakes awaiting the peer's accept (under mu)
+	pongs map[uint64]chan struct{} // fences awaiting their pong (under mu)
+	hsSeq uint64
 }
 
 // reply is work for the responder: an ack, a pong or a READ to serve.
@@ -78,6 +89,7 @@ func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
 		a: a, name: info.Name, pid: int(info.Pid), conn: conn, br: br,
 		bw: bufio.NewWriterSize(conn, connBufSize), inflight: map[uint64]*Request{},
 		refused: map[uint64]string{}, closed: make(chan struct{}),
+		hs: map[uint64]chan hsReply{}, pongs: map[uint64]chan struct{}{},
 	}
 	if info.Host == a.host {
 		for _, r := range info.Regions {
@@ -332,6 +344,7 @@ func (p *peer) fail(err error, forget bool) {
 	for _, r := range reqs {
 		r.finish(err)
 	}
+	p.closeRDMA(err)
 	a := p.a
 	a.mu.Lock()
 	delete(a.conns, p)
@@ -423,8 +436,33 @@ func (p *peer) handle(h header) error {
 		}
 		p.a.deliverNotif(p.name, msg)
 	case opPing:
-		p.queue(reply{op: opPong})
+		p.queue(reply{op: opPong, aux: h.aux})
 	case opPong:
+		if h.aux != 0 {
+			p.mu.Lock()
+			if w := p.pongs[h.aux]; w != nil {
+				close(w)
+				delete(p.pongs, h.aux)
+			}
+			p.mu.Unlock()
+		}
+	case opRDMAConnect:
+		return p.serveRDMAConnect(h)
+	case opRDMABarrier:
+		p.rmu.Lock()
+		rs := p.rsp
+		p.rmu.Unlock()
+		if rs != nil {
+			rs.waitDelivered(h.aux, p.a.cfg.PeerTimeout/2)
+		}
+	case opRDMAAccept:
+		return p.rdmaAccepted(h)
+	case opAbort:
+		msg := make([]byte, h.length)
+		if _, err := io.ReadFull(p.br, msg); err != nil {
+			return err
+		}
+		p.a.deliverFailure(PeerFailure{Peer: p.name, Request: h.req, PartsDone: int(h.aux), Err: string(msg), At: time.Now()})
 	case opInvalidate:
 		if ra, err := p.a.remote(p.name); err == nil {
 			ra.dropRegion(h.region)
@@ -528,8 +566,8 @@ func (p *peer) writeReplyLocked(r reply) error {
 		_, err := p.bw.WriteString(r.err)
 		return err
 	}
-	if r.op == opNotif {
-		return p.frameLocked(h, r.payload)
+	if r.op == opNotif || r.op == opRDMAAccept || r.op == opAbort {
+		return p.frameLocked(h, nonNil(r.payload))
 	}
 	if r.op != opReadResp {
 		return p.frameLocked(h, nil)

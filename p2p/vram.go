@@ -70,13 +70,20 @@ func (a *Agent) RegisterVRAM(devPtr uint64, n uint64, device int) (*Region, erro
 	} else {
 		a.log.Warn("p2p: no CUDA IPC handle for a VRAM region; peers on this host reach it over tcp", "device", device, "err", err)
 	}
+	// GPUDirect RDMA: the region registered with the RDMA device as a
+	// dma-buf, else through nvidia-peermem; without either its transfers
+	// to other hosts are staged through pinned host buffers (logged).
+	rd := a.rdmaRegister(regKey{typ: VRAM, dev: device, base: devPtr, len: n})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
+		if rd != nil {
+			a.rdma.cache.release(rd)
+		}
 		return nil, ErrClosed
 	}
 	r := a.addRegionLocked(info)
-	r.vram = &vramMem{dev: device, ctx: ctx}
+	r.vram, r.rd = &vramMem{dev: device, ctx: ctx}, rd
 	a.log.Debug("registered VRAM", "id", r.info.ID, "device", device, "bus", info.Bus, "bytes", n, "ipc", info.Flags&regionIPC != 0)
 	return r, nil
 }

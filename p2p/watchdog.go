@@ -13,7 +13,8 @@ func (a *Agent) watchdog() {
 	tick = max(min(tick, 100*time.Millisecond), time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var expired []uint64
+	var expired, stalledIDs []uint64
+	st := a.cfg.StallTimeout
 	for {
 		select {
 		case <-a.done:
@@ -25,6 +26,13 @@ func (a *Agent) watchdog() {
 		peers := a.livePeersLocked()
 		a.mu.RUnlock()
 		for _, p := range peers {
+			p.rcMu.Lock()
+			if ch := p.rc; ch != nil {
+				p.rcMu.Unlock()
+				ch.watch()
+			} else {
+				p.rcMu.Unlock()
+			}
 			if silent := time.Duration(now - p.lastRecv.Load()); silent > a.cfg.PeerTimeout {
 				p.fail(fmt.Errorf("%w: %s sent nothing for %v (PeerTimeout)", ErrRemoteDisconnect, p.name, silent.Round(time.Millisecond)), true)
 				continue
@@ -32,17 +40,29 @@ func (a *Agent) watchdog() {
 			if time.Duration(now-p.lastSend.Load()) > a.cfg.PeerTimeout/4 {
 				p.queue(reply{op: opPing})
 			}
-			expired = expired[:0]
+			expired, stalledIDs = expired[:0], stalledIDs[:0]
+			// A tcp post that made no progress for StallTimeout while the
+			// peer answers stalled; rdma posts are the channel's business.
+			alive := time.Duration(now-p.lastRecv.Load()) <= a.cfg.PeerTimeout/2
 			p.mu.Lock()
 			for id, r := range p.inflight {
-				if now > r.stop.deadline.Load() {
+				switch {
+				case now > r.stop.deadline.Load():
 					expired = append(expired, id)
+				case st > 0 && alive && r.backend == BackendTCP && time.Duration(now-r.progress.Load()) > st:
+					stalledIDs = append(stalledIDs, id)
 				}
 			}
 			p.mu.Unlock()
 			for _, id := range expired {
 				if r := p.take(id); r != nil { // not finished (and posted again) meanwhile
 					r.finish(r.timeoutErr())
+				}
+			}
+			for _, id := range stalledIDs {
+				if r := p.take(id); r != nil {
+					r.finish(stalled("%v to %s: nothing sent, landed or acknowledged for %v while it answers", r.op, r.peer,
+						time.Duration(now-r.progress.Load()).Round(time.Millisecond)))
 				}
 			}
 		}

@@ -15,7 +15,9 @@ import (
 //	3      1    flags (ackError on ack and readResp: the payload is an error text)
 //	4      4    region: the target's region ID (write, readReq)
 //	8      8    request: the initiator's request ID
-//	16     8    aux: segment index (readReq, readResp), part flags (commit)
+//	16     8    aux: segment index (readReq, readResp), part flags (commit),
+//	            handshake ID (rdmaConnect, rdmaAccept), fence ID (ping, pong),
+//	            parts done (abort)
 //	24     8    offset: address or file offset in the region's space
 //	32     8    length: payload bytes, or bytes asked for (readReq)
 const (
@@ -40,6 +42,17 @@ const (
 	opPong       op = 9
 	opInvalidate op = 10 // the sender deregistered region
 	opBye        op = 11 // orderly close
+	// RDMA: the sender's QP endpoints for its channel to the receiver,
+	// which replaces its responder QPs with new ones connected to them and
+	// answers with theirs (rdmaAccept: u16 QPs, 6 reserved, u64 the last
+	// notification delivered, endpoints; flagError: the payload says why).
+	// rdmaConnect's payload: u16 QPs, 6 reserved, 32-byte endpoints.
+	opRDMAConnect op = 12
+	opRDMAAccept  op = 13
+	opAbort       op = 14 // a request of the sender to the receiver failed; payload: why (PeerFailure)
+	// rdmaBarrier: deliver what follows on the connection only once the
+	// RDMA notifications up to sequence number aux are delivered.
+	opRDMABarrier op = 15
 )
 
 const (
@@ -92,9 +105,10 @@ func parseHeader(b []byte) (header, error) {
 	}
 	var allowed uint8
 	switch h.op {
-	case opWrite, opReadReq, opPing, opPong, opInvalidate, opBye:
-	case opReadResp, opAck:
+	case opWrite, opReadReq, opPing, opPong, opInvalidate, opBye, opRDMABarrier:
+	case opReadResp, opAck, opRDMAAccept:
 		allowed = flagError
+	case opRDMAConnect, opAbort:
 	case opCommit:
 		allowed = flagNotify | flagAck
 	case opHello, opNotif:
@@ -105,7 +119,7 @@ func parseHeader(b []byte) (header, error) {
 		return header{}, fmt.Errorf("p2p: %v with flags %#x", h.op, h.flags)
 	}
 	switch h.op {
-	case opHello, opNotif, opCommit, opAck:
+	case opHello, opNotif, opCommit, opAck, opRDMAConnect, opRDMAAccept, opAbort:
 		if h.length > maxCtrlPayload {
 			return header{}, fmt.Errorf("p2p: %v with a %d-byte payload (at most %d)", h.op, h.length, maxCtrlPayload)
 		}
@@ -116,7 +130,7 @@ func parseHeader(b []byte) (header, error) {
 		if h.flags&flagError != 0 && h.length > maxCtrlPayload {
 			return header{}, fmt.Errorf("p2p: error text of %d bytes", h.length)
 		}
-	case opPing, opPong, opInvalidate, opBye:
+	case opPing, opPong, opInvalidate, opBye, opRDMABarrier:
 		if h.length != 0 {
 			return header{}, fmt.Errorf("p2p: %v with a payload", h.op)
 		}
@@ -133,7 +147,8 @@ func (h header) payloadLen() uint64 {
 }
 
 func (o op) String() string {
-	names := [...]string{"?", "hello", "write", "readReq", "readResp", "commit", "ack", "notif", "ping", "pong", "invalidate", "bye"}
+	names := [...]string{"?", "hello", "write", "readReq", "readResp", "commit", "ack", "notif", "ping", "pong", "invalidate", "bye",
+		"rdmaConnect", "rdmaAccept", "abort", "rdmaBarrier"}
 	if int(o) < len(names) {
 		return names[o]
 	}

@@ -235,6 +235,10 @@ type Request struct {
 	acks      int // tcp WRITE, reader goroutine only
 	logged    bool
 	dst, src  [][]byte // the copy backends' scratch, kept between posts
+	rd        *rdmaPlan
+	rch       *rdmaChan       // the channel of the current rdma post
+	tcpLanded []atomic.Uint64 // tcp: per part, bytes sent live (WRITE) or landed (READ)
+	progress  atomic.Int64    // tcp: monoNow of the post's last byte sent or landed, or ack (stalls)
 }
 
 // stopper ends a post's copy or file I/O between blocks once its deadline
@@ -247,12 +251,15 @@ type Request struct {
 type stopper struct {
 	deadline atomic.Int64 // monoNow
 	closing  <-chan struct{}
-	why      atomic.Int32 // 0: go on; stopTimeout or stopClosed
+	why      atomic.Int32  // 0: go on; stopTimeout, stopClosed, stopCanceled, stopDeregistered
+	landed   atomic.Uint64 // bytes the copy backends copied in this post (Cancel's report)
 }
 
 const (
 	stopTimeout int32 = 1 + iota
 	stopClosed
+	stopCanceled
+	stopDeregistered
 )
 
 // stopped reports whether the work must stop, and from then on always does
@@ -288,6 +295,10 @@ func (r *Request) halted() error {
 		return nil
 	case stopClosed:
 		return ErrClosed
+	case stopCanceled:
+		return ErrCanceled
+	case stopDeregistered:
+		return errDeregistered
 	}
 	return r.timeoutErr()
 }
@@ -403,6 +414,9 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 	if err := r.spec.prepare(r); err != nil {
 		return nil, err
 	}
+	if b == BackendTCP {
+		r.tcpLanded = make([]atomic.Uint64, len(r.parts))
+	}
 	return r, nil
 }
 
@@ -481,6 +495,9 @@ func (a *Agent) CreateRequest(op Op, local DescList, peer string, remote DescLis
 // Backend is the chosen backend.
 func (r *Request) Backend() Backend { return r.backend }
 
+// BackendReason is why the backend was chosen (as logged).
+func (r *Request) BackendReason() string { return r.why }
+
 // Bytes is the request's size.
 func (r *Request) Bytes() uint64 { return r.bytes }
 
@@ -510,18 +527,26 @@ func (r *Request) Post() (Status, error) {
 		r.mu.Unlock()
 		return StatusInProgress, ErrRequestActive
 	}
+	a := r.a
 	r.state.Store(reqPosted)
 	r.err, r.done = nil, make(chan struct{})
-	r.mu.Unlock()
-	// The rest is read only by the goroutines that run this post, which
-	// get it through the lane (or this goroutine, inline).
-	a := r.a
-	r.p, r.segsDone, r.acks = nil, 0, 0
-	r.finishing.Store(false)
-	r.partsDone.Store(0)
+	// Under mu: Cancel reads the post's ID and stops it through stop.
 	r.id = a.nextReq.Add(1)
 	r.stop.deadline.Store(monoNow() + int64(a.cfg.RequestTimeout))
 	r.stop.why.Store(0)
+	r.stop.landed.Store(0)
+	r.mu.Unlock()
+	// The rest is read only by the goroutines that run this post, which
+	// get it through the lane (or this goroutine, inline).
+	r.p, r.segsDone, r.acks = nil, 0, 0
+	r.finishing.Store(false)
+	r.partsDone.Store(0)
+	for i := range r.tcpLanded {
+		r.tcpLanded[i].Store(0)
+	}
+	a.postMu.Lock()
+	a.posts[r] = struct{}{}
+	a.postMu.Unlock()
 	select {
 	case <-a.done: // Close invalidated the peers too: say why
 		r.complete(ErrClosed, false)
@@ -556,6 +581,16 @@ func (r *Request) Post() (Status, error) {
 	if l == nil {
 		r.complete(ErrClosed, true)
 		return StatusFailed, ErrClosed
+	}
+	if r.spec.postInline && a.cfg.InlineLimit >= 0 {
+		// Posting costs the same whatever the size: on this goroutine when
+		// nothing is queued before it (no lane goroutine to start).
+		if ran, err := l.runInline(r); ran {
+			if err != nil {
+				return StatusFailed, err
+			}
+			return StatusInProgress, nil
+		}
 	}
 	inline := r.spec.inline && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
 	if inline {
@@ -663,6 +698,13 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if releaseRemote && r.ra != nil {
 		r.ra.release()
 	}
+	a := r.a
+	a.postMu.Lock()
+	delete(a.posts, r)
+	a.postMu.Unlock()
+	if err != nil {
+		r.reportFailure(err)
+	}
 	if r.cb != nil {
 		r.cb(r, err) // before done: Wait returns after the callback ran
 	}
@@ -714,6 +756,7 @@ type lane struct {
 	busy    bool
 	running bool // a run goroutine drains q
 	closed  bool
+	path    notifPath // the last post's (read and written by the one running posts)
 }
 
 func (a *Agent) lane(peer string) *lane {
@@ -746,7 +789,7 @@ func (l *lane) runInline(r *Request) (bool, error) {
 	}
 	l.busy = true
 	l.mu.Unlock()
-	err := l.a.execute(r)
+	err := l.execute(r)
 	l.mu.Lock()
 	l.busy = false
 	if len(l.q) > 0 {
@@ -795,7 +838,7 @@ func (l *lane) run() {
 		l.q = l.q[1:]
 		l.busy = true
 		l.mu.Unlock()
-		l.a.execute(r)
+		l.execute(r)
 		l.mu.Lock()
 		l.busy = false
 		l.mu.Unlock()
@@ -814,6 +857,11 @@ func (l *lane) close() {
 func (a *Agent) execute(r *Request) error {
 	if monoNow() > r.stop.deadline.Load() {
 		err := fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer)
+		r.finish(err)
+		return err
+	}
+	if r.stop.why.Load() != 0 { // cancelled while queued
+		err := r.halted()
 		r.finish(err)
 		return err
 	}

@@ -4,6 +4,13 @@
 // FILE, reporting bandwidth and the average and p99 latency of preparing,
 // posting and completing a request.
 //
+// -backend rdma moves the bytes with RDMA READ/WRITE between the two
+// processes through this host's RDMA device (as between hosts; shared
+// memory and process_vm off), to compare with perftest's ib_write_bw and
+// ib_read_bw on the same device:
+//
+//	gccl-p2pbench -op write -target dram -backend rdma -b 1M -e 64M -f 4
+//
 //	gccl-p2pbench -op write -target shm -b 4K -e 64M -f 4 -batch 1,32
 //	gccl-p2pbench -op read -target file -file /work/bench.dat -direct -qd 4 -bs 1M -b 1M -e 1M
 //
@@ -101,7 +108,7 @@ func parseFlags(args []string) (*options, error) {
 	direct := fs.Bool("direct", false, "O_DIRECT for -target file")
 	qd := fs.Int("qd", p2p.DefaultFileQueueDepth, "file queue depth")
 	bs := fs.String("bs", "1M", "file block size")
-	backend := fs.String("backend", "auto", "force a backend: auto, shm, pvm, tcp")
+	backend := fs.String("backend", "auto", "force a backend: auto, shm, pvm, tcp, rdma")
 	check := fs.Bool("check", true, "check the data after each point")
 	reverse := fs.Bool("reverse", true, "lay the target's descriptors out in reverse order, so that they do not merge")
 	gpu := fs.Bool("gpu", false, "measure VRAM: host<->device through the agent against raw pinned copies, cudaipc against a local device copy")
@@ -147,6 +154,8 @@ func parseFlags(args []string) (*options, error) {
 		o.backend = p2p.BackendPVM
 	case "tcp":
 		o.backend = p2p.BackendTCP
+	case "rdma":
+		o.backend = p2p.BackendRDMA
 	default:
 		return nil, fmt.Errorf("-backend %q", *backend)
 	}
@@ -157,6 +166,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-target %q: dram, shm or file", o.target)
 	case o.target == "file" && o.file == "":
 		return nil, errors.New("-target file needs -file")
+	case o.backend == p2p.BackendRDMA && o.target != "dram":
+		return nil, errors.New("-backend rdma needs -target dram")
 	case o.minSize < 1 || o.maxSize < o.minSize || o.factor < 2:
 		return nil, errors.New("need 1 <= -b <= -e and -f >= 2")
 	case o.iters < 1 || o.warmup < 0:
@@ -203,6 +214,13 @@ func run(o *options) error {
 	if size == 0 {
 		return errors.New("no point fits under -max")
 	}
+	if o.backend == p2p.BackendRDMA {
+		// Both processes (the target inherits them): RDMA on one host, as
+		// between two, with nothing faster in the way.
+		os.Setenv("GCCL_P2P_RDMA_SAME_HOST", "1")
+		os.Setenv("GCCL_SHM_DISABLE", "1")
+		os.Setenv("GCCL_P2P_PVM_DISABLE", "1")
+	}
 	a, err := p2p.New("initiator", p2p.Config{FileQueueDepth: o.queueDepth, FileBlockSize: o.blockB, ListenAddr: "127.0.0.1:0"})
 	if err != nil {
 		return err
@@ -223,6 +241,13 @@ func run(o *options) error {
 	}
 	host, _ := os.Hostname()
 	fmt.Printf("# gccl-p2pbench %v to %s (%s) on %s, %d iterations after %d warm-up\n", o.op, o.target, peer, host, o.iters, o.warmup)
+	if o.backend == p2p.BackendRDMA {
+		dev, err := a.RDMADevice()
+		if err != nil {
+			return fmt.Errorf("-backend rdma: %w", err)
+		}
+		fmt.Printf("# RDMA device %s\n", dev)
+	}
 	fmt.Printf("# %10s %6s %12s %8s %9s %9s %9s %9s %9s %9s  %s\n", "block", "batch", "bytes", "GB/s", "prep_avg", "prep_p99", "post_avg", "post_p99", "xfer_avg", "xfer_p99", "backend")
 	ctx := context.Background()
 	for _, pt := range o.points() {

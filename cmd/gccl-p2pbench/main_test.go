@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +49,27 @@ func TestParseFlags(t *testing.T) {
 	}
 	if n, err := parseSize("2G"); err != nil || n != 2<<30 {
 		t.Fatalf("parseSize(2G) = %d, %v", n, err)
+	}
+}
+
+// -backend rdma between two processes of this host: where there is an RDMA
+// device (the rxe VM), else it says why not.
+func TestRunRDMA(t *testing.T) {
+	for _, k := range []string{"GCCL_SHM_DISABLE", "GCCL_P2P_PVM_DISABLE", "GCCL_P2P_RDMA_SAME_HOST"} {
+		t.Setenv(k, os.Getenv(k)) // run sets them; restored after the test
+	}
+	for _, op := range []string{"write", "read"} {
+		o, err := parseFlags([]string{"-op", op, "-target", "dram", "-backend", "rdma", "-b", "4K", "-e", "1M", "-f", "16", "-batch", "1,3", "-n", "3", "-w", "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = run(o)
+		if err != nil && os.Getenv("GCCL_TEST_REQUIRE_RDMA") != "1" && strings.Contains(err.Error(), "-backend rdma") {
+			t.Skipf("no RDMA device: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -190,6 +190,9 @@ const (
 	AttrComputeCapabilityMajor Attr = 75
 	AttrComputeCapabilityMinor Attr = 76
 	AttrPCIDomainID            Attr = 50
+	// AttrDmaBufSupported: the device exports its memory as dma-buf file
+	// descriptors (DmaBufFD; CUDA 11.7 and a driver of R515 or later).
+	AttrDmaBufSupported Attr = 124
 )
 
 // symbols are the driver entry points gccl uses, by the names the driver
@@ -240,6 +243,13 @@ var symbols = []string{
 	"cuModuleUnload",
 	"cuModuleGetFunction",
 	"cuLaunchKernel",
+}
+
+// optionalSymbols are entry points gccl uses where the driver has them;
+// Load resolves them when present and the calls that need them report
+// ErrNotSupported otherwise.
+var optionalSymbols = []string{
+	"cuMemGetHandleForAddressRange", // DmaBufFD: CUDA 11.7
 }
 
 // Symbols returns the driver entry points gccl resolves at Load.

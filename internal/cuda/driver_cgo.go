@@ -179,6 +179,11 @@ func open(path string) (*Driver, error) {
 		}
 		d.fn[name] = p
 	}
+	for _, name := range optionalSymbols {
+		if p := lib.Sym(name); p != nil {
+			d.fn[name] = p
+		}
+	}
 	return d, nil
 }
 

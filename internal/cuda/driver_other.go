@@ -79,3 +79,6 @@ func (c *Context) Function(Module, string) (Function, error)      { return 0, Er
 func (c *Context) Launch(Function, uint32, uint32, Stream, unsafe.Pointer) error {
 	return ErrNotSupported
 }
+
+// DmaBufFD reports that this build has no driver.
+func (c *Context) DmaBufFD(DevicePtr, int) (int, error) { return -1, ErrNotSupported }

@@ -4,7 +4,17 @@
 # clone, as root (it apt-gets what it lacks; downloads are cached under
 # /var/tmp/gccl-rxe). The command CI runs:
 #
-#   tests/rxe/run.sh [--no-2vm] [PKG...]      (default PKG: ./internal/verbs)
+#   tests/rxe/run.sh [--no-2vm] [PKG...]
+#
+# Default PKGs, each with the tests it runs in one VM and in two:
+#   ./internal/verbs     one VM: all; two VMs: ^TestTwoHosts$
+#   ./p2p                one VM: ^TestRDMA (the rdma backend, cancel, stall,
+#                        a killed target); two VMs: none
+#   ./examples/disagg    one VM: ^TestDisaggRDMA$; two VMs:
+#                        ^TestDisaggTwoHosts$ (prefill and decode hosts)
+# Another package: all of its tests in one VM, ^TestTwoHosts$ in two.
+# RXE_1VM_RUN, when set, is the -test.run pattern of step 2 for every
+# package; RXE_2VM_RUN that of step 3.
 #
 # 1. on the host: go test PKG (the pure tests, and internal/verbs' layout
 #    check against rdma-core's verbs.h; the device tests skip there);
@@ -25,8 +35,18 @@ export GOFLAGS="${GOFLAGS:-} -count=1"
 two=1
 if [ "${1:-}" = --no-2vm ]; then two=0; shift; fi
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs)
-pattern=${RXE_2VM_RUN:-^TestTwoHosts\$}
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs ./p2p ./examples/disagg)
+# patterns PKG: sets run1 (one VM's -test.run, empty: all) and run2 (two
+# VMs', empty: no two-VM step).
+patterns() {
+	case "${1#./}" in
+	p2p) run1='^TestRDMA' run2='' ;;
+	examples/disagg) run1='^TestDisaggRDMA$' run2='^TestDisaggTwoHosts$' ;;
+	*) run1='' run2='^TestTwoHosts$' ;;
+	esac
+	run1=${RXE_1VM_RUN:-$run1}
+	run2=${RXE_2VM_RUN:-$run2}
+}
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
@@ -76,27 +96,31 @@ for pkg in "${pkgs[@]}"; do
 	go test -c -o "$work/$name.test" "$pkg"
 	took "go test -c $pkg" "$t"
 	dir=$(go list -f '{{.Dir}}' "$pkg")
+	patterns "$pkg"
+	onevm=()
+	[ -z "$run1" ] || onevm=(-test.run "$run1")
 
-	step "one VM: $pkg's tests on rxe0"
+	step "one VM: $pkg's tests on rxe0${run1:+ matching $run1}"
 	t=$(now)
 	out=$work/$name.vm
 	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA" \
-		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s) >"$out" 2>&1; then
-		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|.*NET/IB)' "$out" | sed 's/^/    /'
+		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s ${onevm[@]+"${onevm[@]}"}) >"$out" 2>&1; then
+		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|.*NET/IB|cancel|the READ|the next request|MemAvailable)' "$out" | sed 's/^/    /'
 	else
 		cat "$out"
 		fail=1
 	fi
 	took "one VM: $pkg" "$t"
 
-	if [ $two = 1 ]; then
+	if [ $two = 1 ] && [ -n "$run2" ]; then
+		pattern=$run2
 		step "two VMs: $pkg's tests matching $pattern"
 		t=$(now)
 		out=$work/$name.2vm
 		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 \
 			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=600s) >"$out" 2>&1 &&
 			[ "$(grep -c -- '^--- PASS' "$out")" -ge 2 ] && ! grep -q -- '^--- SKIP' "$out"; then
-			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank' "$out" | sed 's/^/    /'
+			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank|^(decode|prefill): .*(RDMA|received and checked|over (rdma|tcp))' "$out" | sed 's/^/    /'
 		else
 			cat "$out"
 			echo "rxe: the two-VM tests failed, or skipped, or none ran"

@@ -30,6 +30,13 @@
 //     source compiled for the host (internal/kernels/hostemu.c), serially
 //     over the grid. Built without -DGCCL_HOSTEMU, launches fail.
 //   - Device 0 and 1 report compute capability 9.0 and 4 multiprocessors.
+//   - cuMemGetHandleForAddressRange exports an allocation as a "dma-buf": a
+//     duplicate of its memfd, so a fake verbs library can map it at the
+//     offset ibv_reg_dmabuf_mr names. Offset 0 of the real driver's dma-buf is
+//     the range's start; the fake's is the allocation's, so it takes ranges
+//     that start at an allocation's base only. FAKECUDA_NO_DMABUF=1 (read at
+//     each call) makes the device say it has no dma-buf support, as drivers
+//     before R515 do.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -245,6 +252,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
 	case 75: *v = 9; break;  // compute capability major
 	case 76: *v = 0; break;  // minor
 	case 33: *v = 0x3B + dev; break; // PCI bus
+	case 124: { const char *e = getenv("FAKECUDA_NO_DMABUF"); *v = !(e && e[0] == '1'); break; } // dma-buf supported
 	default: *v = 0;
 	}
 	return OK;
@@ -286,6 +294,22 @@ CUresult cuMemFree_v2(uint64_t p) {
 	pthread_mutex_unlock(&mu);
 	return OK;
 }
+#ifndef OMIT_DMABUF
+CUresult cuMemGetHandleForAddressRange(void *handle, uint64_t p, size_t n, int type, unsigned long long flags) {
+	if (!cur) return INVALID_CONTEXT;
+	const char *e = getenv("FAKECUDA_NO_DMABUF");
+	if (e && e[0] == '1') return 801; // CUDA_ERROR_NOT_SUPPORTED
+	if (type != 1 || flags != 0 || n == 0 || p % 4096 != 0) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	struct alloc *a = find(p);
+	int fd = -1;
+	if (a && !a->ipc && a->base == p && n <= ((a->size + 4095) & ~(size_t)4095)) fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_unlock(&mu);
+	if (fd < 0) return INVALID_VALUE;
+	*(int *)handle = fd;
+	return OK;
+}
+#endif
 CUresult cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p) {
 	if (!cur) return INVALID_CONTEXT;
 	pthread_mutex_lock(&mu);
