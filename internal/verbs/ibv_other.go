@@ -23,14 +23,15 @@ type Context struct{}
 // Open reports why devices cannot be opened in this build.
 func Open(string) (*Context, error) { return nil, errNoLoader }
 
-func (c *Context) Name() string                    { return "" }
-func (c *Context) Attr() DeviceAttr                { return DeviceAttr{} }
-func (c *Context) QueryPort(int) (PortAttr, error) { return PortAttr{}, errNoLoader }
-func (c *Context) QueryGID(int, int) (GID, error)  { return GID{}, errNoLoader }
-func (c *Context) Port(int, Config) (Port, error)  { return Port{}, errNoLoader }
-func (c *Context) AllocPD() (*PD, error)           { return nil, errNoLoader }
-func (c *Context) CreateCQ(int, bool) (*CQ, error) { return nil, errNoLoader }
-func (c *Context) Close() error                    { return nil }
+func (c *Context) Name() string                          { return "" }
+func (c *Context) Attr() DeviceAttr                      { return DeviceAttr{} }
+func (c *Context) QueryPort(int) (PortAttr, error)       { return PortAttr{}, errNoLoader }
+func (c *Context) QueryGID(int, int) (GID, error)        { return GID{}, errNoLoader }
+func (c *Context) Port(int, Config) (Port, error)        { return Port{}, errNoLoader }
+func (c *Context) CandidatePort(Candidate) (Port, error) { return Port{}, errNoLoader }
+func (c *Context) AllocPD() (*PD, error)                 { return nil, errNoLoader }
+func (c *Context) CreateCQ(int, bool) (*CQ, error)       { return nil, errNoLoader }
+func (c *Context) Close() error                          { return nil }
 
 // PD is a protection domain.
 type PD struct{}
