@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# tests/rxe/run.sh: gccl's RDMA verbs tests against the real rdma-core and
+# tests/rxe/run.sh: gccl's RDMA tests against the real rdma-core and
 # kernel verbs stack, on Soft-RoCE (rdma_rxe) in qemu VMs, from a clean
 # clone, as root (it apt-gets what it lacks; downloads are cached under
 # /var/tmp/gccl-rxe). The command CI runs:
 #
-#   tests/rxe/run.sh [--no-2vm] [PKG...]      (default PKG: ./internal/verbs)
+#   tests/rxe/run.sh [--no-2vm] [PKG...]
+#
+# (default PKG: ./internal/verbs ./transport/ibverbs ./tests/ib: the verbs
+# binding, the ibverbs transport, and multi-process jobs over it)
 #
 # 1. on the host: go test PKG (the pure tests, and internal/verbs' layout
 #    check against rdma-core's verbs.h; the device tests skip there);
@@ -13,6 +16,9 @@
 # 3. unless --no-2vm: two VMs joined by a virtual wire, each with its own
 #    rxe0, run each binary's tests matching $RXE_2VM_RUN (default
 #    ^TestTwoHosts$) as ranks 0 and 1; they must pass, not skip.
+# The programs the multi-process tests start (gccl-run, collcheck,
+# gccl-perf) are built here once and found in the VMs through
+# GCCL_TEST_BIN_DIR: building them in the emulated guest takes minutes.
 # Each step's time is printed; the exit status is 0 only if all passed.
 # tests/rxe/README.md says more; tests/rxe/vm.sh --help lists its knobs.
 set -euo pipefail
@@ -25,7 +31,7 @@ export GOFLAGS="${GOFLAGS:-} -count=1"
 two=1
 if [ "${1:-}" = --no-2vm ]; then two=0; shift; fi
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs ./transport/ibverbs ./tests/ib)
 pattern=${RXE_2VM_RUN:-^TestTwoHosts\$}
 
 now() { date +%s.%N; }
@@ -59,6 +65,13 @@ took "prepare the VM" "$t"
 work=$(mktemp -d /var/tmp/gccl-rxe-bin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+step "build the programs the tests start"
+t=$(now)
+mkdir -p "$work/bin"
+go build -o "$work/bin/" ./cmd/gccl-run ./cmd/gccl-perf ./tests/collcheck
+export GCCL_TEST_BIN_DIR=$work/bin
+took "go build gccl-run gccl-perf collcheck" "$t"
+
 for pkg in "${pkgs[@]}"; do
 	name=$(echo "${pkg#./}" | tr / _)
 	step "host: go test $pkg"
@@ -80,9 +93,9 @@ for pkg in "${pkgs[@]}"; do
 	step "one VM: $pkg's tests on rxe0"
 	t=$(now)
 	out=$work/$name.vm
-	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA" \
-		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s) >"$out" 2>&1; then
-		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|.*NET/IB)' "$out" | sed 's/^/    /'
+	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" \
+		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=900s) >"$out" 2>&1; then
+		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|.*NET/IB)' "$out" | cut -c1-240 | sed 's/^/    /'
 	else
 		cat "$out"
 		fail=1
@@ -93,10 +106,10 @@ for pkg in "${pkgs[@]}"; do
 		step "two VMs: $pkg's tests matching $pattern"
 		t=$(now)
 		out=$work/$name.2vm
-		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 \
-			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=600s) >"$out" 2>&1 &&
+		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 GCCL_TEST_BIN_DIR="$GCCL_TEST_BIN_DIR" \
+			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=900s) >"$out" 2>&1 &&
 			[ "$(grep -c -- '^--- PASS' "$out")" -ge 2 ] && ! grep -q -- '^--- SKIP' "$out"; then
-			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank' "$out" | sed 's/^/    /'
+			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank' "$out" | cut -c1-240 | sed 's/^/    /'
 		else
 			cat "$out"
 			echo "rxe: the two-VM tests failed, or skipped, or none ran"

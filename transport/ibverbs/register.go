@@ -94,7 +94,7 @@ func (ibTransport) Listen(ctx context.Context, s *transport.Setup) (transport.Li
 	log := logger(s)
 	cand, err := verbs.Choose(devs, o.verbs, verbs.Near{NUMA: -1, LocalRank: s.LocalRank})
 	if err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "verbs: "))
+		return nil, errors.New(strings.TrimPrefix(err.Error(), verbs.ErrNotSupported.Error()+": "))
 	}
 	log.Info(fmt.Sprintf("NET/IB : Using %s", cand), "subsys", "NET")
 	vctx, err := verbs.Open(cand.Device)
