@@ -46,7 +46,8 @@ type conn struct {
 	got, need   []uint8
 	repost      []int            // per QP: receives consumed, to post again
 	rwr         [][]verbs.RecvWR // per QP: receives to post, their IDs set
-	creditOwed  bool             // a credit waits for room on QP 0
+	creditSent  uint64           // the head last credited to the peer
+	creditOwed  bool             // head > creditSent
 	dirty       bool             // on the endpoint's list of connections to finish
 
 	// The peer's state, from its notices.
@@ -216,6 +217,16 @@ func (c *conn) complete(k wrKind, j int, wc *verbs.WC) {
 		}
 		c.need[i] = uint8(parts)
 		c.got[i]++
+		if j == 0 {
+			// The header came with piece 0: its piggybacked credit.
+			if cr := hdrCredit(c.buf[c.g.recvOff(int(i)):]); cr > c.credit {
+				if cr > c.tail {
+					c.protocolError("message %d credits %d messages, %d were sent", c.ready+d, cr, c.tail)
+					return
+				}
+				c.credit = cr
+			}
+		}
 		for c.ready < c.head+uint64(c.g.count) {
 			i := c.ready % uint64(c.g.count)
 			if c.need[i] == 0 || c.got[i] < c.need[i] {
@@ -225,12 +236,13 @@ func (c *conn) complete(k wrKind, j int, wc *verbs.WC) {
 			c.ready++
 		}
 	case immCredit:
-		d := advance(c.credit, v, valBits)
-		if d > c.tail-c.credit {
+		// Credits ride in headers too, so this one may be behind.
+		if d := advance(c.credit, v, valBits); d <= c.tail-c.credit {
+			c.credit += d
+		} else if d < 1<<(valBits-1) {
 			c.protocolError("credit for %d messages, %d are in flight", d, c.tail-c.credit)
 			return
 		}
-		c.credit += d
 	case immClose:
 		c.peerState = peerClosed
 		c.closeAt = c.ready + advance(c.ready, v, valBits)
@@ -249,15 +261,15 @@ func (c *conn) markDirty() {
 	}
 }
 
-// finish posts the receives the last poll consumed and a credit that
-// waited for room.
-func (c *conn) finish() {
+// finish posts the receives the last polls consumed, repostBatch or more
+// at a time (all with force), and a credit that waited for room.
+func (c *conn) finish(force bool) {
 	c.dirty = false
 	if c.err != nil {
 		return
 	}
 	for j, n := range c.repost {
-		if n == 0 {
+		if n == 0 || n < repostBatch && !force {
 			continue
 		}
 		c.repost[j] = 0
@@ -266,7 +278,7 @@ func (c *conn) finish() {
 			return
 		}
 	}
-	if c.creditOwed {
+	if c.creditOwed && (force || c.head-c.creditSent >= c.g.creditBatch()) {
 		c.sendCredit()
 	}
 }
@@ -299,11 +311,11 @@ func (c *conn) sendCredit() {
 		return
 	}
 	if c.sqCtl >= c.g.ctlMax() {
-		c.creditOwed = true
-		c.markDirty()
+		c.markDirty() // finish tries again after the next poll
 		return
 	}
 	c.creditOwed = false
+	c.creditSent = c.head
 	binary.LittleEndian.PutUint64(c.buf[c.g.ctrlOff()+ctrlCreditSrc:], c.head)
 	if err := c.postCtl(ctrlCreditSrc, ctrlCredit, 8, makeImm(immCredit, c.head), c.inline); err != nil {
 		c.fail(fmt.Errorf("ibverbs: rank %d -> %d: posting a credit: %w", c.e.rank, c.peer, err))
@@ -430,7 +442,8 @@ func (s *sender) Commit(tag transport.Tag) {
 	}
 	i := int(c.tail % uint64(c.g.count))
 	off := c.g.sendOff(i)
-	putHeader(c.buf[off:], c.n, c.tail, uint64(tag))
+	putHeader(c.buf[off:], c.n, c.tail, uint64(tag), c.head)
+	c.creditSent, c.creditOwed = c.head, false
 	parts := c.g.pieces(c.n)
 	imm := dataImm(c.tail, parts)
 	raddr := c.raddr + uint64(c.g.recvOff(i))
@@ -459,6 +472,10 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	if c.head == c.ready {
 		e.progress()
 		if c.head == c.ready {
+			// Waiting for the peer: let it have every slot.
+			if c.creditOwed {
+				c.sendCredit()
+			}
 			err := c.rxErr()
 			e.leave()
 			return nil, 0, false, err
@@ -486,7 +503,10 @@ func (r *receiver) Release() {
 	}
 	if c.head != c.ready {
 		c.head++
-		c.sendCredit()
+		c.creditOwed = true
+		if c.head-c.creditSent >= c.g.creditBatch() {
+			c.sendCredit()
+		}
 	}
 	e.leave()
 }

@@ -166,9 +166,17 @@ func (e *Endpoint) progress() bool {
 	for len(e.dirty) > 0 {
 		c := e.dirty[len(e.dirty)-1]
 		e.dirty = e.dirty[:len(e.dirty)-1]
-		c.finish()
+		c.finish(false)
 	}
 	return any
+}
+
+// settle posts every receive consumed and every credit owed, before the
+// owner sleeps: while it sleeps, its peers must have every slot.
+func (e *Endpoint) settle() {
+	for _, c := range e.list {
+		c.finish(true)
+	}
 }
 
 // PrepareWait readies the endpoint for its owner to sleep on the bell: it
@@ -199,6 +207,7 @@ func (e *Endpoint) PrepareWait() {
 		}
 	}
 	found := e.progress()
+	e.settle()
 	e.leave()
 	if found {
 		e.bell.Ring()

@@ -23,9 +23,11 @@ import (
 //	0      4    length of the message
 //	4      4    the message's sequence number, modulo 2^32 (a check)
 //	8      8    tag
+//	16     8    credit: the messages of the other direction the sender
+//	            has released (its head), piggybacked
 const (
 	hdrSize  = 64
-	hdrUsed  = 16
+	hdrUsed  = 24
 	lineSize = 64
 	// The control area: the peer writes the first three fields, this side
 	// the sources of its own writes.
@@ -115,16 +117,31 @@ func (g geometry) piece(n, parts, j int) (off, length int) {
 	return hdrSize + lo, hi - lo
 }
 
-// putHeader and header write and read a slot's header line.
-func putHeader(b []byte, n int, seq uint64, tag uint64) {
+// putHeader and header write and read a slot's header line; hdrCredit
+// reads its credit.
+func putHeader(b []byte, n int, seq, tag, credit uint64) {
 	binary.LittleEndian.PutUint32(b[0:], uint32(n))
 	binary.LittleEndian.PutUint32(b[4:], uint32(seq))
 	binary.LittleEndian.PutUint64(b[8:], tag)
+	binary.LittleEndian.PutUint64(b[16:], credit)
 }
 
 func header(b []byte) (n int, seq uint32, tag uint64) {
 	return int(binary.LittleEndian.Uint32(b[0:])), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint64(b[8:])
 }
+
+func hdrCredit(b []byte) uint64 { return binary.LittleEndian.Uint64(b[16:]) }
+
+// Credits are lazy: a release is credited to the sender once creditBatch
+// releases are owed, or the receiver finds nothing to take or is about to
+// sleep, or rides in the header of the next message the other way. The
+// sender always keeps count-creditBatch+1 slots it may fill, so it never
+// waits for a credit the receiver holds back while it works.
+func (g geometry) creditBatch() uint64 { return uint64(max(1, g.count/2)) }
+
+// Receives consumed are posted again repostBatch at a time (the queues
+// hold 6 more than the most that can be outstanding).
+const repostBatch = 4
 
 // Every WRITE of the transport carries an immediate, so that the peer's
 // receive completes and its completion channel can wake it: the kind in

@@ -63,11 +63,13 @@ func TestPieces(t *testing.T) {
 
 func TestHeader(t *testing.T) {
 	b := make([]byte, hdrSize)
-	putHeader(b, 123456, 1<<33+7, 0xdeadbeefcafe)
+	putHeader(b, 123456, 1<<33+7, 0xdeadbeefcafe, 1<<40+3)
 	n, seq, tag := header(b)
 	require.Equal(t, 123456, n)
 	require.Equal(t, uint32(7), seq)
 	require.Equal(t, uint64(0xdeadbeefcafe), tag)
+	require.Equal(t, uint64(1<<40+3), hdrCredit(b))
+	require.LessOrEqual(t, hdrUsed, hdrSize)
 }
 
 func TestImmediates(t *testing.T) {
@@ -255,8 +257,27 @@ func TestCreditArithmetic(t *testing.T) {
 	c.complete(wrData, 0, &verbs.WC{})
 	require.True(t, c.canSend(10))
 	require.NoError(t, c.err)
+	// An explicit credit behind one that came in a header is ignored.
+	c.complete(wrRecv, 0, recvWC(makeImm(immCredit, 5)))
+	require.Equal(t, uint64(6), c.credit)
+	require.NoError(t, c.err)
 	c.complete(wrRecv, 0, recvWC(makeImm(immCredit, 9)))
 	require.ErrorContains(t, c.err, "credit for 3 messages, 0 are in flight")
+
+	// Credits ride in the header of the messages of the other direction.
+	c = testConn(t, 4, 1)
+	c.tail = 3
+	putHeader(c.buf[c.g.recvOff(0):], 8, 0, 1, 2)
+	c.complete(wrRecv, 0, recvWC(dataImm(0, 1)))
+	require.Equal(t, uint64(2), c.credit)
+	require.Equal(t, uint64(1), c.ready)
+	putHeader(c.buf[c.g.recvOff(1):], 8, 1, 1, 1) // an older credit: ignored
+	c.complete(wrRecv, 0, recvWC(dataImm(1, 1)))
+	require.Equal(t, uint64(2), c.credit)
+	require.NoError(t, c.err)
+	putHeader(c.buf[c.g.recvOff(2):], 8, 2, 1, 4) // more than was sent
+	c.complete(wrRecv, 0, recvWC(dataImm(2, 1)))
+	require.ErrorContains(t, c.err, "credits 4 messages, 3 were sent")
 }
 
 // The peer's notices: a close is reported once everything it sent before
