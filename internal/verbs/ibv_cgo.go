@@ -888,6 +888,11 @@ func (cq *CQ) Wait(wcs []WC, deadline time.Time) (int, error) {
 		}
 		cq.file.SetReadDeadline(deadline)
 		err = cq.rc.Read(cq.readFn)
+		took := err == nil && cq.evErr == 0
+		if took {
+			cq.armed = false
+			cq.took()
+		}
 		if cq.closed.Load() {
 			return 0, ErrClosed
 		}
@@ -897,14 +902,8 @@ func (cq *CQ) Wait(wcs []WC, deadline time.Time) (int, error) {
 		if err != nil {
 			return 0, &Error{Op: "wait on the completion channel", Device: cq.ctx.name, Err: err}
 		}
-		if cq.evErr != 0 {
+		if !took {
 			return 0, &Error{Op: "ibv_get_cq_event", Device: cq.ctx.name, Err: errno(cq.evErr)}
-		}
-		cq.armed = false
-		cq.events++
-		if cq.unacked++; cq.unacked >= ackBatch {
-			C.gv_ack(cq.cq, cq.unacked)
-			cq.unacked = 0
 		}
 	}
 }
@@ -944,6 +943,10 @@ func (cq *CQ) WaitEvent(deadline time.Time) error {
 	}
 	cq.file.SetReadDeadline(deadline)
 	err := cq.rc.Read(cq.readFn)
+	took := err == nil && cq.evErr == 0
+	if took {
+		cq.took()
+	}
 	switch {
 	case cq.closed.Load():
 		return ErrClosed
@@ -951,15 +954,21 @@ func (cq *CQ) WaitEvent(deadline time.Time) error {
 		return cq.timeout()
 	case err != nil:
 		return &Error{Op: "wait on the completion channel", Device: cq.ctx.name, Err: err}
-	case cq.evErr != 0:
+	case !took:
 		return &Error{Op: "ibv_get_cq_event", Device: cq.ctx.name, Err: errno(cq.evErr)}
 	}
+	return nil
+}
+
+// took counts an event taken from the channel, for acknowledgement: even
+// when Close is under way, since ibv_destroy_cq waits until every event
+// that was taken is acknowledged (cq.wmu held).
+func (cq *CQ) took() {
 	cq.events++
 	if cq.unacked++; cq.unacked >= ackBatch {
 		C.gv_ack(cq.cq, cq.unacked)
 		cq.unacked = 0
 	}
-	return nil
 }
 
 func (cq *CQ) timeout() error {
