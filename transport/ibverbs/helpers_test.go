@@ -107,6 +107,7 @@ func connectWorld(t *testing.T, cfg worldConfig, allowErr bool) *world {
 		cfg.slotCount = 4
 	}
 	n := cfg.n
+	fds := openFDs()
 	store := newMemStore()
 	w := &world{eps: make([]*Endpoint, n), raw: make([]transport.Endpoint, n), bells: make([]*transport.Doorbell, n),
 		logs: make([]*testutil.SyncBuffer, n), errs: make([]error, n)}
@@ -185,8 +186,24 @@ func connectWorld(t *testing.T, cfg worldConfig, allowErr bool) *world {
 			}
 		}
 		require.Zero(t, verbs.Live().Total(), "verbs objects left: %v", verbs.Live())
+		// The devices' and the completion channels' descriptors (and the
+		// fallback's sockets) are closed too.
+		deadline := time.Now().Add(5 * time.Second)
+		for openFDs() > fds && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.LessOrEqual(t, openFDs(), fds, "file descriptors left open")
 	})
 	return w
+}
+
+// openFDs counts the process's open file descriptors.
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 const testTimeout = time.Minute

@@ -44,7 +44,12 @@ func TestTwoHosts(t *testing.T) {
 	var log testutil.SyncBuffer
 	s := transport.Setup{JobID: client.JobID(), Rank: rank, Size: 2, SlotSize: 512 << 10, SlotCount: 4,
 		Hosts: []string{"vm0", "vm1"}, Pids: []int{1, 2}, Unclaimed: []int{1 - rank}, Store: client,
-		Getenv: os.Getenv, Logger: logx.New(&log, "INFO", "")}
+		Getenv: func(k string) string {
+			if k == "GCCL_IB_QPS_PER_CONNECTION" {
+				return "2" // large messages striped between the two kernels
+			}
+			return os.Getenv(k)
+		}, Logger: logx.New(&log, "INFO", "")}
 	l, err := ibTransport{}.Listen(ctx, &s)
 	require.NoError(t, err)
 	require.NotNil(t, l)
