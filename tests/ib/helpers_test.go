@@ -190,6 +190,12 @@ func (p *rankProcs) wait(t *testing.T, r int, limit time.Duration) (int, string)
 	select {
 	case <-p.done[r]:
 	case <-time.After(limit):
+		// A Go program prints every goroutine's stack on SIGQUIT.
+		p.cmds[r].Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done[r]:
+		case <-time.After(5 * time.Second):
+		}
 		t.Fatalf("rank %d still running after %v (hung):\n%s", r, limit, p.outs[r].String())
 	}
 	p.mu.Lock()

@@ -95,7 +95,7 @@ for pkg in "${pkgs[@]}"; do
 	out=$work/$name.vm
 	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" \
 		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=900s) >"$out" 2>&1; then
-		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|.*NET/IB)' "$out" | cut -c1-240 | sed 's/^/    /'
+		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|kill/|stop/|round|sleep=|peers saw|failed|.*NET/IB)' "$out" | cut -c1-240 | sed 's/^/    /'
 	else
 		cat "$out"
 		fail=1
