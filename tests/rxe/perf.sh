@@ -44,18 +44,18 @@ perftest() { # NAME ARGS...: server and client of a perftest binary on rxe0
 	wait
 }
 gccl() { # NAME TEST SIZE ITERS
-	GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN ./gccl-perf "$2" -np 2 -b "$3" -e "$3" -n "$4" -w 2 2>/dev/null |
+	GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN ./gccl-perf "$2" -np 2 -b "$3" -e "$3" -n "$4" -w 1 2>/dev/null |
 		awk '$1 ~ /^[0-9]+$/ {print $6, $10}' >>"$out/$1"
 }
 header_done=
 for r in $(seq 1 "$rounds"); do
 	echo "== round $r $(date -u +%T)"
-	perftest bw1 ib_write_bw -s 4194304 -n 40
-	gccl sr4m sendrecv 4M 10
-	perftest bw2 ib_write_bw -b -s 4194304 -n 40
-	gccl ar4m all_reduce 4M 10
-	perftest lat ib_send_lat -s 8 -n 1000
-	gccl sr8 sendrecv 8 200
+	perftest bw1 ib_write_bw -s 4194304 -n 20
+	gccl sr4m sendrecv 4M 6
+	perftest bw2 ib_write_bw -b -s 4194304 -n 20
+	gccl ar4m all_reduce 4M 6
+	perftest lat ib_send_lat -s 8 -n 500
+	gccl sr8 sendrecv 8 100
 	if [ -z "$header_done" ]; then
 		GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN ./gccl-perf sendrecv -np 2 -b 8 -e 8 -n 1 -w 1 2>/dev/null | grep -E '^#  (Rank|Transports)'
 		header_done=1
@@ -86,4 +86,4 @@ awk -v bw1="$bw1" -v bw2="$bw2" -v lat="$lat" -v sr="$sr" -v ar="$ar" -v sr8="$s
 	printf "  gccl sendrecv 8 B                 %8.1f us  (%.1fx ib_send_lat)\n", sr8, sr8 / lat
 }'
 EOF
-tests/rxe/vm.sh --setup -- sh "$work/guest.sh" "$rounds"
+RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-3600} tests/rxe/vm.sh --setup -- sh "$work/guest.sh" "$rounds"
