@@ -124,8 +124,12 @@ func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*tr
 			continue
 		}
 		a := addrs[i]
-		e.log.Info(fmt.Sprintf("rank %d -> %d via %s (%s, GID %d %s; peer %s GID %v; %d QPs, MTU %v)",
-			s.Rank, d.Rank, e.name, l.addr.Fabric(), l.addr.GIDIndex, l.addr.GID, a.Name(), a.GID, geos[i].qps,
+		qps := "1 QP"
+		if geos[i].qps > 1 {
+			qps = fmt.Sprintf("%d QPs", geos[i].qps)
+		}
+		e.log.Info(fmt.Sprintf("rank %d -> %d via %s (%s, GID %d %s; peer %s GID %v; %s, MTU %v)",
+			s.Rank, d.Rank, e.name, l.addr.Fabric(), l.addr.GIDIndex, l.addr.GID, a.Name(), a.GID, qps,
 			min(l.addr.MTU.Bytes(), a.MTU.Bytes())), "subsys", "INIT")
 	}
 	if len(peers) > len(failed) {
