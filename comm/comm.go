@@ -30,6 +30,7 @@ import (
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/algo/hier"
+	"github.com/gccl/gccl/algo/tune"
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
 	"github.com/gccl/gccl/topo"
@@ -147,6 +148,8 @@ type Comm struct {
 	// ringOrder is the ranks in ring order when it is not 0..n-1 (from
 	// the topology), and ringPos each rank's position in it.
 	ringOrder, ringPos []int
+	// tuner is the cost model's choices for this layout (tune.go).
+	tuner *tune.Tuner
 }
 
 type planKey struct {
@@ -247,6 +250,7 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	default:
 		return nil, invalid("unknown algorithm %q (want ring, tree or hier)", pref)
 	}
+	c.retune(nil)
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())
 	c.exec.c = c

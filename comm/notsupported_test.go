@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/gpu"
 	"github.com/gccl/gccl/p2p"
@@ -23,35 +21,44 @@ func TestNotSupportedIsOneError(t *testing.T) {
 	t.Setenv("GCCL_CUDA_LIBRARY", missing)
 	t.Setenv("GCCL_NVML_LIBRARY", missing)
 
+	notSupported := func(what string, err error, pkgErr error) {
+		t.Helper()
+		if !errors.Is(err, comm.ErrNotSupported) || !errors.Is(err, pkgErr) {
+			t.Errorf("%s: %v, want comm.ErrNotSupported and its package's", what, err)
+		}
+	}
 	_, err := gpu.Open(0)
-	require.Error(t, err, "gpu.Open without a CUDA driver")
-	require.ErrorIs(t, err, comm.ErrNotSupported, "gpu.Open: %v", err)
-	require.ErrorIs(t, err, gpu.ErrNotSupported)
+	notSupported("gpu.Open without a CUDA driver", err, gpu.ErrNotSupported)
 
 	a, err := p2p.New("notsupported", p2p.Config{})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer a.Close()
 	_, err = a.RegisterVRAM(1<<20, 4096, 0)
-	require.Error(t, err, "p2p VRAM registration without a CUDA driver")
-	require.ErrorIs(t, err, comm.ErrNotSupported, "RegisterVRAM: %v", err)
-	require.ErrorIs(t, err, p2p.ErrNotSupported)
+	notSupported("p2p VRAM registration without a CUDA driver", err, p2p.ErrNotSupported)
 
 	_, err = topo.NewNVMLSource()
-	require.Error(t, err, "topology's GPU listing without NVML")
-	require.ErrorIs(t, err, comm.ErrNotSupported, "NVML: %v", err)
-	require.ErrorIs(t, err, topo.ErrNotSupported)
+	notSupported("topology's GPU listing without NVML", err, topo.ErrNotSupported)
 	if runtime.GOOS != "linux" {
 		_, err = topo.Detector{}.Detect()
-		require.ErrorIs(t, err, comm.ErrNotSupported, "topology detection: %v", err)
+		notSupported("topology detection", err, topo.ErrNotSupported)
 	}
 
 	for _, e := range []error{shm.ErrNotSupported, topo.ErrNotSupported, p2p.ErrNotSupported, gpu.ErrNotSupported} {
-		require.ErrorIs(t, e, comm.ErrNotSupported, "%v", e)
-		require.ErrorIs(t, comm.ErrNotSupported, e, "%v", e)
+		if !errors.Is(e, comm.ErrNotSupported) || !errors.Is(comm.ErrNotSupported, e) {
+			t.Errorf("%v and comm.ErrNotSupported are not one error", e)
+		}
 	}
 	// Only its own kind.
-	require.False(t, errors.Is(comm.ErrClosed, comm.ErrNotSupported))
-	require.ErrorIs(t, p2p.ErrClosed, comm.ErrClosed)
-	require.ErrorIs(t, p2p.ErrTimeout, comm.ErrTimeout)
-	require.ErrorIs(t, p2p.ErrInvalidArgument, comm.ErrInvalidArgument)
+	if errors.Is(comm.ErrClosed, comm.ErrNotSupported) {
+		t.Error("ErrClosed is ErrNotSupported")
+	}
+	for _, c := range []struct{ e, kind error }{
+		{p2p.ErrClosed, comm.ErrClosed}, {p2p.ErrTimeout, comm.ErrTimeout}, {p2p.ErrInvalidArgument, comm.ErrInvalidArgument},
+	} {
+		if !errors.Is(c.e, c.kind) {
+			t.Errorf("%v is not %v", c.e, c.kind)
+		}
+	}
 }

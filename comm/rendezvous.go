@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gccl/gccl/bootstrap"
-	"github.com/gccl/gccl/transport/shm"
+	"github.com/gccl/gccl/internal/shmem"
 )
 
 // rendezvous is a communicator's control plane: what Split, Shrink, Alloc
@@ -85,7 +85,7 @@ func (b bootRendezvous) open(ctx context.Context, cfg *Config, name string) (*Co
 
 // allocSym creates a shared-memory region, which peers on this host map.
 func (b bootRendezvous) allocSym(c *Comm, size int) (symMem, error) {
-	r, err := shm.Alloc(c.jobID, c.rank, size)
+	r, err := shmem.Alloc(c.jobID, c.rank, size)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func (b bootRendezvous) mapSym(c *Comm, peer int, name string, size int) (symMem
 	if c.Via(peer) != "SHM" {
 		return nil, nil
 	}
-	r, err := shm.MapRegion(name, size)
+	r, err := shmem.MapRegion(name, size)
 	if err != nil {
 		return nil, err
 	}

@@ -1,77 +1,66 @@
 package comm
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/algo/hier"
 	"github.com/gccl/gccl/algo/ring"
 	"github.com/gccl/gccl/algo/tree"
+	"github.com/gccl/gccl/algo/tune"
 )
 
-// hierMinBytes is the all-reduce and all-gather size from which jobs on
-// several hosts (with several ranks on each) go hierarchical. It is zero:
-// measured on two namespaces of two ranks joined by a 2 Gbit/s link
-// (tests/twohosts_bench.sh, docs/PERFORMANCE.md), the hierarchical schedule
-// beat the tree and the ring from 8 B to 64 MiB, small messages included,
-// since it crosses the network fewest times (once each way with two hosts)
-// and its extra steps run over shared memory.
-const hierMinBytes = 0
+// The tuner is the cost model's (algo/tune): the run-time choice and
+// gccl-perf --simulate price the same schedules with the same figures,
+// calibrated on this machine class (docs/PERFORMANCE.md, "Calibrating the
+// tuner"). A communicator works its tables out once, for its layout (at
+// creation, and again when setHosts learns the hosts), and each call
+// looks its size up: no model arithmetic, lock or allocation per call.
 
-// treeMaxBytes is the message size up to which trees beat rings: a tree
-// takes 2*log2(n) latency steps against a ring's 2(n-1), but moves each byte
-// over more hops. The topology-aware cost model will replace this constant.
-const treeMaxBytes = 256 << 10
+// retune asks the cost model for this communicator's tables: hostOf names
+// each rank's host (nil: all on one, as in-process ranks are).
+func (c *Comm) retune(hostOf []string) {
+	var perHost []int
+	if len(hostOf) != c.size {
+		perHost = []int{c.size}
+	} else {
+		index := map[string]int{}
+		for _, h := range hostOf {
+			i, ok := index[h]
+			if !ok {
+				i = len(perHost)
+				index[h] = i
+				perHost = append(perHost, 0)
+			}
+			perHost[i]++
+		}
+	}
+	sys, err := tune.Host(perHost...)
+	if err == nil {
+		c.tuner, err = tune.NewTuner(sys, c.algoPref)
+	}
+	if err != nil {
+		panic("gccl: tuner: " + err.Error()) // Host and NewTuner take any layout and GCCL_ALGO newComm accepts
+	}
+	// Once per communicator at INFO where hosts are known (setHosts:
+	// multi-process jobs), else at DEBUG (in-process ranks, many at once).
+	level := slog.LevelDebug
+	if hostOf != nil {
+		level = slog.LevelInfo
+	}
+	if c.log.Enabled(context.Background(), level) {
+		c.log.Log(context.Background(), level, "tuner for "+sys.Name+": "+c.tuner.String(), "subsys", "TUNING")
+	}
+}
 
-// exchangeMaxBytes bounds the bytes each rank sends in a one-exchange
-// all-reduce or a direct all-gather ((n-1) copies of its input): below it,
-// ranks exchange their inputs once instead of running a ring or a tree, one
-// one-way hop instead of n-1, 2(n-1) or 2 log2(n). For two ranks the
-// transports' benchmarks put the all-reduce's crossover above 64 KiB on shm
-// and TCP alike.
-const exchangeMaxBytes = 64 << 10
-
-// exchangeMaxRanks is the most ranks that run the one-exchange all-reduce
-// and the direct all-gather: each rank receives (and reduces) every other
-// rank's input in turn, which stops paying off as n grows.
-const exchangeMaxRanks = 8
-
-// choose picks the algorithm for a collective of the given size in bytes.
-// scaled says whether the op pre-scales inputs (PreMulSum, float Avg),
-// which rules out plans that read a rank's input twice.
+// choose picks the algorithm for a collective of the given size in bytes
+// (each rank's input: the all-gather's block). scaled says whether the op
+// pre-scales inputs (PreMulSum, float Avg), which rules out plans that
+// read a rank's input twice.
 func (c *Comm) choose(coll algo.Collective, bytes int, scaled bool) algo.Algorithm {
-	if (coll == algo.AllReduce && !scaled || coll == algo.AllGather) && c.algoPref == 0 && c.hier == nil &&
-		c.size <= exchangeMaxRanks && bytes*(c.size-1) <= exchangeMaxBytes {
-		// All-gather's bytes are one rank's block.
-		return algo.Direct
-	}
-	if coll == algo.AllReduce || coll == algo.AllGather {
-		switch {
-		case c.algoPref == algo.Hier && c.hier != nil:
-			return algo.Hier
-		case c.algoPref == 0 && c.hier != nil && bytes >= hierMinBytes:
-			return algo.Hier
-		}
-	}
-	switch coll {
-	case algo.AllToAll:
-		return algo.Pairwise
-	case algo.Gather, algo.Scatter:
-		return algo.Direct
-	case algo.AllReduce, algo.Broadcast, algo.Reduce:
-		if c.algoPref == algo.Hier {
-			// Forced, but no hierarchy here (one host, or uneven
-			// hosts) or not this collective: the flat schedules.
-			return algo.Ring
-		}
-		if c.algoPref != 0 {
-			return c.algoPref
-		}
-		if c.size > 2 && bytes <= treeMaxBytes {
-			return algo.Tree
-		}
-	}
-	return algo.Ring
+	return c.tuner.Choose(coll, bytes, scaled)
 }
 
 // plan returns the cached plan for a collective on this rank.
@@ -149,11 +138,13 @@ func generate(k planKey, n, r int) *algo.Plan {
 }
 
 // setHosts records which host each rank is on, for the hierarchical
-// schedules; a job on one host, with one rank per host, or with hosts of
-// different sizes keeps the flat ones.
+// schedules (a job on one host, with one rank per host, or with hosts of
+// different sizes keeps the flat ones) and the tuner.
 func (c *Comm) setHosts(hostOf []string) {
 	c.hier = nil
 	clear(c.plans)
+	c.lastPlan = nil
+	c.retune(hostOf)
 	c.multiHost = false
 	for _, h := range hostOf {
 		c.multiHost = c.multiHost || h != hostOf[0]
@@ -165,7 +156,7 @@ func (c *Comm) setHosts(hostOf []string) {
 	}
 	if len(lay.Hosts) > 1 && lay.PerHost() > 1 {
 		c.hier = &lay
-		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather", len(lay.Hosts), lay.PerHost()), "subsys", "TUNING")
+		c.log.Info(fmt.Sprintf("%d hosts of %d ranks: hierarchical all-reduce and all-gather where the tuner picks them", len(lay.Hosts), lay.PerHost()), "subsys", "TUNING")
 	}
 }
 
@@ -173,6 +164,7 @@ func (c *Comm) setHosts(hostOf []string) {
 // rank order[i]); nil or the identity keeps rank order.
 func (c *Comm) setRingOrder(order []int) error {
 	clear(c.plans)
+	c.lastPlan = nil
 	c.ringOrder, c.ringPos = nil, nil
 	if order == nil {
 		return nil

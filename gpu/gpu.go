@@ -48,7 +48,7 @@ var ErrClosed = cuda.ErrClosed
 
 // Device is one GPU, with its primary context.
 type Device struct {
-	drv     *cuda.Driver
+	sh      *cuda.Shared // the process's driver, context and IPC mappings
 	ctx     *cuda.Context
 	ordinal int
 	busID   string
@@ -56,40 +56,38 @@ type Device struct {
 	closed  atomic.Bool
 }
 
-// Open loads the driver and retains device ordinal's primary context. The
+// Open loads the driver and retains device ordinal's primary context, or
+// shares them with the process's other Devices and p2p agents. The
 // process's first Open of a device (or the first after every Device of it
 // was closed) also loads gccl's kernels there: machine code on sm_70,
 // sm_80 and sm_90 and their minor versions (10 ms on an H100), elsewhere
 // PTX, which the driver compiles (seconds, cached on disk). Loading waits
 // for the work queued on the device, as loading CUDA modules does.
 func Open(ordinal int) (*Device, error) {
-	drv, err := cuda.Load()
+	sh, err := cuda.OpenShared()
 	if err != nil {
 		return nil, err
 	}
-	n, err := drv.DeviceCount()
-	if err == nil && (ordinal < 0 || ordinal >= n) {
+	if n := sh.DeviceCount(); ordinal < 0 || ordinal >= n {
 		err = fmt.Errorf("gpu: device %d of %d", ordinal, n)
 	}
 	var bus string
 	if err == nil {
-		bus, err = drv.PCIBusID(ordinal)
+		bus, err = sh.PCIBusID(ordinal)
 	}
 	var ctx *cuda.Context
 	if err == nil {
-		ctx, err = drv.Retain(ordinal)
+		ctx, err = sh.Context(ordinal)
 	}
 	var eng *engine.Engine
 	if err == nil {
-		if eng, err = engine.NewEngine(drv, ctx, ordinal, bus); err != nil {
-			ctx.Release()
-		}
+		eng, err = engine.NewEngine(sh, ordinal, bus)
 	}
 	if err != nil {
-		drv.Close()
+		sh.Close()
 		return nil, err
 	}
-	return &Device{drv: drv, ctx: ctx, ordinal: ordinal, busID: bus, eng: eng}, nil
+	return &Device{sh: sh, ctx: ctx, ordinal: ordinal, busID: bus, eng: eng}, nil
 }
 
 // Ordinal is the device's CUDA ordinal.
@@ -98,22 +96,29 @@ func (d *Device) Ordinal() int { return d.ordinal }
 // PCIBusID is the device's PCI address, as topo and NCCL spell it.
 func (d *Device) PCIBusID() string { return d.busID }
 
-// Close releases the context and closes the driver (its library stays
-// loaded, as the CUDA runtime leaves it). Buffers must be freed
-// first. Calls after the first do nothing; the Device's (and its Buffers'
-// and Streams') other calls then fail with ErrClosed.
+// Close closes the device's engine and its reference to the process's CUDA
+// state: the last reference releases the context and closes the driver
+// (its library stays loaded, as the CUDA runtime leaves it). Buffers must
+// be freed first. Calls after the first do nothing; the Device's (and its
+// Buffers' and Streams') other calls then fail with ErrClosed.
 func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
 	err := d.eng.Close()
-	if rerr := d.ctx.Release(); err == nil {
-		err = rerr
-	}
-	if cerr := d.drv.Close(); err == nil {
+	if cerr := d.sh.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// check fails calls after Close: the context may live on for the
+// process's other users.
+func (d *Device) check() error {
+	if d.closed.Load() {
+		return fmt.Errorf("gpu: device %d: %w", d.ordinal, ErrClosed)
+	}
+	return nil
 }
 
 // Buffer is device memory holding Len elements of a type. It implements
@@ -132,6 +137,9 @@ var _ device.PeerBuffer = (*Buffer)(nil)
 func (d *Device) Alloc(dt dtype.DataType, count int) (*Buffer, error) {
 	if !dt.Valid() || count <= 0 || count > math.MaxInt/dt.Size() {
 		return nil, fmt.Errorf("%w: Alloc of %d %v elements", errs.ErrInvalidArgument, count, dt)
+	}
+	if err := d.check(); err != nil {
+		return nil, err
 	}
 	p, err := d.ctx.Alloc(count * dt.Size())
 	if err != nil {
@@ -154,6 +162,9 @@ func (d *Device) Wrap(ptr uintptr, dt dtype.DataType, count int) (*Buffer, error
 		return nil, fmt.Errorf("%w: Wrap of %d %v elements", errs.ErrInvalidArgument, count, dt)
 	}
 	n := uint64(count) * uint64(dt.Size())
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	info, err := d.ctx.PointerInfo(cuda.DevicePtr(ptr))
 	if err != nil {
 		return nil, fmt.Errorf("%w: Wrap: %#x is not memory CUDA allocated, mapped or registered: %v", errs.ErrInvalidArgument, ptr, err)
@@ -213,8 +224,12 @@ func (b *Buffer) CopyFromHost(src []byte) error {
 	return b.dev.ctx.CopyToDevice(b.ptr, src)
 }
 
-// checkHost checks that host memory h is the buffer's size.
+// checkHost checks that the device is open and that host memory h is the
+// buffer's size.
 func (b *Buffer) checkHost(call string, h []byte) error {
+	if err := b.dev.check(); err != nil {
+		return err
+	}
 	if len(h) != b.n*b.dt.Size() {
 		return fmt.Errorf("%w: %s with %d bytes of host memory for a %d-byte buffer", errs.ErrInvalidArgument, call, len(h), b.n*b.dt.Size())
 	}
@@ -232,6 +247,9 @@ func (b *Buffer) Free() error {
 	if !b.owned || b.ptr == 0 {
 		return nil
 	}
+	if err := b.dev.check(); err != nil {
+		return err
+	}
 	// Through the engine, which defers the free while a call of this
 	// process holds a stream of the device.
 	err := b.dev.eng.Free(b.ptr)
@@ -241,12 +259,12 @@ func (b *Buffer) Free() error {
 
 // DeviceCount returns the number of CUDA devices.
 func DeviceCount() (int, error) {
-	drv, err := cuda.Load()
+	sh, err := cuda.OpenShared()
 	if err != nil {
 		return 0, err
 	}
-	defer drv.Close()
-	return drv.DeviceCount()
+	defer sh.Close()
+	return sh.DeviceCount(), nil
 }
 
 // Copy copies src into dst (same size, any devices of this process) with
@@ -273,6 +291,9 @@ type Stream struct {
 // NewStream makes a stream on the device (non-blocking: it does not
 // synchronize with the legacy default stream).
 func (d *Device) NewStream() (*Stream, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	s, err := d.ctx.NewStream()
 	if err != nil {
 		return nil, err
@@ -292,13 +313,21 @@ func (d *Device) WrapStream(handle uintptr) *Stream {
 func (s *Stream) Handle() uintptr { return uintptr(s.s) }
 
 // Synchronize waits until the work queued on the stream is complete.
-func (s *Stream) Synchronize() error { return s.dev.ctx.SyncStream(s.s) }
+func (s *Stream) Synchronize() error {
+	if err := s.dev.check(); err != nil {
+		return err
+	}
+	return s.dev.ctx.SyncStream(s.s)
+}
 
 // Close destroys a stream from NewStream; for a wrapped one it does
 // nothing.
 func (s *Stream) Close() error {
 	if !s.owned || s.s == 0 {
 		return nil
+	}
+	if err := s.dev.check(); err != nil {
+		return err
 	}
 	err := s.dev.ctx.DestroyStream(s.s)
 	s.s = 0
@@ -358,6 +387,9 @@ func (b *StreamBuffer) CopyFromHost(src []byte) error {
 func (s *Stream) Copy(dst, src *Buffer) error {
 	if dst.n*dst.dt.Size() != src.n*src.dt.Size() {
 		return fmt.Errorf("%w: Copy of %d bytes into %d", errs.ErrInvalidArgument, src.n*src.dt.Size(), dst.n*dst.dt.Size())
+	}
+	if err := s.dev.check(); err != nil {
+		return err
 	}
 	return s.dev.ctx.CopyAsync(dst.ptr, src.ptr, dst.n*dst.dt.Size(), s.s)
 }

@@ -15,8 +15,8 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/logx"
-	"github.com/gccl/gccl/transport/shm"
-	"github.com/gccl/gccl/transport/tcp"
+	"github.com/gccl/gccl/internal/netif"
+	"github.com/gccl/gccl/internal/shmem"
 )
 
 // Defaults for Config.
@@ -215,7 +215,7 @@ func New(name string, cfg Config) (*Agent, error) {
 func (a *Agent) listen() error {
 	addr := a.cfg.ListenAddr
 	if addr == "" {
-		ifs, err := tcp.SelectInterfaces(os.Getenv("GCCL_SOCKET_IFNAME"))
+		ifs, err := netif.Select(netif.FromEnv())
 		if err != nil {
 			return fmt.Errorf("p2p: %w", err)
 		}
@@ -250,11 +250,11 @@ type regionKey struct {
 type Region struct {
 	a      *Agent
 	info   regionInfo
-	mem    []byte      // DRAM
-	seg    *shm.Region // DRAM from Alloc
-	file   *fileHandle // FILE
-	vram   *vramMem    // VRAM
-	refs   int         // registrations, under a.mu
+	mem    []byte        // DRAM
+	seg    *shmem.Region // DRAM from Alloc
+	file   *fileHandle   // FILE
+	vram   *vramMem      // VRAM
+	refs   int           // registrations, under a.mu
 	busy   atomic.Int32
 	pinned atomic.Bool // DRAM registered with the CUDA driver (unpinned by free)
 }
@@ -304,9 +304,9 @@ func AddrOf(b []byte) uint64 {
 // transfers to and from it are a memory copy by the initiator, with no work
 // here. Off Linux it returns ErrNotSupported.
 func (a *Agent) Alloc(size int) (*Region, error) {
-	seg, err := shm.AllocIn(a.cfg.SHMDir, a.jobID, 0, size)
+	seg, err := shmem.AllocIn(a.cfg.SHMDir, a.jobID, 0, size)
 	if err != nil {
-		if errors.Is(err, shm.ErrNotSupported) {
+		if errors.Is(err, shmem.ErrNotSupported) {
 			return nil, fmt.Errorf("p2p: Alloc: %w", ErrNotSupported)
 		}
 		return nil, fmt.Errorf("p2p: Alloc: %w", err)
@@ -668,7 +668,7 @@ func (a *Agent) Close() error {
 	}
 	a.mu.Unlock()
 	err = errors.Join(err, a.gpu.close())
-	shm.CleanJob(a.cfg.SHMDir, a.jobID)
+	shmem.CleanJob(a.cfg.SHMDir, a.jobID)
 	a.log.Info("p2p agent closed", "name", a.name)
 	return err
 }

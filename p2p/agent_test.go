@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/shmem"
 	"github.com/gccl/gccl/internal/testutil"
 )
 
@@ -82,16 +84,45 @@ var backendConfigs = []struct {
 }
 
 // skipWithoutPVM skips a test that needs the pvm backend where this
-// process may not use process_vm_readv even on itself: a seccomp filter
-// (Docker's default profile without CAP_SYS_PTRACE) or an emulator that
-// lacks the call (qemu-user). The agent then picks another backend, as it
-// should; the test that wants pvm has nothing to check.
+// process may not use process_vm_readv even on itself: another system than
+// Linux, a seccomp filter (Docker's default profile without
+// CAP_SYS_PTRACE) or an emulator that lacks the call (qemu-user). The agent
+// then picks another backend, as it should; the test that wants pvm has
+// nothing to check.
 func skipWithoutPVM(t testing.TB) {
 	t.Helper()
-	token := []byte("gccl pvm probe")
-	if err := probePVM(os.Getpid(), uint64(uintptr(unsafe.Pointer(&token[0]))), token); err != nil {
-		t.Skipf("process_vm_readv is not usable here: %v", err)
+	err := probePVMHere()
+	if err != nil && !errors.Is(err, ErrNotSupported) {
+		err = fmt.Errorf("%w: process_vm_readv is not usable here: %v", ErrNotSupported, err)
 	}
+	testutil.SkipIfNotSupported(t, err)
+}
+
+// probePVMHere probes process_vm_readv on this process.
+func probePVMHere() error {
+	token := []byte("gccl pvm probe")
+	return probePVM(os.Getpid(), uint64(uintptr(unsafe.Pointer(&token[0]))), token)
+}
+
+// skipWithout skips a test that runs on backend b where this system lacks
+// it (ErrNotSupported): shared memory (probed by making a region) and
+// process_vm_readv off Linux. Where process_vm_readv is only refused, the
+// agent falls back to tcp and the test runs on that.
+func skipWithout(t testing.TB, b Backend) {
+	t.Helper()
+	var err error
+	switch b {
+	case BackendSHM:
+		var r *shmem.Region
+		if r, err = shmem.AllocIn(t.TempDir(), "p2ptest", 0, 4096); err == nil {
+			r.Close()
+		}
+	case BackendPVM:
+		if err = probePVMHere(); !errors.Is(err, ErrNotSupported) {
+			err = nil
+		}
+	}
+	testutil.SkipIfNotSupported(t, err)
 }
 
 // one is a descriptor list of type typ.
@@ -131,9 +162,7 @@ func targetRegion(t testing.TB, b *Agent, size int, heap bool) *Region {
 func TestReadWriteInProcess(t *testing.T) {
 	for _, bc := range backendConfigs {
 		t.Run(bc.name, func(t *testing.T) {
-			if runtime.GOOS != "linux" && bc.want != BackendTCP {
-				t.Skip("linux only")
-			}
+			skipWithout(t, bc.want)
 			if bc.want == BackendPVM {
 				skipWithoutPVM(t)
 			}
@@ -207,52 +236,6 @@ func TestReadWriteInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-// TestMetadataReload: a newer blob of a peer replaces the loaded one (lists
-// prepared against the old one must be prepared again), an older one is
-// ignored, and Invalidate forgets the peer.
-func TestMetadataReload(t *testing.T) {
-	a := newAgent(t, "a", Config{DisableSHM: true, DisablePVM: true})
-	b := newAgent(t, "b", Config{})
-	r1, _ := b.RegisterMem(make([]byte, 4096))
-	old := b.LocalMetadata()
-	if _, err := a.LoadRemote(ctxT(t), old); err != nil {
-		t.Fatal(err)
-	}
-	req := request4K(t, a, Write, "b", r1.Desc(0, 4096))
-	r2, _ := b.RegisterMem(make([]byte, 8192))
-	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
-		t.Fatal(err)
-	}
-	if rs, _ := a.RemoteRegions("b"); len(rs) != 2 || rs[1].ID != r2.ID() || rs[1].Len != 8192 {
-		t.Fatalf("regions after reload: %+v", rs)
-	}
-	if _, err := req.Post(); !errors.Is(err, ErrRemoteDisconnect) {
-		t.Fatalf("Post of a list prepared against replaced metadata: %v", err)
-	}
-	req.Release()
-	if _, err := a.LoadRemote(ctxT(t), old); err != nil {
-		t.Fatal(err)
-	}
-	if rs, _ := a.RemoteRegions("b"); len(rs) != 2 {
-		t.Fatalf("an older blob replaced a newer one: %+v", rs)
-	}
-	if err := a.Invalidate("b"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.PrepareRemote("b", DescList{Type: DRAM, Descs: []Desc{r1.Desc(0, 1)}}); !errors.Is(err, ErrUnknownPeer) {
-		t.Fatalf("prepare against an invalidated peer: %v", err)
-	}
-	if err := a.Invalidate("b"); !errors.Is(err, ErrUnknownPeer) {
-		t.Fatalf("second Invalidate: %v", err)
-	}
-	if _, err := a.LoadRemote(ctxT(t), a.LocalMetadata()); err == nil {
-		t.Fatal("an agent loaded its own metadata")
-	}
-	if _, err := a.LoadRemote(ctxT(t), []byte("junk")); !errors.Is(err, ErrBadMetadata) {
-		t.Fatalf("junk metadata: %v", err)
 	}
 }
 

@@ -39,8 +39,9 @@
 // request and device, one event waited for per part, DRAM pinned once);
 // tcp and file stage VRAM through pinned bounce buffers, on the side that
 // holds it. Without a CUDA driver, or without cgo, RegisterVRAM returns
-// ErrNotSupported. The VRAM paths have run only against the fake driver of
-// internal/cuda/cudatest, never on a GPU.
+// ErrNotSupported. The agent shares the process's CUDA driver, primary
+// contexts and CUDA IPC mappings with the process's other users of them
+// (internal/cuda's Shared).
 //
 // A peer whose connection ends or goes silent for Config.PeerTimeout fails
 // its in-flight requests with ErrRemoteDisconnect and is forgotten; a

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gccl/gccl/internal/cuda"
 )
 
 const connBufSize = 256 << 10
@@ -412,44 +409,13 @@ func (p *peer) handle(h header) error {
 	case opWrite:
 		return p.serveWrite(h)
 	case opReadReq:
-		r, err := p.a.pinRegion(h.region, h.offset, h.length)
-		if err != nil {
-			p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})
-			return nil
-		}
-		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length})
+		p.serveReadReq(h)
 	case opReadResp:
 		return p.readResp(h)
 	case opCommit:
-		var msg []byte
-		if h.length > 0 {
-			msg = make([]byte, h.length)
-			if _, err := io.ReadFull(p.br, msg); err != nil {
-				return err
-			}
-		}
-		p.mu.Lock()
-		why, bad := p.refused[h.req]
-		if bad && h.flags&flagAck != 0 {
-			delete(p.refused, h.req)
-		}
-		p.mu.Unlock()
-		if h.flags&flagNotify != 0 && !bad {
-			p.a.deliverNotif(p.name, msg)
-		}
-		if h.flags&flagAck != 0 {
-			p.queue(reply{op: opAck, req: h.req, aux: h.aux, err: why})
-		}
+		return p.serveCommit(h)
 	case opAck:
-		var why string
-		if h.flags&flagError != 0 {
-			b := make([]byte, h.length)
-			if _, err := io.ReadFull(p.br, b); err != nil {
-				return err
-			}
-			why = string(b)
-		}
-		p.acked(h.req, why)
+		return p.ackReceived(h)
 	case opNotif:
 		msg := make([]byte, h.length)
 		if _, err := io.ReadFull(p.br, msg); err != nil {
@@ -469,130 +435,6 @@ func (p *peer) handle(h header) error {
 		return errors.New("a second hello")
 	}
 	return nil
-}
-
-// serveWrite lands a WRITE's data in the target region, or drains it if the
-// region does not hold it (the commit then gets a refusal).
-func (p *peer) serveWrite(h header) error {
-	r, err := p.a.pinRegion(h.region, h.offset, h.length)
-	if err != nil {
-		p.refuse(h.req, err)
-		_, err := io.CopyN(io.Discard, p.data, int64(h.length))
-		return err
-	}
-	defer r.busy.Add(-1)
-	if r.info.Type == VRAM {
-		devErr, err := p.a.gpu.toDeviceFrom(p.data, r.vram.dev, h.offset, h.length)
-		if devErr != nil {
-			p.refuse(h.req, devErr)
-		}
-		return err
-	}
-	if r.info.Type == FILE {
-		ferr, err := r.file.writeFrom(p.data, int64(h.offset), int64(h.length), p.a.files)
-		if ferr != nil { // the file refused the data: the commit says so
-			p.refuse(h.req, ferr)
-		}
-		return err
-	}
-	off := h.offset - r.info.Base
-	_, err = io.ReadFull(p.data, r.mem[off:off+h.length])
-	return err
-}
-
-// refuse records why a write of the peer's request req was refused, for
-// its commit's ack.
-func (p *peer) refuse(req uint64, err error) {
-	p.mu.Lock()
-	if _, dup := p.refused[req]; !dup && len(p.refused) < 1<<16 {
-		p.refused[req] = err.Error()
-	}
-	p.mu.Unlock()
-}
-
-// refusal is the initiator's error for a transfer the target refused with
-// the text why; a descriptor outside the target's regions is
-// ErrOutOfBounds on this side too.
-func refusal(target, what, why string) error {
-	if rest, ok := strings.CutPrefix(why, ErrOutOfBounds.Error()); ok {
-		return fmt.Errorf("p2p: %s refused %s: %w%s", target, what, ErrOutOfBounds, rest)
-	}
-	return fmt.Errorf("p2p: %s refused %s: %s", target, what, why)
-}
-
-// readResp lands READ data in the request's local memory.
-func (p *peer) readResp(h header) error {
-	p.mu.Lock()
-	r := p.inflight[h.req]
-	p.mu.Unlock()
-	if h.flags&flagError != 0 {
-		b := make([]byte, h.length)
-		if _, err := io.ReadFull(p.br, b); err != nil {
-			return err
-		}
-		if r := p.take(h.req); r != nil {
-			r.finish(refusal(p.name, "a read", string(b)))
-		}
-		return nil
-	}
-	if r == nil || h.aux >= uint64(len(r.segs)) || r.segs[h.aux].n != h.length {
-		_, err := io.CopyN(io.Discard, p.data, int64(h.length)) // timed out meanwhile, or nonsense
-		return err
-	}
-	s := &r.segs[h.aux]
-	if s.local.info.Type == VRAM {
-		landed, devErr, err := p.landDevice(h.req, r, s)
-		switch {
-		case err != nil:
-			return err
-		case devErr != nil:
-			if r := p.take(h.req); r != nil {
-				r.finish(fmt.Errorf("p2p: READ from %s: landing in local VRAM: %w", p.name, devErr))
-			}
-		case landed:
-			p.segDone(h.req, r, int(h.aux))
-		}
-		return nil
-	}
-	landed, err := p.landRead(h.req, r, s)
-	if err != nil {
-		return err
-	}
-	if landed {
-		p.segDone(h.req, r, int(h.aux))
-	}
-	return nil
-}
-
-// landRead lands the answer to piece s of post id of r. The bytes wait in
-// the connection's buffer and are copied into the piece a buffer-full at a
-// time under landMu, only while the post is in flight, never read from the
-// socket straight into it: the post may time out while the rest of the
-// answer is still coming, and its owner may then reuse or deregister the
-// memory (an Alloc'd region is unmapped) at once. That costs a memory copy
-// per byte received. What arrives after the post failed is drained. It
-// reports whether the whole piece landed.
-func (p *peer) landRead(id uint64, r *Request, s *segment) (bool, error) {
-	live := true
-	for off := uint64(0); off < s.n; {
-		if _, err := p.br.Peek(1); err != nil {
-			return false, err
-		}
-		p.lastRecv.Store(monoNow()) // bytes arrived (see recvReader)
-		k := min(s.n-off, uint64(p.br.Buffered()))
-		b, _ := p.br.Peek(int(k))
-		p.landMu.Lock()
-		if live {
-			live = p.inFlight(id, r)
-		}
-		if live {
-			copy(s.local.mem[s.loff+off:s.loff+off+k], b)
-		}
-		p.landMu.Unlock()
-		p.br.Discard(int(k))
-		off += k
-	}
-	return live, nil
 }
 
 // take removes post id from the requests in flight and returns its
@@ -692,42 +534,7 @@ func (p *peer) writeReplyLocked(r reply) error {
 	if r.op != opReadResp {
 		return p.frameLocked(h, nil)
 	}
-	h.length = r.length
-	if r.region.info.Type == FILE {
-		if err := r.region.file.holds(int64(r.offset), int64(r.length)); err != nil {
-			// Refuse before the header: once it is sent, a failed read
-			// leaves the stream out of step and ends the connection.
-			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
-		}
-		if err := p.frameLocked(h, nil); err != nil {
-			return err
-		}
-		return r.region.file.readTo(p.bw, int64(r.offset), int64(r.length), p.a.files)
-	}
-	if r.region.info.Type == VRAM {
-		// Staged through pinned buffers by this (the responder) goroutine.
-		sl, err := p.a.gpu.slot(r.region.vram.dev)
-		if err == nil {
-			if _, err = sl.bounces(); err != nil {
-				p.a.gpu.put(sl)
-			}
-		}
-		if err != nil {
-			return p.writeReplyLocked(reply{op: r.op, req: r.req, aux: r.aux, err: err.Error()})
-		}
-		defer p.a.gpu.put(sl)
-		if err := p.frameLocked(h, nil); err != nil {
-			return err
-		}
-		// A failed copy after the header leaves the stream out of step:
-		// the connection goes.
-		return sl.fromDevice(cuda.DevicePtr(r.offset), r.length, func(_ uint64, chunk []byte) error {
-			_, err := p.bw.Write(chunk)
-			return err
-		})
-	}
-	off := r.offset - r.region.info.Base
-	return p.frameLocked(h, r.region.mem[off:off+r.length])
+	return p.serveReadLocked(r, h)
 }
 
 // frameLocked writes a header and its payload (large payloads go to the

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 func TestRegistrationCache(t *testing.T) {
@@ -72,14 +74,9 @@ func TestRegistrationCache(t *testing.T) {
 }
 
 func TestAllocRegionShared(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("shared memory is Linux only")
-	}
 	a := newAgent(t, "a", Config{ListenAddr: "-"})
 	r, err := a.Alloc(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.SkipIfNotSupported(t, err) // shared memory off Linux
 	if !r.Shared() || r.Len() != 1<<20 {
 		t.Fatalf("shared %v len %d", r.Shared(), r.Len())
 	}
@@ -163,5 +160,35 @@ func TestRegisterFileNotSharedWithFD(t *testing.T) {
 	defer f2.Close()
 	if r, err := a.RegisterFileFD(f2, FileOptions{Length: 8192}); err != nil || r != byPath {
 		t.Fatalf("RegisterFileFD of a range RegisterFile holds: %v, %v (want the same region)", r, err)
+	}
+}
+
+// TestRegisterFileCacheHitKeepsNoFD: a cached RegisterFile must not keep
+// the descriptor it opened (the region uses the first registration's).
+func TestRegisterFileCacheHitKeepsNoFD(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts /proc/self/fd")
+	}
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	path := filepath.Join(t.TempDir(), "f")
+	r1, err := a.RegisterFile(path, FileOptions{Length: 8192, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0 := fds()
+	for range 5 {
+		r, err := a.RegisterFile(path, FileOptions{Length: 8192})
+		if err != nil || r != r1 {
+			t.Fatalf("cached registration: %v, %v", r, err)
+		}
+	}
+	if f := fds(); f != f0 {
+		t.Fatalf("5 cached RegisterFile calls left %d more file descriptors open", f-f0)
+	}
+	for range 6 {
+		if err := a.DeregisterMem(r1); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

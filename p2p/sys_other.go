@@ -4,8 +4,4 @@ package p2p
 
 func bootID() string { return "" }
 
-func probePVM(pid int, addr uint64, token []byte) error { return ErrNotSupported }
-
-func pvmCopy(pid int, write bool, local [][]byte, remote []uint64) error { return ErrNotSupported }
-
 func processGone(pid int) bool { return false }

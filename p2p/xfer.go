@@ -211,6 +211,7 @@ type Request struct {
 	parts   []partSpec
 	bytes   uint64
 	backend Backend
+	spec    *backendSpec // backend's
 	why     string
 	cb      func(*Request, error)
 
@@ -398,11 +399,9 @@ func (a *Agent) MakeRequest(op Op, local *PreparedList, localIdx []int, remote *
 	if err != nil {
 		return nil, err
 	}
-	r.backend, r.why = b, why
-	if r.usesCUDA() {
-		if err := r.prepareCUDA(); err != nil {
-			return nil, err
-		}
+	r.backend, r.why, r.spec = b, why, specOf(b)
+	if err := r.spec.prepare(r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -493,7 +492,7 @@ func (r *Request) PartsDone() int { return int(r.partsDone.Load()) }
 
 // EstimateCost is the cost model's time for the request on its backend.
 func (r *Request) EstimateCost() time.Duration {
-	return estimateCost(r.backend, len(r.segs), r.bytes, len(r.parts))
+	return r.spec.cost.estimate(len(r.segs), r.bytes, len(r.parts))
 }
 
 // Post starts the request. It returns StatusDone when the transfer finished
@@ -534,7 +533,7 @@ func (r *Request) Post() (Status, error) {
 		r.complete(err, false)
 		return StatusFailed, err
 	}
-	if r.ra != nil && (r.backend == BackendSHM || r.backend == BackendPVM || r.backend == BackendCUDAIPC) {
+	if r.ra != nil && r.spec.initiatorChecks {
 		// Nothing on the target checks a copy it does not run: refuse here
 		// what the peer has deregistered since (tcp: the target refuses).
 		if id, ok := r.ra.droppedAny(r.remote.rids); ok {
@@ -558,7 +557,7 @@ func (r *Request) Post() (Status, error) {
 		r.complete(ErrClosed, true)
 		return StatusFailed, ErrClosed
 	}
-	inline := r.backend != BackendTCP && r.backend != BackendFile && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
+	inline := r.spec.inline && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
 	if inline {
 		// The outcome comes back from execute: once finished, the request
 		// may already be posted again by another goroutine.
@@ -657,19 +656,8 @@ func (r *Request) complete(err error, releaseRemote bool) {
 			delete(p.inflight, r.id)
 		}
 		p.mu.Unlock()
-		if r.backend == BackendTCP {
-			// The connection's goroutines touch a post's memory only while
-			// it is in flight, under landMu (READ answers) or sendMu (WRITE
-			// data); it is out now, so once a copy under way ends they are
-			// done with it. The owner may reuse or deregister it as soon as
-			// it sees the outcome, while after a timeout the peer may still
-			// be answering or the writer still be sending.
-			m := &p.sendMu
-			if r.op == Read {
-				m = &p.landMu
-			}
-			m.Lock() // an empty critical section: a barrier
-			m.Unlock()
+		if rt := r.spec.retirer; rt != nil {
+			rt.retire(r)
 		}
 	}
 	if releaseRemote && r.ra != nil {
@@ -822,7 +810,7 @@ func (l *lane) close() {
 }
 
 // execute runs one posted request on its backend and returns the error it
-// finished it with (tcp: nil; its post finishes on acks and answers).
+// finished it with (nil for an async backend, which finishes it later).
 func (a *Agent) execute(r *Request) error {
 	if monoNow() > r.stop.deadline.Load() {
 		err := fmt.Errorf("%w: queued for %v behind earlier requests to %s", ErrTimeout, a.cfg.RequestTimeout, r.peer)
@@ -839,23 +827,9 @@ func (a *Agent) execute(r *Request) error {
 		r.logged = true
 		a.logBackend(r.peer, r.backend, r.why)
 	}
-	var err error
-	switch r.backend {
-	case BackendLocal, BackendSHM, BackendCUDAIPC:
-		if r.usesCUDA() {
-			err = r.runCUDA()
-		} else {
-			err = r.runCopy()
-		}
-	case BackendPVM:
-		err = r.runPVM()
-	case BackendFile:
-		err = r.runFile()
-	case BackendTCP:
-		r.runTCP() // finishes on acks and responses
-		return nil
-	default:
-		err = fmt.Errorf("p2p: backend %v: %w", r.backend, ErrNotSupported)
+	err := r.spec.run(r)
+	if r.spec.async {
+		return nil // finished by the backend
 	}
 	r.finish(err)
 	return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/bootstrap"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // TestPartialCompletion splits a WRITE in four parts ("layers"): the target
@@ -20,9 +21,7 @@ import (
 func TestPartialCompletion(t *testing.T) {
 	for _, bc := range backendConfigs {
 		t.Run(bc.name, func(t *testing.T) {
-			if runtime.GOOS != "linux" && bc.want != BackendTCP {
-				t.Skip("linux only")
-			}
+			skipWithout(t, bc.want)
 			a := newAgent(t, "a", bc.cfg)
 			b := newAgent(t, "b", bc.cfg)
 			const layer, layers = 256 << 10, 4
@@ -147,15 +146,10 @@ func TestOutOfBoundsRefusedByTarget(t *testing.T) {
 // behind a prepared list; once its invalidation arrived, shm requests on it
 // are refused (and nothing is unmapped under them).
 func TestDeregisteredSharedRegion(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("shared memory is Linux only")
-	}
 	a := newAgent(t, "a", Config{})
 	b := newAgent(t, "b", Config{})
 	tr, err := b.Alloc(8192)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.SkipIfNotSupported(t, err) // shared memory off Linux
 	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,16 +178,11 @@ func TestFileBackend(t *testing.T) {
 		for _, unaligned := range []bool{false, true} {
 			name := map[bool]string{false: "buffered", true: "direct"}[direct] + map[bool]string{false: "-aligned", true: "-unaligned"}[unaligned]
 			t.Run(name, func(t *testing.T) {
-				if direct && runtime.GOOS != "linux" {
-					t.Skip("O_DIRECT is Linux only")
-				}
 				a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 64 << 10, FileQueueDepth: 3})
 				path := filepath.Join(dir, name)
 				const size = 1<<20 + 8192
 				fr, err := a.RegisterFile(path, FileOptions{Length: size, Create: true, Direct: direct})
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.SkipIfNotSupported(t, err) // O_DIRECT off Linux
 				buf := alignedBuffer(size + 1)
 				if unaligned {
 					buf = buf[1:] // memory off alignment: bounce buffers
@@ -420,9 +409,7 @@ func TestRequestTimeoutWithoutTCP(t *testing.T) {
 		{"file", nil, false, BackendFile},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if runtime.GOOS != "linux" && tc.want != BackendLocal && tc.want != BackendFile {
-				t.Skip("linux only")
-			}
+			skipWithout(t, tc.want)
 			c := cfg
 			if tc.cfg != nil {
 				c = tc.cfg(c)
@@ -567,4 +554,77 @@ func TestPVMAndFileStopBetweenBlocks(t *testing.T) {
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, mem) {
 		t.Fatal("the file pool without a deadline did not write it all")
 	}
+}
+
+func TestOverlapSpans(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ls, rs []span
+		want   bool
+	}{
+		{"disjoint", []span{{0, 10}, {20, 30}}, []span{{10, 20}, {30, 40}}, false},
+		{"one byte", []span{{0, 10}}, []span{{9, 20}}, true},
+		{"inside", []span{{0, 100}}, []span{{40, 50}}, true},
+		{"nested locals", []span{{0, 5}, {1, 100}}, []span{{50, 60}}, true},
+		{"long local passed over", []span{{0, 10}, {200, 300}}, []span{{10, 20}, {20, 200}, {300, 400}}, false},
+		{"unsorted", []span{{300, 400}, {0, 10}}, []span{{50, 60}, {350, 351}}, true},
+		{"empty", nil, []span{{0, 10}}, false},
+	} {
+		l, r, ok := overlapSpans(tc.ls, tc.rs)
+		if ok != tc.want || ok && (max(l.lo, r.lo) >= min(l.hi, r.hi)) {
+			t.Errorf("%s: %v %v %v, want overlap %v", tc.name, l, r, ok, tc.want)
+		}
+	}
+}
+
+// TestPostAfterClose: a request posted after its agent closed fails with
+// ErrClosed, whatever its backend.
+func TestPostAfterClose(t *testing.T) {
+	for _, bc := range backendConfigs {
+		t.Run(bc.name, func(t *testing.T) {
+			skipWithout(t, bc.want)
+			a, b := pair(t, bc.cfg)
+			tr := targetRegion(t, b, 4096, bc.heap)
+			if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+				t.Fatal(err)
+			}
+			req := request4K(t, a, Write, "b", tr.Desc(0, 4096))
+			a.Close()
+			if _, err := req.Post(); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Post after Close: %v", err)
+			}
+			if err := req.Wait(ctxT(t)); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Wait after a Post after Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestRepostRightAfterStatusDone: a request posted again as soon as Status
+// says done must not have its new post's done channel closed by the
+// goroutine that finished the previous post (Wait would return at once,
+// and the post's own finish would close the channel twice). Run with -race.
+func TestRepostRightAfterStatusDone(t *testing.T) {
+	a, b := pair(t, Config{InlineLimit: -1})
+	tr := targetRegion(t, b, 4096, false)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	req := request4K(t, a, Write, "b", tr.Desc(0, 4096))
+	defer req.Release()
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		if _, err := req.Post(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			st, err := req.Status()
+			if st == StatusFailed {
+				t.Fatal(err)
+			}
+			if st == StatusDone {
+				break
+			}
+		}
+	}
+	req.Wait(ctxT(t))
 }

@@ -158,3 +158,21 @@ func ParseDescriptor(rank int, host string, pid int, entries []byte) (*Descripto
 	}
 	return d, nil
 }
+
+// ReachBoth is the Reach of a transport that connects any two ranks that
+// both published an address for it (name): OK when both did, else why not,
+// from the rank's own descriptor or the peer's.
+func ReachBoth(name string, me, peer *Descriptor) Reach {
+	r := Reach{Expected: true}
+	switch {
+	case me.Addr(name) != nil && peer.Addr(name) != nil:
+		r.OK = true
+	case me.Addr(name) == nil && me.Off(name) != "":
+		r.Why = me.Off(name)
+	case peer.Addr(name) == nil && peer.Off(name) != "":
+		r.Why = fmt.Sprintf("on rank %d: %s", peer.Rank, peer.Off(name))
+	default:
+		r.Why = "not listening"
+	}
+	return r
+}

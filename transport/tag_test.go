@@ -1,6 +1,10 @@
 package transport
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
 
 func TestTagFields(t *testing.T) {
 	for _, c := range []struct {
@@ -9,12 +13,13 @@ func TestTagFields(t *testing.T) {
 		check uint16
 	}{{0, 0, 0}, {33, 1, 0xffff}, {255, 1<<40 - 1, 0x8001}, {7, 1 << 40, 3}} {
 		tag := MakeTag(c.kind, c.seq).WithCheck(c.check)
-		if tag.Kind() != c.kind || tag.Seq() != c.seq&(1<<40-1) || tag.Check() != c.check {
-			t.Errorf("MakeTag(%d, %d).WithCheck(%#x) = kind %d seq %d check %#x", c.kind, c.seq, c.check, tag.Kind(), tag.Seq(), tag.Check())
-		}
-		if again := tag.WithCheck(c.check ^ 0xffff); again.Check() != c.check^0xffff || again.Kind() != c.kind || again.Seq() != tag.Seq() {
-			t.Errorf("replacing the check of %#x gave %#x", uint64(tag), uint64(again))
-		}
+		require.Equal(t, c.kind, tag.Kind(), "MakeTag(%d, %d).WithCheck(%#x)", c.kind, c.seq, c.check)
+		require.Equal(t, c.seq&(1<<40-1), tag.Seq(), "MakeTag(%d, %d).WithCheck(%#x)", c.kind, c.seq, c.check)
+		require.Equal(t, c.check, tag.Check(), "MakeTag(%d, %d).WithCheck(%#x)", c.kind, c.seq, c.check)
+		again := tag.WithCheck(c.check ^ 0xffff)
+		require.Equal(t, c.check^0xffff, again.Check(), "replacing the check of %#x", uint64(tag))
+		require.Equal(t, c.kind, again.Kind(), "replacing the check of %#x", uint64(tag))
+		require.Equal(t, tag.Seq(), again.Seq(), "replacing the check of %#x", uint64(tag))
 	}
 }
 
@@ -25,19 +30,16 @@ func TestArgCheckSeparatesCounts(t *testing.T) {
 	seen := map[uint16]uint64{}
 	for n := uint64(0); n < 65521; n++ {
 		c := ArgCheck(n, 0x1234)
-		if m, ok := seen[c]; ok {
-			t.Fatalf("ArgCheck(%d) == ArgCheck(%d) == %#x", n, m, c)
-		}
+		m, ok := seen[c]
+		require.False(t, ok, "ArgCheck(%d) == ArgCheck(%d) == %#x", n, m, c)
 		seen[c] = n
 	}
 	for n := uint64(1); n < 1<<40; n <<= 1 {
 		for _, m := range []uint64{2 * n, n + 1, n + 4096, 3 * n} {
-			if ArgCheck(n, 9) == ArgCheck(m, 9) {
-				t.Fatalf("counts %d and %d get the same check", n, m)
-			}
+			require.NotEqual(t, ArgCheck(n, 9), ArgCheck(m, 9), "counts %d and %d", n, m)
 		}
 		for a := uint16(0); a < 1024; a++ {
-			if ArgCheck(n, a) == ArgCheck(n, a^0x40) {
+			if ArgCheck(n, a) == ArgCheck(n, a^0x40) { // require per pair would be slow here
 				t.Fatalf("args %#x and %#x with count %d get the same check", a, a^0x40, n)
 			}
 		}

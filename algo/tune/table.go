@@ -2,13 +2,13 @@ package tune
 
 import (
 	"fmt"
-	"github.com/gccl/gccl/internal/units"
 	"io"
 	"math"
 	"path/filepath"
 	"strings"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/topo"
 )
 
@@ -19,7 +19,7 @@ type Row struct {
 	Type       string
 	RedOp      string
 	Root       int
-	Algorithm  Algorithm
+	Algorithm  algo.Algorithm
 	ChunkBytes int64
 	TimeUs     float64
 	AlgBW      float64 // GB/s
@@ -38,9 +38,13 @@ type TableSpec struct {
 	TypeSize           int
 	RedOp              string // "sum", ...; "none" for collectives without one
 	Root               int
-	// Force prices only this algorithm ("ring", "tree", "hier"); "" lets
+	// Force prices only this algorithm ("ring", "tree", "hier": see
+	// algo.ParseAlgorithm); "" lets
 	// the model choose, as the tuner does.
 	Force string
+	// Scaled says the op pre-scales its inputs (PreMulSum, float Avg),
+	// which rules out the schedules that read an input twice.
+	Scaled bool
 }
 
 // Table predicts every size of spec on sys.
@@ -54,14 +58,10 @@ func Table(sys System, spec TableSpec) ([]Row, error) {
 	if spec.StepFactor <= 1 && spec.StepBytes <= 0 {
 		return nil, fmt.Errorf("tune: step factor %d and step bytes %d make no progress", spec.StepFactor, spec.StepBytes)
 	}
-	forced := -1
+	var forced algo.Algorithm
 	if spec.Force != "" {
-		for a := Algorithm(0); a < NumAlgorithms; a++ {
-			if a.String() == spec.Force {
-				forced = int(a)
-			}
-		}
-		if forced < 0 {
+		var ok bool
+		if forced, ok = algo.ParseAlgorithm(spec.Force); !ok {
 			return nil, fmt.Errorf("tune: unknown algorithm %q (want ring, tree or hier)", spec.Force)
 		}
 	}
@@ -69,13 +69,13 @@ func Table(sys System, spec TableSpec) ([]Row, error) {
 	for size := spec.MinBytes; size <= spec.MaxBytes; {
 		count := size / int64(spec.TypeSize)
 		bytes := count * int64(spec.TypeSize)
-		p, err := Predict(sys, spec.Collective, bytes)
+		p, err := PredictWith(sys, spec.Collective, bytes, Options{Scaled: spec.Scaled})
 		if err != nil {
 			return nil, err
 		}
 		alg, est := p.Algorithm, p.Estimate
-		if forced >= 0 {
-			alg, est = Algorithm(forced), p.ByAlgorithm[forced]
+		if forced != 0 {
+			alg, est = forced, p.ByAlgorithm[forced]
 			if !est.Supported {
 				return nil, fmt.Errorf("tune: %s does not apply to %s on %d node(s) of %d rank(s)", alg, spec.Collective, sys.Nodes, sys.RanksPerNode)
 			}
@@ -128,7 +128,7 @@ func WriteTable(w io.Writer, sys System, rows []Row) error {
 	var sum float64
 	for _, r := range rows {
 		half := fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", units.FormatMicros(r.TimeUs), r.AlgBW, r.BusBW, "N/A")
-		fmt.Fprintf(&b, "%12d  %12d  %8s  %6s  %6d%s%s  %5s  %8d\n", r.Bytes, r.Count, r.Type, r.RedOp, r.Root, half, half, r.Algorithm, r.ChunkBytes)
+		fmt.Fprintf(&b, "%12d  %12d  %8s  %6s  %6d%s%s  %5s  %8d\n", r.Bytes, r.Count, r.Type, r.RedOp, r.Root, half, half, r.Algorithm.Name(), r.ChunkBytes)
 		sum += r.BusBW
 	}
 	avg := 0.0
@@ -163,7 +163,14 @@ func Simulate(w io.Writer, o SimOptions) error {
 	if err != nil {
 		return err
 	}
-	rows, err := Table(sys, o.TableSpec)
+	return SimulateSystem(w, sys, o.TableSpec)
+}
+
+// SimulateSystem writes the predicted table of spec on sys to w: for
+// Host's systems, the algorithm column is what the communicators' tuner
+// runs.
+func SimulateSystem(w io.Writer, sys System, spec TableSpec) error {
+	rows, err := Table(sys, spec)
 	if err != nil {
 		return err
 	}

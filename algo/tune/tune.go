@@ -1,13 +1,16 @@
-// Package tune is gccl's cost model: for a system (bandwidth and latency
-// inside a node and between nodes, ranks per node, nodes), a collective and
-// a message size, it predicts the time of each algorithm (ring, double
-// binary tree, hierarchical), picks the fastest, and sizes the pipeline
-// chunk. The model is NCCL's (src/graph/tuning.cc): a base latency per call,
-// a latency per pipeline step (intra-node or network), and the bytes each
-// rank moves divided by the bus bandwidth the graph offers.
+// Package tune is gccl's cost model and tuner: for a system (bandwidth and
+// latency inside a node and between nodes, ranks per node, nodes), a
+// collective and a message size, it predicts the time of each algorithm
+// (algo.Algorithm: ring, double binary tree, one exchange, hierarchical),
+// picks the fastest, and sizes the pipeline chunk. The model is NCCL's
+// (src/graph/tuning.cc): a base latency per call, a latency per pipeline
+// step (intra-node or network, per algorithm), and the bytes each rank
+// moves divided by the bus bandwidth the system offers.
 //
-// It is pure: the System comes from a topology graph (FromGraph), from
-// calibration on this machine (ThisMachine), or from a test.
+// It is pure: the System comes from a topology graph (FromGraph: NCCL's
+// schedules on GPU systems, for --simulate), from this machine class's
+// calibration (ThisMachine, Host: gccl's host schedules, which the
+// communicators' run-time choice uses through a Tuner), or from a test.
 package tune
 
 import (
@@ -19,25 +22,6 @@ import (
 	"github.com/gccl/gccl/algo"
 )
 
-// Algorithm is a schedule the model can price.
-type Algorithm int
-
-const (
-	Ring         Algorithm = iota // one ring over all ranks (NCCL's Ring)
-	Tree                          // double binary tree across nodes, chain inside (NCCL's Tree)
-	Hierarchical                  // reduce-scatter inside nodes, all-reduce across nodes per rail, all-gather inside
-	NumAlgorithms
-)
-
-var algorithmNames = [...]string{"ring", "tree", "hier"}
-
-func (a Algorithm) String() string {
-	if a >= 0 && int(a) < len(algorithmNames) {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
 // Link is what one level of the system offers.
 type Link struct {
 	// BW is the bus bandwidth in GB/s (10^9 bytes/s): inside a node, what a
@@ -47,7 +31,30 @@ type Link struct {
 	BW float64
 	// LatencyUs is the time one pipeline step adds on this level, in µs.
 	LatencyUs float64
+	// PeerUs (HostSchedules only) is what each peer on this level adds to
+	// the direct schedules (one exchange, direct all-gather), in µs: a
+	// rank posts its input to every peer at once and then waits for each.
+	PeerUs float64
 }
+
+// Schedules names whose schedules a system runs, and so what the model
+// prices on it.
+type Schedules uint8
+
+const (
+	// NCCLSchedules are NCCL's, to be set beside published nccl-tests
+	// figures (FromGraph): the ring; the tree for all-reduce only, a chain
+	// inside each node and a double binary tree across nodes; the
+	// hierarchical all-reduce.
+	NCCLSchedules Schedules = iota
+	// HostSchedules are gccl's (ThisMachine, Host), as comm runs them:
+	// the ring (a pipelined chain for broadcast and reduce); the double
+	// binary tree over all ranks (all-reduce, broadcast, reduce); the
+	// direct schedules (the one-exchange all-reduce, the direct
+	// all-gather); the hierarchical all-reduce and all-gather on hosts of
+	// equal size.
+	HostSchedules
+)
 
 // System is the machine a job runs on, as the model sees it.
 type System struct {
@@ -65,10 +72,32 @@ type System struct {
 	TreeEfficiency float64
 	// MinChunkBytes and MaxChunkBytes bound the pipeline chunk.
 	MinChunkBytes, MaxChunkBytes int64
+
+	// Schedules says what runs on the system (NCCLSchedules by default).
+	Schedules Schedules
+	// UnevenRanks, when nonzero, is the job's number of ranks on Nodes
+	// hosts that hold different numbers of them (RanksPerNode is then the
+	// most on one host): the hierarchical schedules do not apply.
+	UnevenRanks int
+	// HostSchedules only, as NCCL keeps a latency per algorithm and link
+	// kind (hwLat in tuning.cc): the latency of one level of the double
+	// binary tree, and of one hop of the broadcast and reduce chain, as
+	// multiples of a ring all-reduce step on the same link.
+	TreeHop, ChainHop float64
+	// HostSchedules only: the direct schedules run on at most
+	// DirectMaxRanks ranks while each rank sends at most DirectMaxBytes
+	// (n-1 copies of its input); zero: never.
+	DirectMaxBytes int64
+	DirectMaxRanks int
 }
 
 // Ranks returns the number of ranks of the job.
-func (s System) Ranks() int { return s.Nodes * s.RanksPerNode }
+func (s System) Ranks() int {
+	if s.UnevenRanks > 0 {
+		return s.UnevenRanks
+	}
+	return s.Nodes * s.RanksPerNode
+}
 
 // Validate reports a system the model cannot price.
 func (s System) Validate() error {
@@ -83,6 +112,12 @@ func (s System) Validate() error {
 		return fmt.Errorf("tune: system %q has a negative latency", s.Name)
 	case s.TreeEfficiency < 0 || s.TreeEfficiency > 1:
 		return fmt.Errorf("tune: system %q: tree efficiency %g outside [0, 1]", s.Name, s.TreeEfficiency)
+	case s.UnevenRanks != 0 && (s.UnevenRanks < s.Nodes || s.UnevenRanks > s.Nodes*s.RanksPerNode):
+		return fmt.Errorf("tune: system %q: %d ranks on %d hosts of at most %d", s.Name, s.UnevenRanks, s.Nodes, s.RanksPerNode)
+	case s.Schedules == HostSchedules && (!(s.TreeHop >= 0) || !(s.ChainHop >= 0) || s.Intra.PeerUs < 0 || s.Inter.PeerUs < 0 || s.DirectMaxBytes < 0 || s.DirectMaxRanks < 0):
+		return fmt.Errorf("tune: system %q has a negative host-schedule figure", s.Name)
+	case s.Schedules > HostSchedules:
+		return fmt.Errorf("tune: system %q: unknown schedules %d", s.Name, s.Schedules)
 	}
 	return nil
 }
@@ -97,10 +132,10 @@ type Estimate struct {
 
 // Prediction is the model's answer for one collective call.
 type Prediction struct {
-	Algorithm   Algorithm // the fastest supported algorithm
-	ChunkBytes  int64     // the pipeline chunk for it
-	Estimate              // the chosen algorithm's figures
-	ByAlgorithm [NumAlgorithms]Estimate
+	Algorithm   algo.Algorithm               // the fastest supported algorithm
+	ChunkBytes  int64                        // the pipeline chunk for it
+	Estimate                                 // the chosen algorithm's figures
+	ByAlgorithm [algo.NumAlgorithms]Estimate // indexed by algorithm; unsupported ones are zero
 }
 
 // BusFactor is nccl-tests' factor from algorithm bandwidth to bus
@@ -123,9 +158,27 @@ func BusFactor(coll algo.Collective, ranks int) float64 {
 // ErrUnsupported says the model has no schedule for a collective.
 var ErrUnsupported = errors.New("tune: collective not modelled")
 
+// Options narrow what the model may choose.
+type Options struct {
+	// Scaled says the op pre-scales its inputs (PreMulSum, float Avg), so
+	// schedules that read an input twice (the one-exchange all-reduce) do
+	// not apply.
+	Scaled bool
+	// Force, when set, is the only algorithm priced (GCCL_ALGO), at every
+	// size, wherever its schedule exists (the direct schedules' size and
+	// rank bounds aside); where it does not, the ring.
+	Force algo.Algorithm
+}
+
 // Predict prices every algorithm for coll on bytes (nccl-tests' size: the
 // all-gather's output, the reduce-scatter's input) and picks the fastest.
 func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) {
+	return PredictWith(sys, coll, bytes, Options{})
+}
+
+// PredictWith is Predict within opt. It is the tuner's rule: Tuner.Choose
+// returns the algorithm it picks.
+func PredictWith(sys System, coll algo.Collective, bytes int64, opt Options) (Prediction, error) {
 	var p Prediction
 	if err := sys.Validate(); err != nil {
 		return p, err
@@ -139,8 +192,8 @@ func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) 
 		return p, fmt.Errorf("%w: %s", ErrUnsupported, coll)
 	}
 	best := -1
-	for a := Algorithm(0); a < NumAlgorithms; a++ {
-		t, ok := sys.time(a, coll, float64(bytes))
+	for _, a := range pricingOrder {
+		t, ok := sys.price(a, coll, float64(bytes), opt)
 		if !ok {
 			continue
 		}
@@ -154,10 +207,61 @@ func Predict(sys System, coll algo.Collective, bytes int64) (Prediction, error) 
 			best = int(a)
 		}
 	}
-	p.Algorithm = Algorithm(best)
+	if best < 0 {
+		return p, fmt.Errorf("%w: no algorithm for %s on %q within %+v", ErrUnsupported, coll, sys.Name, opt)
+	}
+	p.Algorithm = algo.Algorithm(best)
 	p.Estimate = p.ByAlgorithm[best]
 	p.ChunkBytes = sys.chunk(p.Algorithm, bytes)
 	return p, nil
+}
+
+// pricingOrder is the order algorithms are priced in; on a tie the first
+// wins: the one exchange first (on one rank every schedule is a copy, and
+// the exchange's plan is it), then the hierarchical schedule (on two hosts
+// its all-gather takes as many steps as the ring, and crosses the network
+// less), then the ring before the tree, as before.
+var pricingOrder = [...]algo.Algorithm{algo.Direct, algo.Hier, algo.Ring, algo.Tree}
+
+// price returns time's figure for a within opt, or false where opt or the
+// system's bounds rule it out.
+func (s System) price(a algo.Algorithm, coll algo.Collective, bytes float64, opt Options) (float64, bool) {
+	if opt.Force != 0 {
+		// The forced algorithm where its schedule exists, else the ring.
+		use := opt.Force
+		if !s.applies(use, coll, opt.Scaled) {
+			use = algo.Ring
+		}
+		if a != use {
+			return 0, false
+		}
+		return s.time(a, coll, bytes)
+	}
+	if a == algo.Direct && (!s.applies(a, coll, opt.Scaled) || !s.directFits(coll, bytes)) {
+		return 0, false
+	}
+	return s.time(a, coll, bytes)
+}
+
+// applies says whether a's schedule exists for coll on this system (scaled:
+// for an op that pre-scales its inputs).
+func (s System) applies(a algo.Algorithm, coll algo.Collective, scaled bool) bool {
+	host := s.Schedules == HostSchedules
+	switch a {
+	case algo.Ring:
+		switch coll {
+		case algo.AllReduce, algo.AllGather, algo.ReduceScatter, algo.Broadcast, algo.Reduce:
+			return true
+		}
+	case algo.Tree:
+		return s.TreeEfficiency > 0 && (coll == algo.AllReduce || host && (coll == algo.Broadcast || coll == algo.Reduce))
+	case algo.Direct:
+		return host && (coll == algo.AllReduce && !scaled || coll == algo.AllGather)
+	case algo.Hier:
+		even := s.Nodes > 1 && s.RanksPerNode > 1 && s.UnevenRanks == 0
+		return even && (coll == algo.AllReduce || host && coll == algo.AllGather)
+	}
+	return false
 }
 
 // ringBW is the bandwidth a ring over the whole job sustains: the intra-node
@@ -175,15 +279,18 @@ func (s System) ringBW() float64 {
 
 // time returns the predicted µs of algorithm a, or false when a does not
 // apply to coll on this system.
-func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
+func (s System) time(a algo.Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
+	if s.Schedules == HostSchedules {
+		return s.hostTime(a, coll, bytes)
+	}
 	n, k, ppn := s.Ranks(), s.Nodes, s.RanksPerNode
 	if n == 1 {
 		// One rank copies (or does nothing in place): the call's cost.
-		return s.BaseLatencyUs, a == Ring
+		return s.BaseLatencyUs, a == algo.Ring
 	}
 	perByte := func(bw float64) float64 { return 1 / (bw * 1e3) } // µs per byte at bw GB/s
 	switch a {
-	case Ring:
+	case algo.Ring:
 		var steps, interSteps int
 		switch coll {
 		case algo.AllReduce:
@@ -195,7 +302,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 		}
 		lat := s.BaseLatencyUs + float64(steps-interSteps)*s.Intra.LatencyUs + float64(interSteps)*s.Inter.LatencyUs
 		return lat + bytes*BusFactor(coll, n)*perByte(s.ringBW()), true
-	case Tree:
+	case algo.Tree:
 		// All-reduce only (as in NCCL): reduce up the trees, broadcast down.
 		// Inside a node a chain of ppn ranks; across nodes log2(k) levels.
 		if coll != algo.AllReduce || s.TreeEfficiency == 0 {
@@ -205,7 +312,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 		// Every byte goes up and comes down: 2 × bytes over the ring's links
 		// at the tree's efficiency.
 		return lat + 2*bytes*perByte(s.ringBW()*s.TreeEfficiency), true
-	case Hierarchical:
+	case algo.Hier:
 		// Only meaningful with several nodes of several ranks.
 		if coll != algo.AllReduce || k < 2 || ppn < 2 {
 			return 0, false
@@ -224,7 +331,7 @@ func (s System) time(a Algorithm, coll algo.Collective, bytes float64) (float64,
 // times the per-step latency (so latency hides behind transfer), a power of
 // two within [MinChunkBytes, MaxChunkBytes], and no larger than a rank's
 // share of the message.
-func (s System) chunk(a Algorithm, bytes int64) int64 {
+func (s System) chunk(a algo.Algorithm, bytes int64) int64 {
 	lo, hi := s.MinChunkBytes, s.MaxChunkBytes
 	if lo <= 0 {
 		lo = 4 << 10

@@ -55,11 +55,11 @@ func TestIBMH100RingAllReduce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ring := p.ByAlgorithm[Ring]
+		ring := p.ByAlgorithm[algo.Ring]
 		if rel := math.Abs(ring.BusBW-publishedH100RingBusBW) / publishedH100RingBusBW; rel > 0.20 {
 			t.Errorf("%d B: ring busbw %.1f GB/s, %.0f%% from the published %.0f", size, ring.BusBW, 100*rel, publishedH100RingBusBW)
 		}
-		if p.Algorithm != Ring {
+		if p.Algorithm != algo.Ring {
 			t.Errorf("%d B on one node: chose %s, want ring", size, p.Algorithm)
 		}
 		// The figure is the model's arithmetic, not a constant: time =
@@ -78,35 +78,35 @@ func TestChoiceAcrossSizesAndNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if small.Algorithm == Ring {
-		t.Errorf("8 B on 64 nodes: chose ring (%.0f µs) over tree (%.0f µs)", small.TimeUs, small.ByAlgorithm[Tree].TimeUs)
+	if small.Algorithm == algo.Ring {
+		t.Errorf("8 B on 64 nodes: chose ring (%.0f µs) over tree (%.0f µs)", small.TimeUs, small.ByAlgorithm[algo.Tree].TimeUs)
 	}
 	large, err := Predict(sys, algo.AllReduce, 8<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if large.Algorithm == Tree {
+	if large.Algorithm == algo.Tree {
 		t.Errorf("8 GiB on 64 nodes: chose tree")
 	}
 	// Across nodes the network bounds the ring: 8 × 200 Gb/s = 200 GB/s.
-	if r := large.ByAlgorithm[Ring].BusBW; r > 200 || r < 180 {
+	if r := large.ByAlgorithm[algo.Ring].BusBW; r > 200 || r < 180 {
 		t.Errorf("8 GiB ring busbw on 64 nodes %.1f, want just under 200", r)
 	}
 	// Time grows with size for every algorithm.
-	prev := [NumAlgorithms]float64{}
+	prev := [algo.NumAlgorithms]float64{}
 	for size := int64(8); size <= 1<<30; size *= 4 {
 		p, err := Predict(sys, algo.AllReduce, size)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for a := Algorithm(0); a < NumAlgorithms; a++ {
+		for a := algo.Algorithm(0); a < algo.NumAlgorithms; a++ {
 			if e := p.ByAlgorithm[a]; e.Supported && e.TimeUs < prev[a] {
 				t.Errorf("%s: %d B takes %.2f µs, less than a smaller size's %.2f", a, size, e.TimeUs, prev[a])
 			} else {
 				prev[a] = e.TimeUs
 			}
 		}
-		if p.TimeUs > min(p.ByAlgorithm[Ring].TimeUs, p.ByAlgorithm[Tree].TimeUs, p.ByAlgorithm[Hierarchical].TimeUs) {
+		if p.TimeUs > min(p.ByAlgorithm[algo.Ring].TimeUs, p.ByAlgorithm[algo.Tree].TimeUs, p.ByAlgorithm[algo.Hier].TimeUs) {
 			t.Errorf("%d B: chosen %s is not the fastest", size, p.Algorithm)
 		}
 	}
@@ -115,7 +115,7 @@ func TestChoiceAcrossSizesAndNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Algorithm != Ring || p.ByAlgorithm[Tree].Supported || p.ByAlgorithm[Hierarchical].Supported {
+	if p.Algorithm != algo.Ring || p.ByAlgorithm[algo.Tree].Supported || p.ByAlgorithm[algo.Hier].Supported {
 		t.Errorf("all-gather: %+v", p)
 	}
 }
@@ -163,8 +163,8 @@ func TestThisMachineAgainstMeasurements(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rel := math.Abs(p.ByAlgorithm[Ring].TimeUs-c.measured) / c.measured; rel > 0.25 {
-			t.Errorf("%s %d B: predicted %.0f µs, measured %.0f (%.0f%% off)", c.transport, c.bytes, p.ByAlgorithm[Ring].TimeUs, c.measured, 100*rel)
+		if rel := math.Abs(p.ByAlgorithm[algo.Ring].TimeUs-c.measured) / c.measured; rel > 0.25 {
+			t.Errorf("%s %d B: predicted %.0f µs, measured %.0f (%.0f%% off)", c.transport, c.bytes, p.ByAlgorithm[algo.Ring].TimeUs, c.measured, 100*rel)
 		}
 	}
 	if _, err := ThisMachine("ib", 2); err == nil {
@@ -175,18 +175,18 @@ func TestThisMachineAgainstMeasurements(t *testing.T) {
 func TestChunk(t *testing.T) {
 	sys := system(t, ibmFile, 1)
 	for size := int64(0); size <= 1<<32; size = size*2 + 1 {
-		c := sys.chunk(Ring, size)
+		c := sys.chunk(algo.Ring, size)
 		if c < sys.MinChunkBytes || c > sys.MaxChunkBytes || c&(c-1) != 0 {
 			t.Fatalf("%d B: chunk %d not a power of two in [%d, %d]", size, c, sys.MinChunkBytes, sys.MaxChunkBytes)
 		}
 	}
 	// Large messages on NVLink: the largest chunk (370 GB/s × 3.4 µs × 4 is
 	// 5 MB). Shared memory here: 2.88 GB/s × 0.5 µs × 4 ≈ 5.8 kB -> 8 KiB.
-	if c := sys.chunk(Ring, 1<<30); c != sys.MaxChunkBytes {
+	if c := sys.chunk(algo.Ring, 1<<30); c != sys.MaxChunkBytes {
 		t.Errorf("1 GiB on H100: chunk %d", c)
 	}
 	host, _ := ThisMachine("shm", 2)
-	if c := host.chunk(Ring, 1<<30); c != 8<<10 {
+	if c := host.chunk(algo.Ring, 1<<30); c != 8<<10 {
 		t.Errorf("1 GiB over shm: chunk %d, want 8 KiB", c)
 	}
 }
@@ -216,7 +216,7 @@ func TestChunkOneRankPerNode(t *testing.T) {
 		t.Errorf("1 GiB, 2 nodes x 1 rank: chunk %d, want %d", p.ChunkBytes, want)
 	}
 	// A rank's share still bounds it: 1 MiB over 2 ranks is 512 KiB.
-	if c := one.chunk(Ring, 1<<20); c != 512<<10 {
+	if c := one.chunk(algo.Ring, 1<<20); c != 512<<10 {
 		t.Errorf("1 MiB, 2 nodes x 1 rank: chunk %d, want %d", c, 512<<10)
 	}
 	// One rank in all moves nothing: the smallest chunk.
@@ -224,7 +224,7 @@ func TestChunkOneRankPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := alone.chunk(Ring, 1<<30); c != alone.MinChunkBytes {
+	if c := alone.chunk(algo.Ring, 1<<30); c != alone.MinChunkBytes {
 		t.Errorf("1 GiB, one rank: chunk %d, want %d", c, alone.MinChunkBytes)
 	}
 }

@@ -3,17 +3,30 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/gccl/gccl/algo/tune"
+	"github.com/gccl/gccl/comm"
 )
 
-// runSimulate prints the table the cost model (algo/tune) predicts for the
-// system of an NCCL topology file, in nccl-tests' format, so the model can
-// be set beside published nccl-tests results; nothing is run.
+// runSimulate prints the table the cost model (algo/tune) predicts, in
+// nccl-tests' format; nothing is run. With --topo-file, for the GPU system
+// of an NCCL topology file under NCCL's schedules, to be set beside
+// published nccl-tests results; without, for -g/-np ranks on each of
+// --nodes hosts of this machine class under gccl's host schedules: the
+// algorithm column is then what the communicators' tuner runs.
 func runSimulate(cfg *config, stdout, stderr io.Writer) int {
+	var sys tune.System
 	if cfg.topoFile == "" {
-		fmt.Fprintf(stderr, "gccl-perf: --simulate needs --topo-file <NCCL topology XML>\nRun gccl-perf -h for usage.\n")
-		return 2
+		if cfg.worldSize() < 2 {
+			fmt.Fprintf(stderr, "gccl-perf: --simulate needs --topo-file <NCCL topology XML>, or -g/-np <ranks per host> for this machine class's host transports\nRun gccl-perf -h for usage.\n")
+			return 2
+		}
+		var err error
+		if sys, err = tune.Host(slices.Repeat([]int{cfg.worldSize()}, max(cfg.nodes, 1))...); err != nil {
+			fmt.Fprintf(stderr, "gccl-perf: --simulate: %v\n", err)
+			return 2
+		}
 	}
 	coll, ok := tune.CollectiveByName(cfg.test.name)
 	if !ok {
@@ -28,11 +41,19 @@ func runSimulate(cfg *config, stdout, stderr io.Writer) int {
 					Collective: coll, MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes,
 					StepFactor: cfg.stepFactor, StepBytes: cfg.stepBytes,
 					Type: dt.name, TypeSize: dt.dt.Size(), RedOp: op.name, Root: root,
+					// As comm decides: these ops pre-scale their inputs.
+					Scaled: op.kind == comm.OpPreMulSum || op.kind == comm.OpAvg && dt.dt.IsFloat(),
 				}
 				if op.kind == opNone {
 					spec.RedOp = "none"
 				}
-				if err := tune.Simulate(stdout, tune.SimOptions{TopoFile: cfg.topoFile, Nodes: max(cfg.nodes, 1), TableSpec: spec}); err != nil {
+				var err error
+				if cfg.topoFile == "" {
+					err = tune.SimulateSystem(stdout, sys, spec)
+				} else {
+					err = tune.Simulate(stdout, tune.SimOptions{TopoFile: cfg.topoFile, Nodes: max(cfg.nodes, 1), TableSpec: spec})
+				}
+				if err != nil {
 					fmt.Fprintf(stderr, "gccl-perf: --simulate: %v\n", err)
 					status = 1
 				}

@@ -7,6 +7,11 @@
 // Without a driver, or without cgo, Load returns an error wrapping
 // ErrNotSupported that says why. GCCL_CUDA_LIBRARY names another library to
 // load instead of libcuda.so.1 (tests use a fake one).
+//
+// gccl's users of the driver in one process (p2p agents, gpu devices)
+// share it through OpenShared: one driver, one retained primary context
+// per device, values kept per context, and each peer allocation opened
+// through CUDA IPC once per context, counted.
 package cuda
 
 import (

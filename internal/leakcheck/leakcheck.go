@@ -38,14 +38,22 @@ var ignored = []string{
 
 // Main runs the tests and, when they passed, fails the binary if goroutines
 // the tests started still run after Timeout (extra names stacks to ignore,
-// as substrings); GCCL_LEAKCHECK=0 skips the check. Use it as TestMain's body: func TestMain(m *testing.M) {
-// leakcheck.Main(m) }.
-func Main(m *testing.M, extra ...string) {
+// as substrings); GCCL_LEAKCHECK=0 skips the check. Use it as TestMain's
+// body: func TestMain(m *testing.M) { leakcheck.Main(m) }.
+func Main(m *testing.M, extra ...string) { os.Exit(Run(m, nil, extra...)) }
+
+// Run is Main for a TestMain with more to do: it runs the tests, then
+// cleanup (which may end goroutines the package keeps across tests), then
+// the check, and returns the exit code.
+func Run(m *testing.M, cleanup func(), extra ...string) int {
 	before := map[string]bool{}
 	for _, g := range goroutines(nil) {
 		before[g.id] = true
 	}
 	code := m.Run()
+	if cleanup != nil {
+		cleanup()
+	}
 	if code == 0 && os.Getenv("GCCL_LEAKCHECK") != "0" {
 		if left := Wait(Timeout, before, extra...); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "leakcheck: %d goroutines still running %v after the tests:\n\n%s\n",
@@ -53,7 +61,7 @@ func Main(m *testing.M, extra ...string) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // Wait waits up to timeout for every goroutine not in before (by id) and

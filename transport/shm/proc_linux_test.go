@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gccl/gccl/internal/leakcheck"
+
 	"github.com/gccl/gccl/internal/reduce"
 	"github.com/gccl/gccl/transport"
 )
@@ -50,7 +52,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m)
 }
 
 // child is the parent's view of a child process.

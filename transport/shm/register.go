@@ -43,15 +43,8 @@ func (shmTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
 	if me.Host != peer.Host {
 		return transport.Reach{}
 	}
-	r := transport.Reach{Expected: true}
-	switch {
-	case me.Addr(Name) != nil && peer.Addr(Name) != nil:
-		r.OK = true
-	case me.Addr(Name) == nil && me.Off(Name) != "":
-		r.Why = me.Off(Name)
-	case peer.Addr(Name) == nil && peer.Off(Name) != "":
-		r.Why = fmt.Sprintf("on rank %d: %s", peer.Rank, peer.Off(Name))
-	default:
+	r := transport.ReachBoth(Name, me, peer)
+	if r.Why == "not listening" {
 		r.Why = "shared memory unavailable"
 	}
 	return r

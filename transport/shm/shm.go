@@ -38,15 +38,11 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gccl/gccl/internal/errs"
+	"github.com/gccl/gccl/internal/shmem"
 )
 
 // Defaults for Config. The slot size is the pipeline chunk of every
@@ -59,7 +55,7 @@ import (
 const (
 	DefaultSlotSize  = 128 << 10
 	DefaultSlotCount = 4
-	DefaultDir       = "/dev/shm"
+	DefaultDir       = shmem.DefaultDir
 )
 
 // LivenessInterval is how often, at most, a waiting rank checks that its
@@ -100,7 +96,6 @@ const (
 	maxSlotSize  = 1 << 30
 	minSlotCount = 2 // a fused receive-and-send holds one slot while it waits for the next
 	maxSlotCount = 1 << 12
-	maxJobIDLen  = 128
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -120,89 +115,4 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm: slot count %d outside [%d, %d] (fused steps hold one slot while reserving the next)", c.SlotCount, minSlotCount, maxSlotCount)
 	}
 	return c, nil
-}
-
-// checkJobID keeps segment names inside Dir and recognisable by CleanJob.
-func checkJobID(jobID string) error {
-	if jobID == "" || len(jobID) > maxJobIDLen || jobID[0] == '.' || jobID[0] == '-' {
-		return fmt.Errorf("shm: invalid job ID %q (1 to %d characters of [A-Za-z0-9._-], not starting with '.' or '-')", jobID, maxJobIDLen)
-	}
-	for _, c := range jobID {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("shm: invalid job ID %q: character %q (allowed: [A-Za-z0-9._-])", jobID, c)
-		}
-	}
-	return nil
-}
-
-// mailboxPath is the mailbox of rank in job: <dir>/gccl-<jobID>-<rank>.
-func mailboxPath(dir, jobID string, rank int) string {
-	return filepath.Join(dir, "gccl-"+jobID+"-"+strconv.Itoa(rank))
-}
-
-// regionPath is region n of rank in job: <dir>/gccl-<jobID>-<rank>-buf<n>.
-func regionPath(dir, jobID string, rank, n int) string {
-	return mailboxPath(dir, jobID, rank) + "-buf" + strconv.Itoa(n)
-}
-
-// isJobSegment reports whether base is the name of a mailbox or region of
-// jobID. It matches the exact forms, so that cleaning job "7" leaves job
-// "7-1" alone.
-func isJobSegment(base, jobID string) bool {
-	rest, ok := strings.CutPrefix(base, "gccl-"+jobID+"-")
-	if !ok {
-		return false
-	}
-	rank, buf, hasBuf := strings.Cut(rest, "-buf")
-	if !allDigits(rank) {
-		return false
-	}
-	return !hasBuf || allDigits(buf)
-}
-
-func allDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// CleanJob removes the segments (mailboxes and regions) of jobID left in dir
-// (empty: DefaultDir), for example by ranks that crashed before unlinking
-// them, and returns how many it removed. Peers that still map a removed
-// segment keep their mapping.
-func CleanJob(dir, jobID string) (int, error) {
-	if err := checkJobID(jobID); err != nil {
-		return 0, err
-	}
-	if dir == "" {
-		dir = DefaultDir
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, fmt.Errorf("shm: cleaning job %s: %w", jobID, err)
-	}
-	n := 0
-	var first error
-	for _, e := range entries {
-		if !isJobSegment(e.Name(), jobID) {
-			continue
-		}
-		err := os.Remove(filepath.Join(dir, e.Name()))
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, os.ErrNotExist):
-			// Unlinked meanwhile by its owner.
-		case first == nil:
-			first = fmt.Errorf("shm: cleaning job %s: %w", jobID, err)
-		}
-	}
-	return n, first
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -755,55 +754,6 @@ func TestBadPeer(t *testing.T) {
 	}
 }
 
-func TestRegionSharedBetweenMappings(t *testing.T) {
-	dir := testDir(t)
-	own, err := AllocIn(dir, "reg", 3, 1<<20+5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(own.Bytes()) != 1<<20+5 || uintptr(unsafe.Pointer(&own.Bytes()[0]))%pageSize != 0 {
-		t.Fatalf("region of %d bytes at %p", own.Len(), own.Bytes())
-	}
-	peer, err := MapRegion(own.Name(), own.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fill(own.Bytes(), 1)
-	if !check(peer.Bytes(), 1) {
-		t.Fatal("peer mapping does not see the owner's writes")
-	}
-	peer.Bytes()[12345] = 0
-	if own.Bytes()[12345] != 0 {
-		t.Fatal("owner does not see the peer's writes")
-	}
-	if _, err := MapRegion(own.Name(), 4096); err == nil {
-		t.Fatal("mapped a region with the wrong size")
-	}
-	second, err := AllocIn(dir, "reg", 3, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if second.Name() == own.Name() {
-		t.Fatal("two regions share a name")
-	}
-	for _, r := range []*Region{own, peer, second} {
-		if err := r.Unlink(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if names := dirEntries(t, dir); len(names) != 0 {
-		t.Fatalf("after Unlink: %v", names)
-	}
-	for _, r := range []*Region{own, peer, second, own} {
-		if err := r.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := AllocIn(dir, "reg", 0, 0); err == nil {
-		t.Fatal("empty region accepted")
-	}
-}
-
 // TestNoLeaks runs a whole life cycle and checks that no file descriptor,
 // shared mapping or file remains.
 func TestNoLeaks(t *testing.T) {
@@ -883,7 +833,7 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestGeometryAndNames(t *testing.T) {
+func TestGeometry(t *testing.T) {
 	g, err := newGeometry(1000, 3, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -897,17 +847,6 @@ func TestGeometryAndNames(t *testing.T) {
 	// Many peers grow the ring table beyond the first page.
 	if g, _ := newGeometry(64, 2, 1000); g.headerSize != 2*pageSize {
 		t.Fatalf("header of 1000 rings: %d", g.headerSize)
-	}
-	for name, want := range map[string]bool{
-		"gccl-7-0": true, "gccl-7-12": true, "gccl-7-3-buf0": true, "gccl-7-3-buf17": true,
-		"gccl-7-1-0": false, "gccl-7-x": false, "gccl-7-": false, "gccl-7-3-buf": false, "gccl-70-1": false, "gccl-7-3-bufx": false,
-	} {
-		if isJobSegment(name, "7") != want {
-			t.Errorf("isJobSegment(%q, 7) != %v", name, want)
-		}
-	}
-	if checkJobID("a.b_c-9") != nil || checkJobID("-x") == nil || checkJobID("a b") == nil || checkJobID(strings.Repeat("a", 200)) == nil {
-		t.Error("checkJobID")
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/leakcheck"
+
 	"github.com/gccl/gccl/internal/reduce"
 	"github.com/gccl/gccl/internal/spin"
 	"github.com/gccl/gccl/transport"
@@ -39,9 +41,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	code := m.Run()
-	benchPairs.closeAll()
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, benchPairs.closeAll))
 }
 
 // Benchmark patterns.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"strconv"
 
 	"github.com/gccl/gccl/transport"
 )
@@ -39,18 +38,7 @@ func (tcpTransport) Listen(ctx context.Context, s *transport.Setup) (transport.L
 
 // Reach: TCP connects any two ranks that both listen.
 func (tcpTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
-	r := transport.Reach{Expected: true}
-	switch {
-	case me.Addr(Name) != nil && peer.Addr(Name) != nil:
-		r.OK = true
-	case me.Addr(Name) == nil && me.Off(Name) != "":
-		r.Why = me.Off(Name)
-	case peer.Addr(Name) == nil && peer.Off(Name) != "":
-		r.Why = "on rank " + strconv.Itoa(peer.Rank) + ": " + peer.Off(Name)
-	default:
-		r.Why = "not listening"
-	}
-	return r
+	return transport.ReachBoth(Name, me, peer)
 }
 
 type listener struct{ ln *Listener }

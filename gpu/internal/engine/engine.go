@@ -1,13 +1,11 @@
-// Package nvlink moves and reduces data directly between GPUs of one host,
-// for gccl's device collectives: processes export their device buffers as
-// CUDA IPC handles, peers map them (over NVLink or PCIe peer-to-peer where
-// the GPUs differ; on one GPU, within its memory), and an Engine reduces
-// with gccl's kernels (internal/kernels) and copies with the copy engines,
-// straight between the mapped buffers. It implements device.Engine;
-// package gpu gives every Device one.
-//
-// Status: tested against the fake CUDA driver only (the kernels run there
-// compiled for the CPU); no GPU has run it yet (docs/HARDWARE.md).
+// Package engine is the GPU's collective engine: it moves and reduces data
+// directly between the GPUs of one host for gccl's device collectives.
+// Processes export their device buffers as CUDA IPC handles, peers map them
+// (over NVLink or PCIe peer-to-peer where the GPUs differ; on one GPU,
+// within its memory), and an Engine reduces with gccl's kernels
+// (internal/kernels) and copies with the copy engines, straight between the
+// mapped buffers. It implements device.Engine; package gpu gives every
+// Device one, and is its only user.
 package engine
 
 import (
@@ -35,9 +33,11 @@ import (
 // read them.
 const maxImports = 1024
 
-// imported is one cached mapping of a peer's allocation.
+// imported is one cached mapping of a peer's allocation: this engine's
+// reference to the process's mapping (cuda.Shared), which p2p agents and
+// the other engines on the context share.
 type imported struct {
-	ptr  cuda.DevicePtr
+	imp  *cuda.Import
 	used uint64 // Import's clock at the last use
 	// The allocation in its exporter: a new one there that overlaps it
 	// means it was freed (staleImportsLocked).
@@ -51,6 +51,7 @@ type imported struct {
 // Its methods are safe for concurrent use; ranks sharing a device share its
 // stream.
 type Engine struct {
+	sh      *cuda.Shared // the process's driver, context and IPC mappings
 	ctx     *cuda.Context
 	ordinal int
 	busID   string
@@ -64,11 +65,6 @@ type Engine struct {
 	funcs   map[kernelKey]cuda.Function // the context's kernels (ctxKernels), copied at NewEngine
 	imports map[cuda.IPCHandle]imported
 	clock   uint64
-	// closing are mappings dropped from imports while a call held a
-	// stream of the context, closed once no call does (closeDeferred):
-	// closing a mapping may synchronize the device, and a held stream
-	// waits for the call.
-	closing []cuda.DevicePtr
 	// args is its own allocation: cgo checks that the memory passed to C
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
@@ -80,13 +76,17 @@ type Engine struct {
 
 var _ device.Engine = (*Engine)(nil)
 
-// NewEngine makes the engine of device ordinal, whose primary context is
-// ctx, on driver d.
-func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*Engine, error) {
-	e := &Engine{ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
+// NewEngine makes the engine of device ordinal on the process's shared
+// CUDA state sh, which must stay open until the engine is closed.
+func NewEngine(sh *cuda.Shared, ordinal int, busID string) (*Engine, error) {
+	ctx, err := sh.Context(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{sh: sh, ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
 		args:    new(kernels.ReduceArgs),
 		imports: map[cuda.IPCHandle]imported{}}
-	var err error
+	d := sh.Driver()
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
 		return nil, err
 	}
@@ -99,7 +99,10 @@ func NewEngine(d *cuda.Driver, ctx *cuda.Context, ordinal int, busID string) (*E
 	if e.stream, err = ctx.NewStream(); err != nil {
 		return nil, err
 	}
-	joinContext(e)
+	if err := joinContext(e); err != nil {
+		ctx.DestroyStream(e.stream)
+		return nil, err
+	}
 	if err := e.loadKernels(); err != nil {
 		e.Close()
 		return nil, err
@@ -186,15 +189,15 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 		if len(e.imports) >= maxImports {
 			e.evictImportsLocked()
 		}
-		p, err := e.ctx.OpenIPC(h)
+		imp, err := e.sh.Import(e.ordinal, h)
 		if err != nil {
 			return 0, fmt.Errorf("engine: opening process %d's device memory: %w", pid, err)
 		}
-		m = imported{ptr: p, pid: pid, base: base, size: size}
+		m = imported{imp: imp, pid: pid, base: base, size: size}
 	}
 	m.used = e.clock
 	e.imports[h] = m
-	return uintptr(uint64(m.ptr) + off), nil
+	return uintptr(uint64(m.imp.Base()) + off), nil
 }
 
 // closeStaleImportsLocked closes the mappings of process pid's allocations
@@ -211,30 +214,13 @@ func (e *Engine) closeStaleImportsLocked(pid uint32, base, size uint64) {
 	}
 }
 
-// dropImportLocked removes a mapping from the cache and closes it, or,
-// while a call of any engine on the context holds a stream, leaves it for
-// closeDeferred.
+// dropImportLocked removes a mapping from the cache and drops the engine's
+// reference to it. The last reference's close is left for the end of the
+// context's holds (cuda.Shared.BeginDeferral, taken by Hold): closing a
+// mapping may synchronize the device, and a held stream waits for the call.
 func (e *Engine) dropImportLocked(h cuda.IPCHandle, m imported) {
 	delete(e.imports, h)
-	if e.shared.active.Load() > 0 {
-		e.closing = append(e.closing, m.ptr)
-		return
-	}
-	e.ctx.CloseIPC(m.ptr)
-}
-
-// closeDeferred closes the mappings dropped while calls held streams; the
-// release of the context's last hold, by whichever engine, calls it.
-func (e *Engine) closeDeferred() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.shared.active.Load() > 0 {
-		return // a new hold since
-	}
-	for _, p := range e.closing {
-		e.ctx.CloseIPC(p)
-	}
-	e.closing = e.closing[:0]
+	m.imp.Close()
 }
 
 // evictImportsLocked closes the least recently used half of the mappings.
@@ -254,13 +240,8 @@ func (e *Engine) evictImportsLocked() {
 
 func (e *Engine) closeImportsLocked() {
 	for h, m := range e.imports {
-		e.ctx.CloseIPC(m.ptr)
-		delete(e.imports, h)
+		e.dropImportLocked(h, m)
 	}
-	for _, p := range e.closing {
-		e.ctx.CloseIPC(p)
-	}
-	e.closing = nil
 }
 
 // kernelOp maps a comm reduction to a kernel operator and its scalar.
@@ -438,7 +419,7 @@ func (e *Engine) Wait() error {
 	return e.ctx.SyncStream(e.stream)
 }
 
-var errClosed = errors.New("engine: engine closed")
+var errClosed = errs.New(errs.ErrClosed, "engine: closed")
 
 func (e *Engine) isClosed() bool {
 	e.mu.Lock()
@@ -457,15 +438,17 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	e.holds.mu.Lock()
-	held, err := e.holds.closeLocked(e)
+	held, deferrals, err := e.holds.closeLocked(e)
 	e.holds.mu.Unlock()
 	e.shared.done(held)
+	for range deferrals {
+		e.sh.EndDeferral(e.ordinal)
+	}
 	last := leaveContext(e)
-	// (Before e.mu: handOver takes the context's mu, under which done
-	// takes engines' mu.)
-	if !last {
-		e.shared.handOver(e.ctx)
-	} else { // the context's deferred frees are no other engine's
+	if last {
+		// The context's deferred frees are no other engine's. (An
+		// engine that stays frees them with the same context: every
+		// engine of the process on the device shares one.)
 		e.shared.freeDeferred()
 	}
 	e.mu.Lock()

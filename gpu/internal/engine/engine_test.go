@@ -29,10 +29,13 @@ import (
 func openEngine(t testing.TB) (*cuda.Context, *engine.Engine) {
 	t.Helper()
 	cudatest.Driver(t)
-	d, ctxs := devtest.Retain(t, 1)
-	ctx := ctxs[0]
-	bus, _ := d.PCIBusID(0)
-	e, err := engine.NewEngine(d, ctx, 0, bus)
+	sh := devtest.Shared(t)
+	ctx, err := sh.Context(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, _ := sh.PCIBusID(0)
+	e, err := engine.NewEngine(sh, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,17 +90,18 @@ func TestExportImport(t *testing.T) {
 // took); the next engine on the context finds them loaded.
 func TestFirstEngineLoadsTheKernels(t *testing.T) {
 	cudatest.Driver(t)
-	d, ctxs := devtest.Retain(t, 1)
-	bus, _ := d.PCIBusID(0)
+	sh := devtest.Shared(t)
+	d := sh.Driver()
+	bus, _ := sh.PCIBusID(0)
 	start := time.Now()
-	e1, err := engine.NewEngine(d, ctxs[0], 0, bus)
+	e1, err := engine.NewEngine(sh, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e1.Close()
 	first := time.Since(start)
 	start = time.Now()
-	e2, err := engine.NewEngine(d, ctxs[0], 0, bus)
+	e2, err := engine.NewEngine(sh, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,14 @@ type holdState struct {
 	retiring []*Hold // released, the stream perhaps not yet past the wait
 	events   []cuda.Event
 	active   int32 // this engine's holds not yet released, counted in ctxState
+	// deferring says, per slot, that the slot's hold deferred the
+	// context's IPC closes (cuda.Shared.BeginDeferral), to end at its
+	// release.
+	deferring []bool
 }
 
-// ctxState is what the engines of the process on one CUDA context share:
+// ctxState is what the engines of the process on one CUDA context share,
+// kept with the context in the process's CUDA state (cuda.Shared.Value):
 // ranks of one process on one GPU have an engine each on its one primary
 // context, and what synchronizes the device (closing a mapping,
 // cuCtxSynchronize, loading kernels) waits for a stream any of them holds,
@@ -47,7 +52,7 @@ type holdState struct {
 type ctxState struct {
 	active  atomic.Int32 // the holds not yet released
 	mu      sync.Mutex   // guards engines
-	engines []*Engine    // the engines on the context, for closeDeferred
+	engines []*Engine    // the engines on the context
 	kernels ctxKernels
 	// A hold begins (active rises) only under syncMu, and memory is freed
 	// only under it with no hold active, else left in freeing for the
@@ -60,8 +65,7 @@ type ctxState struct {
 	deferred atomic.Int32 // len(freeing), read without syncMu
 }
 
-// deferredFree is memory to free, and the context (of the engine that
-// freed it, or after its close another engine's) to free it with.
+// deferredFree is memory to free, and the context to free it with.
 type deferredFree struct {
 	ctx *cuda.Context
 	p   cuda.DevicePtr
@@ -75,61 +79,44 @@ type ctxKernels struct {
 	funcs map[kernelKey]cuda.Function
 }
 
-// contexts are the ctxState of the contexts that have engines, by handle.
-var contexts struct {
-	mu sync.Mutex
-	m  map[uintptr]*ctxState
-}
+// ctxStateKey keys the engines' ctxState among the context's values.
+type ctxStateKey struct{}
 
-// joinContext sets e.shared to the shared hold count of e's context and
-// registers e there.
-func joinContext(e *Engine) {
-	contexts.mu.Lock()
-	defer contexts.mu.Unlock()
-	k := e.ctx.Handle()
-	c := contexts.m[k]
-	if c == nil {
-		if contexts.m == nil {
-			contexts.m = map[uintptr]*ctxState{}
-		}
-		c = &ctxState{kernels: ctxKernels{mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{}}}
-		contexts.m[k] = c
+// joinContext sets e.shared to the state of e's context and registers e
+// there.
+func joinContext(e *Engine) error {
+	v, err := e.sh.Value(e.ordinal, ctxStateKey{}, func() any {
+		return &ctxState{kernels: ctxKernels{mods: map[reduce.DType]module{}, funcs: map[kernelKey]cuda.Function{}}}
+	})
+	if err != nil {
+		return err
 	}
+	c := v.(*ctxState)
 	// Set before e is visible to the others' releases (done), which read it.
 	e.shared = c
 	c.mu.Lock()
 	c.engines = append(c.engines, e)
 	c.mu.Unlock()
+	return nil
 }
 
 // leaveContext unregisters a closing engine, and says whether it was the
 // context's last.
 func leaveContext(e *Engine) (last bool) {
-	contexts.mu.Lock()
-	defer contexts.mu.Unlock()
 	c := e.shared
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if i := slices.Index(c.engines, e); i >= 0 {
 		c.engines = slices.Delete(c.engines, i, i+1)
 	}
-	last = len(c.engines) == 0
-	c.mu.Unlock()
-	if last && contexts.m[e.ctx.Handle()] == c { // a handle may be reused once the context is released
-		delete(contexts.m, e.ctx.Handle())
-	}
-	return last
+	return len(c.engines) == 0
 }
 
-// done counts n holds on the context released; after the last, every
-// engine on it closes the mappings it deferred.
+// done counts n holds on the context released; after the last, the
+// memory freed meanwhile is freed.
 func (c *ctxState) done(n int32) {
 	if n == 0 || c.active.Add(-n) != 0 {
 		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, e := range c.engines {
-		e.closeDeferred()
 	}
 	if c.deferred.Load() > 0 {
 		// Not here: a free in progress holds syncMu until the device is
@@ -176,23 +163,6 @@ func (c *ctxState) freeDeferredLocked() {
 	c.deferred.Store(0)
 }
 
-// handOver gives the frees left with ctx, whose engine is closing, to
-// another engine's context: the closing one's driver handle goes with it.
-func (c *ctxState) handOver(ctx *cuda.Context) {
-	c.syncMu.Lock()
-	defer c.syncMu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.engines) == 0 {
-		return
-	}
-	for i := range c.freeing {
-		if c.freeing[i].ctx == ctx {
-			c.freeing[i].ctx = c.engines[0].ctx
-		}
-	}
-}
-
 // Hold is a call's claim on a stream (device.Hold).
 type Hold struct {
 	e         *Engine
@@ -218,6 +188,7 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 			return nil, fmt.Errorf("engine: memory for stream holds: %w", err)
 		}
 		h.words, h.dev = words, dev
+		h.deferring = make([]bool, holdSlots)
 		h.free = make([]int, holdSlots)
 		for i := range h.free {
 			h.free[i] = holdSlots - 1 - i
@@ -226,13 +197,18 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 	if err := h.reclaimLocked(e, len(h.free) == 0); err != nil {
 		return nil, err
 	}
-	// Counted before the wait is queued: a mapping closed from now on
-	// would synchronize the device behind it (dropImportLocked).
+	// Counted, and the context's IPC closes deferred, before the wait is
+	// queued: a mapping closed from now on would synchronize the device
+	// behind it (by this process's engines and p2p agents alike).
+	if err := e.sh.BeginDeferral(e.ordinal); err != nil {
+		return nil, fmt.Errorf("engine: holding a stream: %w", err)
+	}
 	e.shared.syncMu.Lock()
 	e.shared.active.Add(1)
 	e.shared.syncMu.Unlock()
 	hd := &Hold{e: e, slot: h.free[len(h.free)-1]}
 	h.free = h.free[:len(h.free)-1]
+	h.deferring[hd.slot] = true
 	atomic.StoreUint32(h.word(hd.slot), 0)
 	err := h.eventLocked(e, &hd.in)
 	if err == nil {
@@ -259,7 +235,9 @@ func (e *Engine) Hold(s cuda.Stream) (*Hold, error) {
 		if !waiting {
 			h.free = append(h.free, hd.slot)
 		} // else the stream waits for the word, and nothing says when it is past: the slot is lost
+		h.deferring[hd.slot] = false
 		e.shared.done(1)
+		e.sh.EndDeferral(e.ordinal)
 		return nil, fmt.Errorf("engine: holding a stream: %w", err)
 	}
 	h.active++
@@ -279,14 +257,19 @@ func (hd *Hold) Release() {
 	h := &hd.e.holds
 	h.mu.Lock()
 	counted := h.words != nil // else the engine closed, released every hold and uncounted them
+	deferring := false
 	if counted {
 		atomic.StoreUint32(h.word(hd.slot), 1)
 		h.retiring = append(h.retiring, hd)
 		h.active--
+		deferring, h.deferring[hd.slot] = h.deferring[hd.slot], false
 	}
 	h.mu.Unlock()
 	if counted {
 		hd.e.shared.done(1)
+		if deferring {
+			hd.e.sh.EndDeferral(hd.e.ordinal)
+		}
 	}
 }
 
@@ -336,13 +319,20 @@ func (h *holdState) reclaimLocked(e *Engine, wait bool) error {
 
 // closeLocked releases every hold, waits for the streams to pass them and
 // frees the words and events. It returns how many holds were not yet
-// released, for the caller to uncount (ctxState.done) once unlocked.
-func (h *holdState) closeLocked(e *Engine) (int32, error) {
+// released, for the caller to uncount (ctxState.done) once unlocked, and
+// how many deferrals of IPC closes they took, to end after that.
+func (h *holdState) closeLocked(e *Engine) (int32, int, error) {
 	if h.words == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
 	for i := 0; i < holdSlots; i++ {
 		atomic.StoreUint32(h.word(i), 1)
+	}
+	deferrals := 0
+	for _, d := range h.deferring {
+		if d {
+			deferrals++
+		}
 	}
 	var err error
 	for _, hd := range h.retiring {
@@ -357,8 +347,8 @@ func (h *holdState) closeLocked(e *Engine) (int32, error) {
 	if ferr := e.ctx.FreeHost(h.words); err == nil {
 		err = ferr
 	}
-	h.words, h.dev, h.free, h.retiring, h.events = nil, 0, nil, nil, nil
+	h.words, h.dev, h.free, h.retiring, h.events, h.deferring = nil, 0, nil, nil, nil, nil
 	n := h.active
 	h.active = 0
-	return n, err
+	return n, deferrals, err
 }

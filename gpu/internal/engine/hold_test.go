@@ -117,14 +117,17 @@ func stream(t *testing.T, ctx *cuda.Context) cuda.Stream {
 
 // An engine made on a context while another engine's holds come and go is
 // registered complete: the release of the context's last hold may visit it
-// (closeDeferred) at once, from another goroutine. (Run with -race: it
+// at once, from another goroutine. (Run with -race: it
 // reported the engine's half-set state; without the detector it could
 // panic on it.)
 func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 	cudatest.Driver(t)
-	d, ctxs := devtest.Retain(t, 1)
-	ctx := ctxs[0]
-	e, err := engine.NewEngine(d, ctx, 0, "")
+	sh := devtest.Shared(t)
+	ctx, err := sh.Context(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.NewEngine(sh, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +152,7 @@ func TestEngineJoinsWhileHoldsRelease(t *testing.T) {
 		}
 	}()
 	for range 200 {
-		other, err := engine.NewEngine(d, ctx, 0, "")
+		other, err := engine.NewEngine(sh, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,9 +203,9 @@ func TestFreeWaitsForTheLastHold(t *testing.T) {
 // freed at the release after the freeing engine closed.
 func TestDeferredFreeOutlivesItsEngine(t *testing.T) {
 	ctx, e1 := openEngine(t)
-	d, _ := devtest.Retain(t, 1)
-	bus, _ := d.PCIBusID(0)
-	e2, err := engine.NewEngine(d, ctx, 0, bus)
+	sh2 := devtest.Shared(t) // another user's reference
+	bus, _ := sh2.PCIBusID(0)
+	e2, err := engine.NewEngine(sh2, 0, bus)
 	if err != nil {
 		t.Fatal(err)
 	}

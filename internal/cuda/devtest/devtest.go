@@ -45,3 +45,19 @@ func Context(t testing.TB) *cuda.Context {
 	_, ctxs := Retain(t, 1)
 	return ctxs[0]
 }
+
+// Shared opens a reference to the process's shared CUDA state on the
+// driver the test chose, closed when t ends, after the cleanups registered
+// later.
+func Shared(t testing.TB) *cuda.Shared {
+	t.Helper()
+	sh, err := cuda.OpenShared()
+	if err != nil {
+		if cudatest.RealGPU() {
+			t.Fatalf("GCCL_TEST_REAL_GPU=1 and the CUDA driver does not load: %v", err)
+		}
+		t.Fatalf("loading the fake CUDA driver: %v", err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	return sh
+}

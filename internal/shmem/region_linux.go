@@ -1,4 +1,4 @@
-package shm
+package shmem
 
 import (
 	"errors"
@@ -10,10 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Region is a buffer in shared memory that local peers map, so that large
-// collectives can read each other's data directly (symmetric memory). The
-// owner makes it with Alloc, publishes Name, and peers map it with
-// MapRegion.
+// Region is a buffer in shared memory that local peers map, so that they
+// read and write each other's data directly (the shm transport's symmetric
+// memory, the p2p agent's Alloc'd regions). The owner makes it with Alloc,
+// publishes Name, and peers map it with MapRegion.
 type Region struct {
 	name     string
 	mem      []byte
@@ -35,7 +35,7 @@ func Alloc(jobID string, rank int, size int) (*Region, error) {
 
 // AllocIn is Alloc in dir.
 func AllocIn(dir, jobID string, rank int, size int) (*Region, error) {
-	if err := checkJobID(jobID); err != nil {
+	if err := CheckJobID(jobID); err != nil {
 		return nil, err
 	}
 	if size <= 0 || rank < 0 {
@@ -44,8 +44,8 @@ func AllocIn(dir, jobID string, rank int, size int) (*Region, error) {
 	if dir == "" {
 		dir = DefaultDir
 	}
-	path := regionPath(dir, jobID, rank, int(regionSeq.Add(1)-1))
-	fd, err := createFile(path, int64(size))
+	path := RegionPath(dir, jobID, rank, int(regionSeq.Add(1)-1))
+	fd, err := CreateFile(path, int64(size))
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func AllocIn(dir, jobID string, rank int, size int) (*Region, error) {
 // MapRegion maps a peer's region by its Name. size must be the region's
 // size, or 0 for all of it.
 func MapRegion(name string, size int) (*Region, error) {
-	fd, fsize, err := openShared(name)
+	fd, fsize, err := OpenShared(name)
 	if err != nil {
 		return nil, fmt.Errorf("shm: opening region %s: %w", name, err)
 	}
