@@ -77,7 +77,7 @@ func (e *Endpoint) Seq() uint64   { return e.bell.Seq() }
 // a pair whose RDMA connection failed.
 func (e *Endpoint) Via(peer int) string {
 	if peer >= 0 && peer < len(e.viaTCP) && e.viaTCP[peer] {
-		return e.fallback.Via(peer)
+		return transport.Via(e.fallback, peer)
 	}
 	return e.name
 }
