@@ -13,6 +13,7 @@
 #    check against rdma-core's verbs.h; the device tests skip there);
 # 2. each PKG's test binary, built here, runs in one VM with rxe0 set up
 #    and GCCL_TEST_REQUIRE_RDMA=1 (a test that finds no device fails);
+#    $RXE_1VM_RUN, when set, picks the tests (-test.run) while iterating;
 # 3. unless --no-2vm: two VMs joined by a virtual wire, each with its own
 #    rxe0, run each binary's tests matching $RXE_2VM_RUN (default
 #    ^TestTwoHosts$) as ranks 0 and 1; they must pass, not skip.
@@ -94,7 +95,7 @@ for pkg in "${pkgs[@]}"; do
 	t=$(now)
 	out=$work/$name.vm
 	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" \
-		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=900s) >"$out" 2>&1; then
+		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.run "${RXE_1VM_RUN:-.}" -test.timeout=900s) >"$out" 2>&1; then
 		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|kill/|stop/|round|sleep=|peers saw|failed|.*NET/IB)' "$out" | cut -c1-240 | sed 's/^/    /'
 	else
 		cat "$out"
