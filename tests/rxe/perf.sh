@@ -39,16 +39,38 @@ G=$RXEVM_GIDX
 rounds=$1
 out=/tmp/perf
 mkdir -p $out
+# Every step runs under a time limit (rxe under emulation has soft-locked
+# a vCPU for tens of seconds), and says how long it took; a step that
+# fails or times out leaves no figure and is reported.
+step_t0() { t0=$(date +%s); }
+step_end() { echo "   $1: rc $2, $(($(date +%s) - t0)) s: $3"; }
 perftest() { # NAME ARGS...: server and client of a perftest binary on rxe0
 	name=$1; shift
-	"$@" -d rxe0 -x "$G" >/dev/null 2>&1 &
-	sleep 2
-	"$@" -d rxe0 -x "$G" 127.0.0.1 >>"$out/$name" 2>&1
-	wait
+	step_t0
+	timeout 180 "$@" -d rxe0 -x "$G" >/dev/null 2>&1 &
+	server=$!
+	# The client retries while the server is not listening yet (its
+	# start under emulation may take seconds).
+	rc=1
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		sleep 2
+		if timeout 180 "$@" -d rxe0 -x "$G" 127.0.0.1 >"$out/$name.try" 2>&1; then
+			rc=0
+			cat "$out/$name.try" >>"$out/$name"
+			break
+		fi
+		kill -0 $server 2>/dev/null || break
+	done
+	wait $server
+	step_end "$name ($*)" $rc "$(awk '$1 == 4194304 || $1 == 8 {print}' "$out/$name.try" | tail -1)"
 }
 gccl() { # NAME TEST SIZE ITERS
-	GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN ./gccl-perf "$2" -np 2 -b "$3" -e "$3" -n "$4" -w 1 2>/dev/null |
-		awk '$1 ~ /^[0-9]+$/ {print $6, $10}' >>"$out/$1"
+	step_t0
+	GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN timeout -s QUIT -k 10 180 ./gccl-perf "$2" -np 2 -b "$3" -e "$3" -n "$4" -w 1 >"$out/$1.try" 2>&1
+	rc=$?
+	awk '$1 ~ /^[0-9]+$/ {print $6, $10}' "$out/$1.try" >>"$out/$1"
+	[ $rc = 0 ] || tail -20 "$out/$1.try"
+	step_end "$1 (gccl-perf $2 $3)" $rc "$(awk '$1 ~ /^[0-9]+$/ {print $6, $10 " us"}' "$out/$1.try")"
 }
 header_done=
 for r in $(seq 1 "$rounds"); do
@@ -61,7 +83,7 @@ for r in $(seq 1 "$rounds"); do
 	perftest lat ib_send_lat -s 8 -n 500
 	gccl sr8 sendrecv 8 100
 	if [ -z "$header_done" ]; then
-		GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN ./gccl-perf sendrecv -np 2 -b 8 -e 8 -n 1 -w 1 2>/dev/null | grep -E '^#  (Rank|Transports)'
+		GCCL_SHM_DISABLE=1 GCCL_DEBUG=WARN timeout -k 10 180 ./gccl-perf sendrecv -np 2 -b 8 -e 8 -n 1 -w 1 2>/dev/null | grep -E '^#  (Rank|Transports)'
 		header_done=1
 	fi
 done
