@@ -208,11 +208,13 @@ func TestUnusableRDMAWarns(t *testing.T) {
 		why  []string // in rank 0's WARN
 	}{
 		{"memlock", noCap, func(int) string { return "GCCL_IB_HCA=rxe0" },
-			[]string{"(RLIMIT_MEMLOCK is 65536 bytes, and the slot rings need ", "raise it with `ulimit -l unlimited` (a container: `--ulimit memlock=-1`"}},
+			[]string{"RLIMIT_MEMLOCK is 65536 bytes, and the slot rings need ", "raise it with `ulimit -l unlimited` (a container: `--ulimit memlock=-1`"}},
 		{"port down", nil, func(int) string { return "GCCL_IB_HCA=rxe2" },
-			[]string{"(no usable RDMA port (", "rxe2:1: port DOWN)"}},
+			[]string{"no usable RDMA port (", "rxe2:1: port DOWN)"}},
+		// Either rank's QP may be the one that fails: rank 0 names its
+		// own failure, or rank 1's ("on rank 1: ...").
 		{"no RTR", nil, func(r int) string { return fmt.Sprintf("GCCL_IB_HCA=rxe%d", r) },
-			[]string{"(QP failed to reach RTR/RTS: ", "ibv_modify_qp to RTR: "}},
+			[]string{"QP failed to reach RTR/RTS: ", "ibv_modify_qp to RTR: "}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, strict := range []bool{false, true} {
@@ -231,6 +233,9 @@ func TestUnusableRDMAWarns(t *testing.T) {
 							fmt.Sprintf("collcheck: rank %d of 2 ok", r))
 					}
 					mustContain(t, outs[0], c.why...)
+					if !regexp.MustCompile(`via TCP instead of IB \((on rank 1: )?` + regexp.QuoteMeta(c.why[0])).MatchString(outs[0]) {
+						t.Fatalf("rank 0's WARN does not give the reason %q first:\n%s", c.why[0], outs[0])
+					}
 					t.Logf("%s: %s", c.name, firstLine(outs[0], "WARN"))
 					continue
 				}
