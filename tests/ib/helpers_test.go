@@ -203,17 +203,24 @@ func (p *rankProcs) wait(t *testing.T, r int, limit time.Duration) (int, string)
 	return p.codes[r], p.outs[r].String()
 }
 
-// waitAll waits for every rank and fails t unless all exited 0; it returns
-// their outputs.
+// waitAll waits for every rank and fails t unless all exited 0, showing
+// every rank's output (a stall is often explained by the other rank's);
+// it returns their outputs.
 func (p *rankProcs) waitAll(t *testing.T, limit time.Duration) []string {
 	t.Helper()
 	outs := make([]string, len(p.cmds))
+	codes := make([]int, len(p.cmds))
+	failed := false
 	for r := range p.cmds {
-		code, out := p.wait(t, r, limit)
-		if code != 0 {
-			t.Fatalf("rank %d exited %d:\n%s", r, code, out)
+		codes[r], outs[r] = p.wait(t, r, limit)
+		failed = failed || codes[r] != 0
+	}
+	if failed {
+		var b strings.Builder
+		for r := range p.cmds {
+			fmt.Fprintf(&b, "rank %d exited %d:\n%s\n", r, codes[r], outs[r])
 		}
-		outs[r] = out
+		t.Fatal(b.String())
 	}
 	return outs
 }
