@@ -31,7 +31,7 @@ type rankProcs struct {
 // rank's command line, extraEnv each rank's additional variables.
 func startRanks(t *testing.T, np int, ranks []int, argvOf func(r int) []string, extraEnv func(r int) []string) *rankProcs {
 	t.Helper()
-	job := &launch.Job{NProcs: np, Argv: []string{"unused"}, Env: testutil.EnvWithoutJob()}
+	job := &launch.Job{NProcs: np, Argv: []string{"unused"}, Env: append(testutil.EnvWithoutJob(), "GCCL_IB_DISABLE=1")}
 	if err := job.Resolve(); err != nil {
 		t.Fatal(err)
 	}

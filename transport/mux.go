@@ -81,7 +81,7 @@ func (m *Mux) Via(peer int) string {
 	if peer < 0 || peer >= m.size || m.routes[peer] == nil {
 		return "NONE"
 	}
-	return m.routes[peer].Name()
+	return Via(m.routes[peer], peer)
 }
 
 func (m *Mux) route(peer int) (Endpoint, error) {

@@ -56,7 +56,7 @@ func runProcess(t *testing.T, limit time.Duration, extraEnv []string, argv ...st
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(testutil.EnvWithoutJob(), extraEnv...)
+	cmd.Env = append(append(testutil.EnvWithoutJob(), "GCCL_IB_DISABLE=1"), extraEnv...) // shm and TCP, even beside an RDMA device
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

@@ -50,6 +50,10 @@ func DefaultConfig() Config {
 // error naming the variable.
 func ConfigFromEnv() (Config, error) { return configFrom(os.Getenv) }
 
+// ConfigFrom reads the GCCL_IB_* variables through getenv (a transport's
+// Setup.Getenv).
+func ConfigFrom(getenv func(string) string) (Config, error) { return configFrom(getenv) }
+
 func configFrom(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
 	num := func(name string, lo, hi int, dst func(int)) error {

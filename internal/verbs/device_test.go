@@ -451,6 +451,147 @@ func TestWaitOnChannel(t *testing.T) {
 	require.ErrorIs(t, <-done, ErrClosed)
 }
 
+// Arm and WaitEvent: a goroutine sleeps on the channel while another polls.
+// No event without Arm; an Arm's event at the next completion, which
+// WaitEvent leaves in the CQ for the poller; Close ends a WaitEvent.
+func TestArmAndWaitEvent(t *testing.T) {
+	l := newLoop(t, QPOptions{})
+	write := func(id uint64) {
+		require.NoError(t, l.qa.PostSend([]SendWR{{ID: id, Op: OpWrite, Flags: SendSignaled, RemoteAddr: l.mb.Addr(), RKey: l.mb.RKey(),
+			SGEs: []SGE{l.ma.SGE(0, 8)}}}))
+	}
+	poll := func() []uint64 {
+		var ids []uint64
+		deadline := time.Now().Add(30 * time.Second)
+		for len(ids) == 0 && time.Now().Before(deadline) {
+			n, err := l.cq.Poll(l.wcs)
+			require.NoError(t, err)
+			for _, wc := range l.wcs[:n] {
+				require.NoError(t, l.cq.Check(&wc))
+				ids = append(ids, wc.WRID)
+			}
+		}
+		return ids
+	}
+
+	// Not armed: a completion raises no event.
+	write(1)
+	require.Equal(t, []uint64{1}, poll())
+	require.ErrorIs(t, l.cq.WaitEvent(time.Now().Add(200*time.Millisecond)), ErrTimeout)
+
+	// Armed: the next completion wakes the sleeper and stays in the CQ.
+	require.NoError(t, l.cq.Arm())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- l.cq.WaitEvent(time.Now().Add(30 * time.Second)) }()
+	time.Sleep(200 * time.Millisecond)
+	write(2)
+	require.NoError(t, <-done)
+	t.Logf("woke %v after the wait began", time.Since(start))
+	require.Equal(t, []uint64{2}, poll())
+
+	// One event per Arm.
+	write(3)
+	require.Equal(t, []uint64{3}, poll())
+	require.ErrorIs(t, l.cq.WaitEvent(time.Now().Add(200*time.Millisecond)), ErrTimeout)
+
+	// Close right after an event: ibv_destroy_cq waits until every event
+	// taken from the channel is acknowledged, so a WaitEvent that takes
+	// one while Close begins must count it (an event nobody took is no
+	// matter). Many rounds, the event and Close racing.
+	for i := range 30 {
+		closeRacingEvent(t, l, i%3 == 0)
+	}
+	// An event nobody took does not hold Close up.
+	pd, err := l.ctx.AllocPD()
+	require.NoError(t, err)
+	ecq, err := l.ctx.CreateCQ(16, true)
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	mr, err := pd.Register(buf, AccessAll)
+	require.NoError(t, err)
+	qa, err := pd.CreateQP(QPOptions{Port: l.port, SendCQ: ecq, RecvCQ: ecq})
+	require.NoError(t, err)
+	qb, err := pd.CreateQP(QPOptions{Port: l.port, SendCQ: ecq, RecvCQ: ecq})
+	require.NoError(t, err)
+	require.NoError(t, qa.Connect(qb.Endpoint(), l.cfg))
+	require.NoError(t, qb.Connect(qa.Endpoint(), l.cfg))
+	require.NoError(t, ecq.Arm())
+	require.NoError(t, qa.PostSend([]SendWR{{ID: 9, Op: OpWrite, Flags: SendSignaled, RemoteAddr: mr.Addr(), RKey: mr.RKey(), SGEs: []SGE{mr.SGE(0, 8)}}}))
+	for n := 0; n == 0; {
+		n, err = ecq.Poll(l.wcs)
+		require.NoError(t, err)
+	}
+	time.Sleep(50 * time.Millisecond) // the event is queued on the channel, unread
+	closed := make(chan error, 1)
+	go func() {
+		closed <- errors.Join(qa.Close(), qb.Close(), mr.Close(), ecq.Close(), pd.Close())
+	}()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs on a completion event nobody took")
+	}
+
+	// Close ends a WaitEvent.
+	lone, err := l.ctx.CreateCQ(4, true)
+	require.NoError(t, err)
+	require.NoError(t, lone.Arm())
+	go func() { done <- lone.WaitEvent(time.Time{}) }()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, lone.Close())
+	require.ErrorIs(t, <-done, ErrClosed)
+	require.ErrorIs(t, lone.Arm(), ErrClosed)
+
+	// Without a channel there is nothing to sleep on.
+	bare, err := l.ctx.CreateCQ(4, false)
+	require.NoError(t, err)
+	defer bare.Close()
+	require.ErrorIs(t, bare.Arm(), ErrInvalidArgument)
+	require.ErrorIs(t, bare.WaitEvent(time.Time{}), ErrInvalidArgument)
+}
+
+// closeRacingEvent arms a CQ, starts a WaitEvent on it, makes a
+// completion and closes everything at about the same moment; Close must
+// return.
+func closeRacingEvent(t *testing.T, l *loop, early bool) {
+	t.Helper()
+	pd, err := l.ctx.AllocPD()
+	require.NoError(t, err)
+	cq, err := l.ctx.CreateCQ(16, true)
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	mr, err := pd.Register(buf, AccessAll)
+	require.NoError(t, err)
+	qa, err := pd.CreateQP(QPOptions{Port: l.port, SendCQ: cq, RecvCQ: cq})
+	require.NoError(t, err)
+	qb, err := pd.CreateQP(QPOptions{Port: l.port, SendCQ: cq, RecvCQ: cq})
+	require.NoError(t, err)
+	require.NoError(t, qa.Connect(qb.Endpoint(), l.cfg))
+	require.NoError(t, qb.Connect(qa.Endpoint(), l.cfg))
+	require.NoError(t, cq.Arm())
+	woke := make(chan error, 1)
+	go func() { woke <- cq.WaitEvent(time.Now().Add(30 * time.Second)) }()
+	require.NoError(t, qa.PostSend([]SendWR{{ID: 9, Op: OpWrite, Flags: SendSignaled, RemoteAddr: mr.Addr(), RKey: mr.RKey(), SGEs: []SGE{mr.SGE(0, 8)}}}))
+	if !early {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		closed <- errors.Join(qa.Close(), qb.Close(), mr.Close(), cq.Close(), pd.Close())
+	}()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs after a completion event")
+	}
+	if err := <-woke; err != nil {
+		require.ErrorIs(t, err, ErrClosed)
+	}
+}
+
 // A request that fails completes with its status, and the error names the
 // device, the QP and the status; the QP is then in ERR and flushes the rest.
 func TestErrorCompletion(t *testing.T) {

@@ -888,6 +888,11 @@ func (cq *CQ) Wait(wcs []WC, deadline time.Time) (int, error) {
 		}
 		cq.file.SetReadDeadline(deadline)
 		err = cq.rc.Read(cq.readFn)
+		took := err == nil && cq.evErr == 0
+		if took {
+			cq.armed = false
+			cq.took()
+		}
 		if cq.closed.Load() {
 			return 0, ErrClosed
 		}
@@ -897,15 +902,72 @@ func (cq *CQ) Wait(wcs []WC, deadline time.Time) (int, error) {
 		if err != nil {
 			return 0, &Error{Op: "wait on the completion channel", Device: cq.ctx.name, Err: err}
 		}
-		if cq.evErr != 0 {
+		if !took {
 			return 0, &Error{Op: "ibv_get_cq_event", Device: cq.ctx.name, Err: errno(cq.evErr)}
 		}
-		cq.armed = false
-		cq.events++
-		if cq.unacked++; cq.unacked >= ackBatch {
-			C.gv_ack(cq.cq, cq.unacked)
-			cq.unacked = 0
-		}
+	}
+}
+
+// Arm asks the completion channel for one event at the CQ's next
+// completion (ibv_req_notify_cq), for WaitEvent. A completion that came
+// before Arm raises no event: poll once after it. Arm and WaitEvent are
+// for a caller that polls the CQ itself and needs another goroutine only
+// to sleep on the channel; do not mix them with Wait.
+func (cq *CQ) Arm() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed.Load() {
+		return ErrClosed
+	}
+	if cq.ch == nil {
+		return fmt.Errorf("%w: %s: the CQ has no completion channel", ErrInvalidArgument, cq.ctx.name)
+	}
+	if rc := C.gv_req_notify(cq.cq); rc != 0 {
+		return &Error{Op: "ibv_req_notify_cq", Device: cq.ctx.name, Err: errno(rc)}
+	}
+	return nil
+}
+
+// WaitEvent sleeps until the completion channel has an event (one Arm
+// asked for), the deadline passes (an error wrapping ErrTimeout; zero
+// waits forever) or the CQ is closed (ErrClosed). It takes and
+// acknowledges the event but no completion: poll after it.
+func (cq *CQ) WaitEvent(deadline time.Time) error {
+	if cq.file == nil {
+		return fmt.Errorf("%w: %s: the CQ has no completion channel", ErrInvalidArgument, cq.ctx.name)
+	}
+	cq.wmu.Lock()
+	defer cq.wmu.Unlock()
+	if cq.closed.Load() {
+		return ErrClosed
+	}
+	cq.file.SetReadDeadline(deadline)
+	err := cq.rc.Read(cq.readFn)
+	took := err == nil && cq.evErr == 0
+	if took {
+		cq.took()
+	}
+	switch {
+	case cq.closed.Load():
+		return ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return cq.timeout()
+	case err != nil:
+		return &Error{Op: "wait on the completion channel", Device: cq.ctx.name, Err: err}
+	case !took:
+		return &Error{Op: "ibv_get_cq_event", Device: cq.ctx.name, Err: errno(cq.evErr)}
+	}
+	return nil
+}
+
+// took counts an event taken from the channel, for acknowledgement: even
+// when Close is under way, since ibv_destroy_cq waits until every event
+// that was taken is acknowledged (cq.wmu held).
+func (cq *CQ) took() {
+	cq.events++
+	if cq.unacked++; cq.unacked >= ackBatch {
+		C.gv_ack(cq.cq, cq.unacked)
+		cq.unacked = 0
 	}
 }
 

@@ -60,6 +60,8 @@ func (cq *CQ) Device() string                    { return "" }
 func (cq *CQ) Poll([]WC) (int, error)            { return 0, errNoLoader }
 func (cq *CQ) Wait([]WC, time.Time) (int, error) { return 0, errNoLoader }
 func (cq *CQ) Check(wc *WC) error                { return wcError("", wc) }
+func (cq *CQ) Arm() error                        { return errNoLoader }
+func (cq *CQ) WaitEvent(time.Time) error         { return errNoLoader }
 func (cq *CQ) Close() error                      { return nil }
 
 // QP is a reliable-connected queue pair.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/rxe/run.sh: gccl's RDMA verbs tests against the real rdma-core and
+# tests/rxe/run.sh: gccl's RDMA tests against the real rdma-core and
 # kernel verbs stack, on Soft-RoCE (rdma_rxe) in qemu VMs, from a clean
 # clone, as root (it apt-gets what it lacks; downloads are cached under
 # /var/tmp/gccl-rxe). The command CI runs:
@@ -8,6 +8,9 @@
 #
 # Default PKGs, each with the tests it runs in one VM and in two:
 #   ./internal/verbs     one VM: all; two VMs: ^TestTwoHosts$
+#   ./transport/ibverbs  one VM: all; two VMs: ^TestTwoHosts$
+#   ./tests/ib           one VM: all (multi-process jobs over the ibverbs
+#                        transport); two VMs: ^TestTwoHosts$
 #   ./p2p                one VM: ^TestRDMA (the rdma backend, cancel, stall,
 #                        a killed target); two VMs: none
 #   ./examples/disagg    one VM: ^TestDisaggRDMA$; two VMs:
@@ -20,9 +23,13 @@
 #    check against rdma-core's verbs.h; the device tests skip there);
 # 2. each PKG's test binary, built here, runs in one VM with rxe0 set up
 #    and GCCL_TEST_REQUIRE_RDMA=1 (a test that finds no device fails);
+#    $RXE_1VM_RUN, when set, picks the tests (-test.run) while iterating;
 # 3. unless --no-2vm: two VMs joined by a virtual wire, each with its own
 #    rxe0, run each binary's tests matching $RXE_2VM_RUN (default
 #    ^TestTwoHosts$) as ranks 0 and 1; they must pass, not skip.
+# The programs the multi-process tests start (gccl-run, collcheck,
+# gccl-perf) are built here once and found in the VMs through
+# GCCL_TEST_BIN_DIR: building them in the emulated guest takes minutes.
 # Each step's time is printed; the exit status is 0 only if all passed.
 # tests/rxe/README.md says more; tests/rxe/vm.sh --help lists its knobs.
 set -euo pipefail
@@ -35,7 +42,7 @@ export GOFLAGS="${GOFLAGS:-} -count=1"
 two=1
 if [ "${1:-}" = --no-2vm ]; then two=0; shift; fi
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs ./p2p ./examples/disagg)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs ./transport/ibverbs ./tests/ib ./p2p ./examples/disagg)
 # patterns PKG: sets run1 (one VM's -test.run, empty: all) and run2 (two
 # VMs', empty: no two-VM step).
 patterns() {
@@ -79,6 +86,13 @@ took "prepare the VM" "$t"
 work=$(mktemp -d /var/tmp/gccl-rxe-bin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+step "build the programs the tests start"
+t=$(now)
+mkdir -p "$work/bin"
+go build -o "$work/bin/" ./cmd/gccl-run ./cmd/gccl-perf ./tests/collcheck
+export GCCL_TEST_BIN_DIR=$work/bin
+took "go build gccl-run gccl-perf collcheck" "$t"
+
 for pkg in "${pkgs[@]}"; do
 	name=$(echo "${pkg#./}" | tr / _)
 	step "host: go test $pkg"
@@ -103,9 +117,9 @@ for pkg in "${pkgs[@]}"; do
 	step "one VM: $pkg's tests on rxe0${run1:+ matching $run1}"
 	t=$(now)
 	out=$work/$name.vm
-	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA" \
-		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=600s ${onevm[@]+"${onevm[@]}"}) >"$out" 2>&1; then
-		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|.*NET/IB|cancel|the READ|the next request|MemAvailable)' "$out" | sed 's/^/    /'
+	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" \
+		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=900s ${onevm[@]+"${onevm[@]}"}) >"$out" 2>&1; then
+		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|kill/|stop/|round|sleep=|peers saw|failed|.*NET/IB|cancel|the READ|the next request|MemAvailable)' "$out" | cut -c1-240 | sed 's/^/    /'
 	else
 		cat "$out"
 		fail=1
@@ -117,10 +131,10 @@ for pkg in "${pkgs[@]}"; do
 		step "two VMs: $pkg's tests matching $pattern"
 		t=$(now)
 		out=$work/$name.2vm
-		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 \
-			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=600s) >"$out" 2>&1 &&
+		if (cd "$dir" && "$root/tests/rxe/vm.sh" --two -- env GCCL_TEST_REQUIRE_RDMA=1 GCCL_TEST_BIN_DIR="$GCCL_TEST_BIN_DIR" \
+			"$work/$name.test" -test.v -test.run "$pattern" -test.timeout=900s) >"$out" 2>&1 &&
 			[ "$(grep -c -- '^--- PASS' "$out")" -ge 2 ] && ! grep -q -- '^--- SKIP' "$out"; then
-			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank|^(decode|prefill): .*(RDMA|received and checked|over (rdma|tcp))' "$out" | sed 's/^/    /'
+			grep -E '^(#{8} |== |--- |PASS|ok|rxe-vm:)|_test\.go:[0-9]+: rank|^(decode|prefill): .*(RDMA|received and checked|over (rdma|tcp))' "$out" | cut -c1-240 | sed 's/^/    /'
 		else
 			cat "$out"
 			echo "rxe: the two-VM tests failed, or skipped, or none ran"

@@ -739,9 +739,6 @@ func (e *Endpoint) shut(reason error) {
 	})
 }
 
-// Via names the transport to peer, for logs.
-func (e *Endpoint) Via(p int) string { return "TCP" }
-
 var _ transport.Endpoint = (*Endpoint)(nil)
 
 // peerError is what the connections with rank p report once it is gone.
