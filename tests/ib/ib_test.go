@@ -178,8 +178,9 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 // With RDMA devices present but unusable, the pair falls back to TCP with
 // a WARN that names it and the reason, and GCCL_STRICT=1 makes that an
 // error at Init: RLIMIT_MEMLOCK too low (without CAP_IPC_LOCK), a port
-// that is down, QPs that cannot reach RTR (two rxe devices of one VM
-// cannot reach each other).
+// that is down, QPs that cannot reach RTR (a device whose interface is in
+// a network namespace of its own: neither side has a route to the other's
+// GID, so both ranks' modify to RTR fails).
 func TestUnusableRDMAWarns(t *testing.T) {
 	requireDevice(t)
 	inVM(t)
@@ -188,13 +189,24 @@ func TestUnusableRDMAWarns(t *testing.T) {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
-	// A second device, on the other end of rxe0's veth pair, and a third
-	// on a veth pair of its own whose link is down.
-	sh(t, `ip addr add 169.254.78.1/24 dev veth1 && rdma link add rxe1 type rxe netdev veth1 &&
+	// A device rxe1 whose interface lives in a network namespace of its
+	// own (the device is seen from every namespace): no route joins its
+	// GID and rxe0's, so QPs between them fail at RTR, on both sides and
+	// every time. Two devices whose interfaces share a namespace are not
+	// that: their GIDs are both local addresses, and their QPs sometimes
+	// reached RTS and then stalled without an error completion. And a
+	// device rxe2 on a veth pair of its own whose link is down.
+	sh(t, `ip netns add gcclrtr && ip link add veth4 type veth peer name veth5 && ip link set veth4 netns gcclrtr &&
+		ip netns exec gcclrtr sh -c 'ip addr add 169.254.80.1/24 dev veth4 && ip link set lo up && ip link set veth4 up' &&
+		ip link set veth5 up && ip netns exec gcclrtr rdma link add rxe1 type rxe netdev veth4 &&
 		ip link add veth2 type veth peer name veth3 && ip addr add 169.254.79.1/24 dev veth2 &&
 		ip link set veth3 up && ip link set veth2 up && rdma link add rxe2 type rxe netdev veth2 && ip link set veth2 down`)
 	t.Cleanup(func() {
-		exec.Command("sh", "-c", "rdma link delete rxe1; rdma link delete rxe2; ip link delete veth2; ip addr del 169.254.78.1/24 dev veth1").Run()
+		exec.Command("sh", "-c", "rdma link delete rxe1; rdma link delete rxe2; ip link delete veth2; ip link delete veth5; ip netns delete gcclrtr").Run()
+	})
+	waitFor(t, 30*time.Second, func() bool {
+		b, _ := os.ReadFile("/sys/class/infiniband/rxe1/ports/1/state")
+		return strings.Contains(string(b), "ACTIVE")
 	})
 	waitFor(t, 30*time.Second, func() bool {
 		b, _ := os.ReadFile("/sys/class/infiniband/rxe2/ports/1/state")
