@@ -9,7 +9,7 @@
 #
 # RDMA_DEV (default rxe0), RDMA_GIDX (default $RXEVM_GIDX), RDMA_ITERS
 # (perftest's messages per QP, default: as many as make the bytes gccl
-# moves, 32 MiB per QP, at least 4), RDMA_GCCL_ITERS (gccl's requests of
+# moves, 32 MiB per QP, at least 5: perftest refuses fewer), RDMA_GCCL_ITERS (gccl's requests of
 # ~32 MiB, default 4), RDMA_ROUNDS (pairs per size, default 1) and RDMA_QPS
 # (perftest's QPs, default 4: gccl stripes a request over 4) tune it. Both
 # report decimal Gb/s here; the last lines are each size's median ratio.
@@ -26,7 +26,7 @@ port=18515
 perftest() { # tool size -> Gb/s (BW average)
 	port=$((port + 1))
 	iters=${RDMA_ITERS:-$(( (32 << 20) / $2 ))}
-	[ "$iters" -ge 4 ] || iters=4
+	[ "$iters" -ge 5 ] || iters=5 # perftest refuses fewer than 5
 	timeout 900 "$1" -d "$dev" -x "$gidx" -s "$2" -n "$iters" -q "$qps" -F --report_gbits -p "$port" >/tmp/pt.srv 2>&1 &
 	srv=$!
 	# The server listens a while after it starts (seconds in the emulated
