@@ -43,14 +43,13 @@ two=1
 if [ "${1:-}" = --no-2vm ]; then two=0; shift; fi
 pkgs=("$@")
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(./internal/verbs ./transport/ibverbs ./tests/ib ./p2p ./examples/disagg)
-# patterns PKG: sets run1 (one VM's -test.run, empty: all), run2 (two
-# VMs', empty: no two-VM step) and mem1 (the one VM's memory, empty:
-# vm.sh's default or RXE_VM_MEM).
+# patterns PKG: sets run1 (one VM's -test.run, empty: all) and run2 (two
+# VMs', empty: no two-VM step).
 patterns() {
 	case "${1#./}" in
-	p2p) run1='^TestRDMA' run2='' mem1=4G ;; # TestRDMACancelLargeWrite's two 1 GiB buffers
-	examples/disagg) run1='^TestDisaggRDMA$' run2='^TestDisaggTwoHosts$' mem1= ;;
-	*) run1='' run2='^TestTwoHosts$' mem1= ;;
+	p2p) run1='^TestRDMA' run2='' ;;
+	examples/disagg) run1='^TestDisaggRDMA$' run2='^TestDisaggTwoHosts$' ;;
+	*) run1='' run2='^TestTwoHosts$' ;;
 	esac
 	run1=${RXE_1VM_RUN:-$run1}
 	run2=${RXE_2VM_RUN:-$run2}
@@ -118,7 +117,7 @@ for pkg in "${pkgs[@]}"; do
 	step "one VM: $pkg's tests on rxe0${run1:+ matching $run1}"
 	t=$(now)
 	out=$work/$name.vm
-	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" RXE_VM_MEM=${RXE_VM_MEM:-${mem1:-2G}} \
+	if (cd "$dir" && GCCL_TEST_REQUIRE_RDMA=1 RXE_VM_ENV="GCCL_TEST_REQUIRE_RDMA GCCL_TEST_BIN_DIR" \
 		"$root/tests/rxe/vm.sh" --setup -- "$work/$name.test" -test.v -test.timeout=900s ${onevm[@]+"${onevm[@]}"}) >"$out" 2>&1; then
 		grep -E '^(== |--- |PASS|ok|rxe-vm:)|    [a-z_]+_test\.go:[0-9]+: (rank|woke|QP|verbs:|np=|memlock:|port down:|no RTR:|kill/|stop/|round|sleep=|peers saw|failed|.*NET/IB|cancel|the READ|the next request|MemAvailable)' "$out" | cut -c1-240 | sed 's/^/    /'
 	else
