@@ -4,7 +4,6 @@ go 1.26
 
 require (
 	github.com/Mellanox/rdmamap v1.1.0
-	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/stretchr/testify v1.11.1
 	golang.org/x/sys v0.38.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20251029180050-ab9386a59fda

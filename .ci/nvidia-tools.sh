@@ -12,7 +12,8 @@
 #    points and result names gccl declares (internal/cuda
 #    TestInstalledDriverLibrary), from the libcuda1 package;
 #  - GCCL_TEST_NVML_LIBRARY: libnvidia-ml.so.1, which topo loads through
-#    go-nvml (topo TestInstalledNVMLLibrary), from libnvidia-ml1.
+#    internal/nvml (its TestInstalledLibrary, topo TestInstalledNVMLLibrary),
+#    from libnvidia-ml1.
 #
 # Both come from Debian 12's non-free component, downloaded with apt-get
 # into a cache and unpacked there, without installing them or changing the

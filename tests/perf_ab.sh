@@ -22,7 +22,6 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-b 8 -e 16M -f 8 -n 50 -w 10 -z 1 -c 0)
 tests=${AB_TESTS:-all_reduce all_gather broadcast}
 cd "$(dirname "$0")/.."
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/a" >/dev/null 2>&1; git worktree remove --force "$tmp/b" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 for side in a b; do

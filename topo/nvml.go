@@ -8,15 +8,28 @@ import (
 	"os"
 
 	"github.com/gccl/gccl/internal/errs"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gccl/gccl/internal/nvml"
 )
 
-// nvmlSource lists GPUs through NVML, which go-nvml loads at run time
-// (dlopen of libnvidia-ml.so.1): building needs cgo, running needs the
-// driver only when this is called.
+// nvmlAPI is the part of NVML that detection calls: internal/nvml's
+// Library, or a fake server in tests.
+type nvmlAPI interface {
+	Shutdown() nvml.Return
+	ErrorString(nvml.Return) string
+	DeviceGetCount() (int, nvml.Return)
+	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
+	DeviceGetPCIBusID(nvml.Device) (string, nvml.Return)
+	DeviceGetCudaComputeCapability(nvml.Device) (int, int, nvml.Return)
+	DeviceGetNvLinkState(nvml.Device, int) (bool, nvml.Return)
+	DeviceGetNvLinkRemotePCIBusID(nvml.Device, int) (string, nvml.Return)
+	DeviceGetNvLinkRemoteDeviceType(nvml.Device, int) (nvml.NVLinkDeviceType, nvml.Return)
+}
+
+// nvmlSource lists GPUs through NVML, loaded at run time (dlopen of
+// libnvidia-ml.so.1): building needs cgo, running needs the driver only
+// when this is called.
 type nvmlSource struct {
-	lib nvml.Interface
+	lib nvmlAPI
 }
 
 // NewNVMLSource loads NVML: libnvidia-ml.so.1, or the library that
@@ -24,13 +37,17 @@ type nvmlSource struct {
 // driver, no GPU) its error is an ErrNotSupported saying why.
 func NewNVMLSource() (GPUSource, error) {
 	path := os.Getenv("GCCL_NVML_LIBRARY")
-	var opts []nvml.LibraryOption
-	if path != "" {
-		opts = append(opts, nvml.WithLibraryPath(path))
+	lib, err := nvml.Open(path)
+	if err != nil {
+		if path == "" {
+			return nil, errs.Errorf(errs.ErrNotSupported, "%s not found (no NVIDIA driver)", nvml.DefaultLibrary)
+		}
+		return nil, errs.Errorf(errs.ErrNotSupported, "%s not found or not loadable: %v", path, err)
 	}
-	lib := nvml.New(opts...)
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, errs.Errorf(errs.ErrNotSupported, "%s", nvmlError(lib, ret, path))
+	if ret := lib.Init(); ret != nvml.Success {
+		msg := lib.ErrorString(ret)
+		lib.Close()
+		return nil, errs.Errorf(errs.ErrNotSupported, "%s", msg)
 	}
 	return nvmlSource{lib: lib}, nil
 }
@@ -40,64 +57,54 @@ func (s nvmlSource) GPUs() ([]GPUDevice, error) {
 	return gpusFromNVML(s.lib)
 }
 
-func nvmlError(lib nvml.Interface, ret nvml.Return, path string) string {
-	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-		if path != "" {
-			return path + " not found"
-		}
-		return "libnvidia-ml.so.1 not found (no NVIDIA driver)"
-	}
-	return lib.ErrorString(ret)
-}
-
 // gpusFromNVML reads every GPU's bus id, compute capability and NVLinks
-// through lib, which tests replace with go-nvml's mock servers.
-func gpusFromNVML(lib nvml.Interface) ([]GPUDevice, error) {
+// through lib, which tests replace with a fake server.
+func gpusFromNVML(lib nvmlAPI) ([]GPUDevice, error) {
 	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
+	if ret != nvml.Success {
 		return nil, fmt.Errorf("NVML device count: %s", lib.ErrorString(ret))
 	}
 	var out []GPUDevice
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
+		if ret != nvml.Success {
 			return nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
 		}
-		pci, ret := dev.GetPciInfo()
-		if ret != nvml.SUCCESS {
+		bus, ret := lib.DeviceGetPCIBusID(dev)
+		if ret != nvml.Success {
 			return nil, fmt.Errorf("NVML device %d PCI info: %s", i, lib.ErrorString(ret))
 		}
-		busID, err := NormalizeBusID(cString(pci.BusId[:]))
+		busID, err := NormalizeBusID(bus)
 		if err != nil {
 			return nil, fmt.Errorf("NVML device %d: %w", i, err)
 		}
 		g := GPUDevice{Index: i, BusID: busID}
-		if major, minor, ret := dev.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		if major, minor, ret := lib.DeviceGetCudaComputeCapability(dev); ret == nvml.Success {
 			g.SM = major*10 + minor
 		}
 		peers := map[string]int{}
-		for link := 0; link < nvml.NVLINK_MAX_LINKS; link++ {
-			state, ret := dev.GetNvLinkState(link)
-			if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+		for link := 0; link < nvml.MaxLinks; link++ {
+			up, ret := lib.DeviceGetNvLinkState(dev, link)
+			if ret == nvml.ErrorNotSupported || ret == nvml.ErrorInvalidArgument || ret == nvml.ErrorFunctionNotFound {
 				break // no NVLink, or no more links on this GPU
 			}
-			if ret != nvml.SUCCESS || state != nvml.FEATURE_ENABLED {
+			if ret != nvml.Success || !up {
 				continue
 			}
-			rpci, ret := dev.GetNvLinkRemotePciInfo(link)
-			if ret != nvml.SUCCESS {
+			rbus, ret := lib.DeviceGetNvLinkRemotePCIBusID(dev, link)
+			if ret != nvml.Success {
 				continue
 			}
-			remote, err := NormalizeBusID(cString(rpci.BusId[:]))
+			remote, err := NormalizeBusID(rbus)
 			if err != nil {
 				continue
 			}
 			class := uint32(0x068000) // NVSwitch, unless NVML says otherwise
-			if t, ret := dev.GetNvLinkRemoteDeviceType(link); ret == nvml.SUCCESS {
+			if t, ret := lib.DeviceGetNvLinkRemoteDeviceType(dev, link); ret == nvml.Success {
 				switch t {
-				case nvml.NVLINK_DEVICE_TYPE_GPU:
+				case nvml.NVLinkGPU:
 					class = 0x030200
-				case nvml.NVLINK_DEVICE_TYPE_IBMNPU:
+				case nvml.NVLinkIBMNPU:
 					class = 0x060400
 				}
 			}
@@ -116,15 +123,4 @@ func gpusFromNVML(lib nvml.Interface) ([]GPUDevice, error) {
 		return nil, errors.New("NVML reports no GPU")
 	}
 	return out, nil
-}
-
-func cString(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
 }

@@ -9,68 +9,63 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/gccl/gccl/internal/nvml"
 )
 
-// mockServer builds an 8-GPU server from go-nvml's moq mocks and its GPU
-// descriptions (gpus.H100_SXM5_80GB, gpus.A100_SXM4_40GB: the ones its
-// dgxh100 and dgxa100 servers use). Those server packages themselves import
-// github.com/google/uuid, a module gccl's go.mod does not carry, so the test
-// assembles the same server from the parts. Every GPU gets a bus id and
-// `links` NVLinks spread over the switches in turn, as an HGX board is
-// wired; go-nvml's servers model no NVLink.
-func mockServer(cfg gpus.Config, n, links int, switches []string) *mock.Interface {
-	devs := make([]*mock.Device, n)
-	for i := range devs {
-		bus := fmt.Sprintf("0000:%02x:00.0", 0x10+i)
-		devs[i] = &mock.Device{
-			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
-				return nvml.PciInfo{BusId: busIDField(bus), PciDeviceId: cfg.PciDeviceId}, nvml.SUCCESS
-			},
-			GetCudaComputeCapabilityFunc: func() (int, int, nvml.Return) {
-				return cfg.CudaMajor, cfg.CudaMinor, nvml.SUCCESS
-			},
-			GetNvLinkStateFunc: func(link int) (nvml.EnableState, nvml.Return) {
-				if link >= links {
-					return 0, nvml.ERROR_INVALID_ARGUMENT
-				}
-				return nvml.FEATURE_ENABLED, nvml.SUCCESS
-			},
-			GetNvLinkRemotePciInfoFunc: func(link int) (nvml.PciInfo, nvml.Return) {
-				return nvml.PciInfo{BusId: busIDField(switches[link%len(switches)])}, nvml.SUCCESS
-			},
-			GetNvLinkRemoteDeviceTypeFunc: func(link int) (nvml.IntNvLinkDeviceType, nvml.Return) {
-				return nvml.NVLINK_DEVICE_TYPE_SWITCH, nvml.SUCCESS
-			},
-		}
-	}
-	return &mock.Interface{
-		DeviceGetCountFunc: func() (int, nvml.Return) { return n, nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
-			if i < 0 || i >= n {
-				return nil, nvml.ERROR_INVALID_ARGUMENT
-			}
-			return devs[i], nvml.SUCCESS
-		},
-		ErrorStringFunc: func(r nvml.Return) string { return fmt.Sprintf("NVML error %d", int(r)) },
-		ShutdownFunc:    func() nvml.Return { return nvml.SUCCESS },
-	}
+// fakeNVML is an NVML server in memory: n GPUs of one compute capability,
+// each with `links` NVLinks spread over the switches in turn, as an HGX
+// board is wired. Tests change its fields to inject failures.
+type fakeNVML struct {
+	n, links     int
+	major, minor int
+	switches     []string
+	countRet     nvml.Return
+	emptyBusID   bool
 }
 
-// busID fills an NVML PciInfo.BusId.
-func busIDField(s string) [32]int8 {
-	var out [32]int8
-	for i := 0; i < len(s) && i < 31; i++ {
-		out[i] = int8(s[i])
-	}
-	return out
+func newFakeNVML(major, minor, n, links int, switches []string) *fakeNVML {
+	return &fakeNVML{n: n, links: links, major: major, minor: minor, switches: switches}
 }
 
-func TestNVMLMockDGXH100(t *testing.T) {
+func (f *fakeNVML) Shutdown() nvml.Return            { return nvml.Success }
+func (f *fakeNVML) ErrorString(r nvml.Return) string { return fmt.Sprintf("NVML error %d", int(r)) }
+func (f *fakeNVML) DeviceGetCount() (int, nvml.Return) {
+	if f.countRet != nvml.Success {
+		return 0, f.countRet
+	}
+	return f.n, nvml.Success
+}
+func (f *fakeNVML) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if i < 0 || i >= f.n {
+		return 0, nvml.ErrorInvalidArgument
+	}
+	return nvml.Device(i + 1), nvml.Success
+}
+func (f *fakeNVML) DeviceGetPCIBusID(d nvml.Device) (string, nvml.Return) {
+	if f.emptyBusID {
+		return "", nvml.Success
+	}
+	return fmt.Sprintf("00000000:%02x:00.0", 0x10+int(d)-1), nvml.Success
+}
+func (f *fakeNVML) DeviceGetCudaComputeCapability(nvml.Device) (int, int, nvml.Return) {
+	return f.major, f.minor, nvml.Success
+}
+func (f *fakeNVML) DeviceGetNvLinkState(_ nvml.Device, link int) (bool, nvml.Return) {
+	if link >= f.links {
+		return false, nvml.ErrorInvalidArgument
+	}
+	return true, nvml.Success
+}
+func (f *fakeNVML) DeviceGetNvLinkRemotePCIBusID(_ nvml.Device, link int) (string, nvml.Return) {
+	return f.switches[link%len(f.switches)], nvml.Success
+}
+func (f *fakeNVML) DeviceGetNvLinkRemoteDeviceType(nvml.Device, int) (nvml.NVLinkDeviceType, nvml.Return) {
+	return nvml.NVLinkSwitch, nvml.Success
+}
+
+func TestNVMLFakeDGXH100(t *testing.T) {
 	switches := []string{"0000:f3:00.0", "0000:f4:00.0", "0000:f5:00.0", "0000:f6:00.0"}
-	s := mockServer(gpus.H100_SXM5_80GB, 8, 18, switches)
+	s := newFakeNVML(9, 0, 8, 18, switches)
 	gpus, err := gpusFromNVML(s)
 	if err != nil {
 		t.Fatal(err)
@@ -111,8 +106,8 @@ func TestNVMLMockDGXH100(t *testing.T) {
 	}
 }
 
-func TestNVMLMockDGXA100(t *testing.T) {
-	s := mockServer(gpus.A100_SXM4_40GB, 8, 12, []string{"0000:c0:00.0", "0000:c1:00.0", "0000:c2:00.0", "0000:c3:00.0", "0000:c4:00.0", "0000:c5:00.0"})
+func TestNVMLFakeDGXA100(t *testing.T) {
+	s := newFakeNVML(8, 0, 8, 12, []string{"0000:c0:00.0", "0000:c1:00.0", "0000:c2:00.0", "0000:c3:00.0", "0000:c4:00.0", "0000:c5:00.0"})
 	gpus, err := gpusFromNVML(s)
 	if err != nil {
 		t.Fatal(err)
@@ -128,19 +123,18 @@ func TestNVMLMockDGXA100(t *testing.T) {
 }
 
 func TestNVMLErrors(t *testing.T) {
-	s := mockServer(gpus.A100_SXM4_40GB, 8, 12, []string{"0000:c0:00.0"})
-	s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNINITIALIZED }
-	if _, err := gpusFromNVML(s); err == nil {
-		t.Error("no error when NVML cannot count devices")
+	s := newFakeNVML(8, 0, 8, 12, []string{"0000:c0:00.0"})
+	s.countRet = nvml.ErrorUninitialized
+	if _, err := gpusFromNVML(s); err == nil || !strings.Contains(err.Error(), "NVML error 1") {
+		t.Errorf("NVML cannot count devices: %v, want its error", err)
 	}
-	s = mockServer(gpus.A100_SXM4_40GB, 1, 12, []string{"0000:c0:00.0"})
-	dev, _ := s.DeviceGetHandleByIndex(0)
-	dev.(*mock.Device).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
+	s = newFakeNVML(8, 0, 1, 12, []string{"0000:c0:00.0"})
+	s.emptyBusID = true
 	// No bus id: a clear error, not a bogus node.
 	if _, err := gpusFromNVML(s); err == nil {
 		t.Error("no error for an empty bus id")
 	}
-	s = mockServer(gpus.A100_SXM4_40GB, 0, 0, nil)
+	s = newFakeNVML(8, 0, 0, 0, nil)
 	if _, err := gpusFromNVML(s); err == nil {
 		t.Error("no error for zero GPUs")
 	}

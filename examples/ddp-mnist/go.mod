@@ -11,7 +11,6 @@ require (
 
 require (
 	github.com/Mellanox/rdmamap v1.1.0 // indirect
-	github.com/NVIDIA/go-nvml v0.13.3-1 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect

@@ -22,7 +22,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 rounds=${1:-3}
 if ! command -v ib_write_bw >/dev/null; then
 	[ "$(id -u)" = 0 ] || { echo "perf: need root to apt-get install perftest"; exit 1; }

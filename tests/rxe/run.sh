@@ -36,7 +36,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 export GOFLAGS="${GOFLAGS:-} -count=1"
 
 two=1
