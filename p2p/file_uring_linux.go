@@ -1,0 +1,249 @@
+package p2p
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gccl/gccl/internal/uring"
+)
+
+// uringStopTick is how often a run waiting on its completions looks at
+// its stopper, to cancel what is still queued once it says stop.
+const uringStopTick = 10 * time.Millisecond
+
+// cancelUD marks the completion of a cancel entry (slots are 0..depth-1).
+const cancelUD = ^uint64(0)
+
+// minURingChunk is the smallest piece a request is split into to fill the
+// queue: below it, per-I/O costs outweigh the parallelism.
+const minURingChunk = 64 << 10
+
+// uringFiles is the io_uring file engine. A run takes an idle ring (or
+// sets one up), keeps up to depth blocks in flight on it, hands each batch
+// to the kernel in one io_uring_enter and reaps the completions in the
+// calling goroutine: no goroutine per I/O, no channel hop.
+type uringFiles struct {
+	depth, block int
+	mu           sync.Mutex
+	idle         []*uringRing
+	closed       bool
+}
+
+// uringRing is a ring with its per-slot state; one run owns it at a time.
+type uringRing struct {
+	ring   *uring.Ring
+	slots  []uringSlot
+	free   []int
+	bounce [][]byte // per slot, aligned, made when first needed
+}
+
+// uringSlot is one block in flight.
+type uringSlot struct {
+	mem     []byte // the caller's bytes
+	buf     []byte // what the kernel moves: mem, or the slot's bounce buffer
+	off     int64
+	done    int  // bytes of buf already moved (a short transfer goes on)
+	direct  bool // through the O_DIRECT descriptor
+	bounced bool
+}
+
+func newURingFiles(depth, block int) (*uringFiles, error) {
+	if err := uring.Available(); err != nil {
+		return nil, err
+	}
+	return &uringFiles{depth: depth, block: block}, nil
+}
+
+func (e *uringFiles) get() (*uringRing, error) {
+	e.mu.Lock()
+	if n := len(e.idle); n > 0 {
+		u := e.idle[n-1]
+		e.idle = e.idle[:n-1]
+		e.mu.Unlock()
+		return u, nil
+	}
+	e.mu.Unlock()
+	r, err := uring.New(uint32(e.depth + 1)) // + a cancel entry
+	if err != nil {
+		return nil, err
+	}
+	u := &uringRing{ring: r, slots: make([]uringSlot, e.depth), bounce: make([][]byte, e.depth)}
+	for i := e.depth - 1; i >= 0; i-- {
+		u.free = append(u.free, i)
+	}
+	return u, nil
+}
+
+func (e *uringFiles) put(u *uringRing) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		u.ring.Close()
+		return
+	}
+	e.idle = append(e.idle, u)
+}
+
+func (e *uringFiles) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	for _, u := range e.idle {
+		u.ring.Close()
+	}
+	e.idle = nil
+}
+
+// chunk is the size requests are cut into: the block size, or less when a
+// request has fewer blocks than the queue holds, so that one large I/O is
+// still spread across the queue (aligned, so O_DIRECT still applies).
+func (e *uringFiles) chunk(mems [][]byte) int {
+	total := 0
+	for _, m := range mems {
+		total += len(m)
+	}
+	if total >= e.depth*e.block {
+		return e.block
+	}
+	c := (total/e.depth + directAlign - 1) / directAlign * directAlign
+	return min(e.block, max(c, minURingChunk))
+}
+
+// run does mem <-> file for every piece as filePool.run does. ok false
+// means no ring could be set up, and nothing was done.
+func (e *uringFiles) run(h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper) (ok bool, err error) {
+	u, err := e.get()
+	if err != nil {
+		return false, nil
+	}
+	healthy, err := u.run(h, write, mems, offs, st, e.chunk(mems))
+	if healthy {
+		e.put(u)
+	}
+	// A ring whose io_uring_enter failed with blocks in flight is left
+	// as it is: closing it could free what the kernel still writes to.
+	return true, err
+}
+
+func (u *uringRing) run(h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper, chunk int) (healthy bool, err error) {
+	var firstErr error
+	inflight, stopping := 0, false
+	mi, pos := 0, 0 // the next chunk: mems[mi][pos:]
+	for {
+		for firstErr == nil && !stopping && len(u.free) > 0 && mi < len(mems) {
+			if st.stopped() { // a clock read per block, as the goroutine pool
+				stopping = true
+				break
+			}
+			k := min(chunk, len(mems[mi])-pos)
+			mem, off := mems[mi][pos:pos+k], offs[mi]+int64(pos)
+			if pos += k; pos == len(mems[mi]) {
+				mi, pos = mi+1, 0
+			}
+			if k == 0 {
+				continue
+			}
+			i := u.free[len(u.free)-1]
+			u.free = u.free[:len(u.free)-1]
+			s := &u.slots[i]
+			*s = uringSlot{mem: mem, buf: mem, off: off}
+			s.direct = h.direct != nil && off%directAlign == 0 && k%directAlign == 0
+			if s.direct && !aligned(mem) {
+				if u.bounce[i] == nil || len(u.bounce[i]) < k {
+					u.bounce[i] = alignedBuffer(max(k, chunk))
+				}
+				s.buf, s.bounced = u.bounce[i][:k], true
+				if write {
+					copy(s.buf, mem)
+				}
+			}
+			if !u.prep(h, write, i) {
+				return false, errors.New("p2p: io_uring submission queue full") // cannot happen: depth+1 entries
+			}
+			inflight++
+		}
+		if inflight == 0 {
+			return true, firstErr
+		}
+		var tick time.Duration
+		if st != nil && !stopping {
+			tick = uringStopTick
+		}
+		// One wake-up for the whole batch once nothing is left to queue
+		// (libaio's io_getevents(min_nr) as NIXL uses it); while blocks
+		// remain, a quarter of the queue frees before refilling it.
+		wait := inflight
+		if firstErr == nil && !stopping && mi < len(mems) {
+			wait = min(inflight, max(1, len(u.slots)/4))
+		}
+		if _, err := u.ring.Submit(wait, tick); err != nil {
+			return false, fmt.Errorf("p2p: file I/O: %w", err)
+		}
+		for c, ok := u.ring.Completion(); ok; c, ok = u.ring.Completion() {
+			if c.UserData == cancelUD {
+				continue
+			}
+			i := int(c.UserData)
+			s := &u.slots[i]
+			switch {
+			case c.Res < 0:
+				if firstErr == nil && !(stopping && c.Res == -int32(syscall.ECANCELED)) {
+					firstErr = fmt.Errorf("p2p: file I/O on %s at %d: %w", h.f.Name(), s.off+int64(s.done), syscall.Errno(-c.Res))
+				}
+			case c.Res == 0:
+				if firstErr == nil && !stopping {
+					firstErr = shortErr(h, write, s)
+				}
+			default:
+				s.done += int(c.Res)
+				if s.done < len(s.buf) && firstErr == nil && !stopping {
+					// A short transfer: the rest through the page cache
+					// (its offset may no longer suit O_DIRECT), from or
+					// into the caller's memory.
+					if s.bounced && !write {
+						copy(s.mem[:s.done], s.buf[:s.done])
+					}
+					s.buf, s.bounced, s.direct = s.mem, false, false
+					u.prep(h, write, i)
+					continue
+				}
+				if s.done == len(s.buf) && s.bounced && !write {
+					copy(s.mem, s.buf)
+				}
+			}
+			inflight--
+			u.free = append(u.free, i)
+		}
+		if !stopping && inflight > 0 && st.stopped() {
+			// Queued blocks end now (-ECANCELED); those on the device run
+			// to their end, and the run waits for them before returning,
+			// since the kernel holds their memory until then.
+			stopping = true
+			u.ring.PrepCancelAll(cancelUD)
+		}
+	}
+}
+
+func (u *uringRing) prep(h *fileHandle, write bool, i int) bool {
+	s := &u.slots[i]
+	fd := int(h.f.Fd())
+	if s.direct {
+		fd = int(h.direct.Fd())
+	}
+	b, off := s.buf[s.done:], s.off+int64(s.done)
+	if write {
+		return u.ring.PrepWrite(fd, b, off, uint64(i))
+	}
+	return u.ring.PrepRead(fd, b, off, uint64(i))
+}
+
+func shortErr(h *fileHandle, write bool, s *uringSlot) error {
+	if write {
+		return fmt.Errorf("p2p: file I/O: writing %s at %d: %w", h.f.Name(), s.off+int64(s.done), io.ErrShortWrite)
+	}
+	return fmt.Errorf("p2p: reading %s at %d: %d of %d bytes before the end of the file: %w", h.f.Name(), s.off, s.done, len(s.mem), io.ErrUnexpectedEOF)
+}
