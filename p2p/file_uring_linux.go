@@ -34,11 +34,58 @@ type uringFiles struct {
 }
 
 // uringRing is a ring with its per-slot state; one run owns it at a time.
+// Slot i streams stripe i of a run's blocks, in order, as the goroutine
+// pool's worker i does: contiguous streams beat interleaved blocks on the
+// writes measured here.
 type uringRing struct {
 	ring   *uring.Ring
 	slots  []uringSlot
-	free   []int
-	bounce [][]byte // per slot, aligned, made when first needed
+	stripe []stripeCursor // per slot
+	ready  []int          // slots whose stripe may have a next block
+	bounce [][]byte       // per slot, aligned, made when first needed
+}
+
+// stripeCursor walks one stripe: its next block is mems[mi][pos:], cut at
+// the chunk size, and left blocks remain.
+type stripeCursor struct{ mi, pos, left int }
+
+func (c *stripeCursor) next(mems [][]byte, offs []int64, chunk int) ([]byte, int64) {
+	for len(mems[c.mi]) == 0 {
+		c.mi++
+	}
+	m := mems[c.mi]
+	k := min(chunk, len(m)-c.pos)
+	mem, off := m[c.pos:c.pos+k], offs[c.mi]+int64(c.pos)
+	if c.pos += k; c.pos == len(m) {
+		c.mi, c.pos = c.mi+1, 0
+	}
+	c.left--
+	return mem, off
+}
+
+// deal cuts the blocks of mems in chunks and deals them in up to
+// len(slots) contiguous stripes; it returns the number of blocks.
+func (u *uringRing) deal(mems [][]byte, chunk int) int {
+	n := 0
+	for _, m := range mems {
+		n += (len(m) + chunk - 1) / chunk
+	}
+	stripes := min(len(u.slots), n)
+	u.ready = u.ready[:0]
+	for s := stripes - 1; s >= 0; s-- {
+		u.ready = append(u.ready, s)
+	}
+	s, b := 0, 0 // the next stripe to start, the block index at (mi, pos)
+	for mi := 0; mi < len(mems) && s < stripes; mi++ {
+		for pos := 0; pos < len(mems[mi]) && s < stripes; pos += chunk {
+			if b == s*n/stripes {
+				u.stripe[s] = stripeCursor{mi: mi, pos: pos, left: (s+1)*n/stripes - b}
+				s++
+			}
+			b++
+		}
+	}
+	return n
 }
 
 // uringSlot is one block in flight.
@@ -71,11 +118,8 @@ func (e *uringFiles) get() (*uringRing, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &uringRing{ring: r, slots: make([]uringSlot, e.depth), bounce: make([][]byte, e.depth)}
-	for i := e.depth - 1; i >= 0; i-- {
-		u.free = append(u.free, i)
-	}
-	return u, nil
+	return &uringRing{ring: r, slots: make([]uringSlot, e.depth), stripe: make([]stripeCursor, e.depth),
+		ready: make([]int, 0, e.depth), bounce: make([][]byte, e.depth)}, nil
 }
 
 func (e *uringFiles) put(u *uringRing) {
@@ -132,23 +176,22 @@ func (e *uringFiles) run(h *fileHandle, write bool, mems [][]byte, offs []int64,
 func (u *uringRing) run(h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper, chunk int) (healthy bool, err error) {
 	var firstErr error
 	inflight, stopping := 0, false
-	mi, pos := 0, 0 // the next chunk: mems[mi][pos:]
+	unqueued := u.deal(mems, chunk)
 	for {
-		for firstErr == nil && !stopping && len(u.free) > 0 && mi < len(mems) {
+		for firstErr == nil && !stopping && len(u.ready) > 0 {
+			i := u.ready[len(u.ready)-1]
+			if u.stripe[i].left == 0 {
+				u.ready = u.ready[:len(u.ready)-1]
+				continue
+			}
 			if st.stopped() { // a clock read per block, as the goroutine pool
 				stopping = true
 				break
 			}
-			k := min(chunk, len(mems[mi])-pos)
-			mem, off := mems[mi][pos:pos+k], offs[mi]+int64(pos)
-			if pos += k; pos == len(mems[mi]) {
-				mi, pos = mi+1, 0
-			}
-			if k == 0 {
-				continue
-			}
-			i := u.free[len(u.free)-1]
-			u.free = u.free[:len(u.free)-1]
+			u.ready = u.ready[:len(u.ready)-1]
+			mem, off := u.stripe[i].next(mems, offs, chunk)
+			unqueued--
+			k := len(mem)
 			s := &u.slots[i]
 			*s = uringSlot{mem: mem, buf: mem, off: off}
 			s.direct = h.direct != nil && off%directAlign == 0 && k%directAlign == 0
@@ -177,7 +220,7 @@ func (u *uringRing) run(h *fileHandle, write bool, mems [][]byte, offs []int64, 
 		// (libaio's io_getevents(min_nr) as NIXL uses it); while blocks
 		// remain, a quarter of the queue frees before refilling it.
 		wait := inflight
-		if firstErr == nil && !stopping && mi < len(mems) {
+		if firstErr == nil && !stopping && unqueued > 0 {
 			wait = min(inflight, max(1, len(u.slots)/4))
 		}
 		if _, err := u.ring.Submit(wait, tick); err != nil {
@@ -216,7 +259,7 @@ func (u *uringRing) run(h *fileHandle, write bool, mems [][]byte, offs []int64, 
 				}
 			}
 			inflight--
-			u.free = append(u.free, i)
+			u.ready = append(u.ready, i)
 		}
 		if !stopping && inflight > 0 && st.stopped() {
 			// Queued blocks end now (-ECANCELED); those on the device run

@@ -3,6 +3,7 @@ package p2p
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -218,5 +219,30 @@ func TestURingSplitsLargeIO(t *testing.T) {
 		if got := e.chunk([][]byte{make([]byte, c.total)}); got != c.want {
 			t.Errorf("%d bytes: chunk %d, want %d", c.total, got, c.want)
 		}
+	}
+}
+
+// TestURingStripes: blocks are dealt in contiguous stripes, one per slot,
+// that together cover every block once, in order.
+func TestURingStripes(t *testing.T) {
+	u := &uringRing{slots: make([]uringSlot, 3), stripe: make([]stripeCursor, 3)}
+	mems := [][]byte{make([]byte, 10<<10), nil, make([]byte, 5<<10)}
+	offs := []int64{0, 1 << 20, 2 << 20}
+	if n := u.deal(mems, 4<<10); n != 5 || len(u.ready) != 3 {
+		t.Fatalf("%d blocks, %d stripes; want 5 and 3", n, len(u.ready))
+	}
+	var got []int64
+	var lens []int
+	for s := range 3 {
+		c := &u.stripe[s]
+		for c.left > 0 {
+			mem, off := c.next(mems, offs, 4<<10)
+			got, lens = append(got, off), append(lens, len(mem))
+		}
+	}
+	want := []int64{0, 4 << 10, 8 << 10, 2 << 20, 2<<20 + 4<<10}
+	wantLens := []int{4 << 10, 4 << 10, 2 << 10, 4 << 10, 1 << 10}
+	if fmt.Sprint(got, lens) != fmt.Sprint(want, wantLens) {
+		t.Fatalf("blocks at %v of %v, want %v of %v", got, lens, want, wantLens)
 	}
 }
