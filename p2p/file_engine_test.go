@@ -26,3 +26,27 @@ func TestFileEngineChoice(t *testing.T) {
 		t.Fatalf("io_uring available: engine %q", p.engine)
 	}
 }
+
+// TestFileRunsThatFitTheQueue: a run of at most a queue of blocks goes to
+// io_uring, a longer stream to the workers.
+func TestFileRunsThatFitTheQueue(t *testing.T) {
+	p := &filePool{depth: 16, block: 64 << 10}
+	for _, c := range []struct {
+		lens []int
+		want bool
+	}{
+		{[]int{16 * 64 << 10}, true},               // one request of 16 blocks
+		{[]int{64 << 10, 64 << 10}, true},          // fewer
+		{[]int{8 * 64 << 10, 8*64<<10 + 1}, false}, // one byte more
+		{[]int{256 << 20}, false},                  // a stream
+		{[]int{}, true},
+	} {
+		mems := make([][]byte, len(c.lens))
+		for i, n := range c.lens {
+			mems[i] = make([]byte, n)
+		}
+		if got := p.fitsQueue(mems); got != c.want {
+			t.Errorf("%v bytes: fits %v, want %v", c.lens, got, c.want)
+		}
+	}
+}

@@ -31,6 +31,16 @@ func uringPool(t *testing.T, depth, block int) *filePool {
 	return p
 }
 
+// ringRun runs on the pool's io_uring engine whatever the run's length
+// (the pool itself sends streams longer than a queue to the workers).
+func ringRun(t *testing.T, p *filePool, h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper) error {
+	ok, err := p.ring.run(h, write, mems, offs, st)
+	if !ok {
+		t.Error("no io_uring ring could be set up")
+	}
+	return err
+}
+
 // dataFile is a file of n written bytes (O_DIRECT checks alignment only
 // where a file has blocks), with an O_DIRECT descriptor where the file
 // system has one.
@@ -70,7 +80,7 @@ func TestURingFullQueue(t *testing.T) {
 				// 64 KiB aligned, then odd offsets and lengths (page cache).
 				mems := [][]byte{src[:64<<10], src[64<<10 : 64<<10+5001], src[64<<10+5001:]}
 				offs := []int64{0, 64 << 10, 64<<10 + 5001}
-				if err := p.run(h, true, mems, offs, nil); err != nil {
+				if err := ringRun(t, p, h, true, mems, offs, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -79,7 +89,7 @@ func TestURingFullQueue(t *testing.T) {
 					t.Errorf("run %d (direct %v): the file differs from what was written", g, direct)
 				}
 				dst := alignedBuffer(size)
-				if err := p.run(h, false, [][]byte{dst[:7], dst[7:]}, []int64{0, 7}, nil); err != nil {
+				if err := ringRun(t, p, h, false, [][]byte{dst[:7], dst[7:]}, []int64{0, 7}, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -104,7 +114,7 @@ func TestURingShortRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		mem := alignedBuffer(16 << 10)
-		err := p.run(h, false, [][]byte{mem}, []int64{0}, nil)
+		err := ringRun(t, p, h, false, [][]byte{mem}, []int64{0}, nil)
 		if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), h.path) {
 			t.Fatalf("direct %v: read past the end: %v", direct, err)
 		}
@@ -135,7 +145,7 @@ func TestURingShortTransfersGoOn(t *testing.T) {
 		}
 	})
 	got := make([]byte, 8192)
-	err = p.run(h, false, [][]byte{got}, []int64{0}, nil)
+	err = ringRun(t, p, h, false, [][]byte{got}, []int64{0}, nil)
 	wg.Wait()
 	if err != nil {
 		t.Fatal(err)
@@ -157,12 +167,12 @@ func TestURingErrors(t *testing.T) {
 	defer ro.Close()
 	bad := &fileHandle{path: h.path, f: ro}
 	mem := make([]byte, 3*4096)
-	err = p.run(bad, true, [][]byte{mem}, []int64{0}, nil)
+	err = ringRun(t, p, bad, true, [][]byte{mem}, []int64{0}, nil)
 	if !errors.Is(err, syscall.EBADF) || !strings.Contains(err.Error(), h.path) {
 		t.Fatalf("a write to a read-only descriptor: %v", err)
 	}
 	fill(mem, 5)
-	if err := p.run(h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
+	if err := ringRun(t, p, h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
 		t.Fatalf("a write after the error: %v", err)
 	}
 	if got, _ := os.ReadFile(h.path); !bytes.Equal(got[:len(mem)], mem) {
@@ -187,7 +197,7 @@ func TestURingCancelInFlight(t *testing.T) {
 	var st stopper
 	st.deadline.Store(monoNow() + int64(50*time.Millisecond))
 	mem := make([]byte, 4*4096)
-	if err := p.run(&fileHandle{f: r}, false, [][]byte{mem}, []int64{0}, &st); err != nil {
+	if err := ringRun(t, p, &fileHandle{f: r}, false, [][]byte{mem}, []int64{0}, &st); err != nil {
 		t.Fatalf("a cancelled run: %v (the stopper says why)", err)
 	}
 	if st.why.Load() != stopTimeout {
@@ -198,7 +208,7 @@ func TestURingCancelInFlight(t *testing.T) {
 	}
 	h := dataFile(t, 8192, false)
 	fill(mem, 1)
-	if err := p.run(h, true, [][]byte{mem[:8192]}, []int64{0}, nil); err != nil {
+	if err := ringRun(t, p, h, true, [][]byte{mem[:8192]}, []int64{0}, nil); err != nil {
 		t.Fatalf("a run after a cancelled one: %v", err)
 	}
 	if got, _ := os.ReadFile(h.path); !bytes.Equal(got, mem[:8192]) {
@@ -244,5 +254,27 @@ func TestURingStripes(t *testing.T) {
 	wantLens := []int{4 << 10, 4 << 10, 2 << 10, 4 << 10, 1 << 10}
 	if fmt.Sprint(got, lens) != fmt.Sprint(want, wantLens) {
 		t.Fatalf("blocks at %v of %v, want %v of %v", got, lens, want, wantLens)
+	}
+}
+
+// TestURingPastDeadline: a run whose post is past its deadline queues no
+// block; without one it writes everything.
+func TestURingPastDeadline(t *testing.T) {
+	p := uringPool(t, 2, 4096)
+	h := dataFile(t, 64<<10, true)
+	var late stopper
+	late.deadline.Store(monoNow() - 1)
+	mem := bytes.Repeat([]byte{1}, 64<<10)
+	if err := ringRun(t, p, h, true, [][]byte{mem}, []int64{0}, &late); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(h.path); bytes.IndexByte(got, 1) >= 0 {
+		t.Fatal("io_uring wrote past the deadline")
+	}
+	if err := ringRun(t, p, h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(h.path); !bytes.Equal(got, mem) {
+		t.Fatal("io_uring without a deadline did not write it all")
 	}
 }

@@ -38,39 +38,51 @@ func benchFile(b *testing.B) (int, []byte) {
 func BenchmarkODirectBatch(b *testing.B) {
 	for _, write := range []bool{true, false} {
 		name := map[bool]string{true: "write", false: "read"}[write]
-		b.Run(name+"/io_uring", func(b *testing.B) {
-			fd, buf := benchFile(b)
-			if err := Available(); err != nil {
-				b.Skip(err)
-			}
-			r, err := New(benchDepth)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
-			for it := 0; b.Loop(); it++ {
-				base := int64(it%16) * benchBlock * benchDepth
-				for i := range benchDepth {
-					blk := buf[i*benchBlock : (i+1)*benchBlock]
-					if write {
-						r.PrepWrite(fd, blk, base+int64(i*benchBlock), uint64(i))
-					} else {
-						r.PrepRead(fd, blk, base+int64(i*benchBlock), uint64(i))
+		for _, fixed := range []bool{false, true} {
+			b.Run(name+map[bool]string{false: "/io_uring", true: "/io_uring-fixed"}[fixed], func(b *testing.B) {
+				fd, buf := benchFile(b)
+				if err := Available(); err != nil {
+					b.Skip(err)
+				}
+				r, err := New(benchDepth)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer r.Close()
+				if fixed {
+					if err := r.RegisterBuffers([][]byte{buf}); err != nil {
+						b.Skip(err)
 					}
 				}
-				for done := 0; done < benchDepth; {
-					if _, err := r.Submit(benchDepth-done, 0); err != nil {
-						b.Fatal(err)
-					}
-					for c, ok := r.Completion(); ok; c, ok = r.Completion() {
-						if c.Res != benchBlock {
-							b.Fatalf("res %d", c.Res)
+				for it := 0; b.Loop(); it++ {
+					base := int64(it%16) * benchBlock * benchDepth
+					for i := range benchDepth {
+						blk := buf[i*benchBlock : (i+1)*benchBlock]
+						switch {
+						case write && fixed:
+							r.PrepWriteFixed(fd, blk, base+int64(i*benchBlock), 0, uint64(i))
+						case write:
+							r.PrepWrite(fd, blk, base+int64(i*benchBlock), uint64(i))
+						case fixed:
+							r.PrepReadFixed(fd, blk, base+int64(i*benchBlock), 0, uint64(i))
+						default:
+							r.PrepRead(fd, blk, base+int64(i*benchBlock), uint64(i))
 						}
-						done++
+					}
+					for done := 0; done < benchDepth; {
+						if _, err := r.Submit(benchDepth-done, 0); err != nil {
+							b.Fatal(err)
+						}
+						for c, ok := r.Completion(); ok; c, ok = r.Completion() {
+							if c.Res != benchBlock {
+								b.Fatalf("res %d", c.Res)
+							}
+							done++
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 		b.Run(name+"/goroutines", func(b *testing.B) {
 			fd, buf := benchFile(b)
 			for it := 0; b.Loop(); it++ {
