@@ -66,6 +66,10 @@ type Config struct {
 	// DefaultFileBlockSize, a multiple of 4096).
 	FileQueueDepth int
 	FileBlockSize  int
+	// DisableIOURing runs file blocks on FileQueueDepth goroutines instead
+	// of io_uring (also GCCL_P2P_IOURING_DISABLE=1); io_uring is used only
+	// where the kernel allows it in any case.
+	DisableIOURing bool
 	// CopyThreads is how many goroutines copy one large shared-memory
 	// transfer (0: GOMAXPROCS).
 	CopyThreads int
@@ -119,6 +123,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if os.Getenv("GCCL_P2P_PVM_DISABLE") == "1" {
 		c.DisablePVM = true
+	}
+	if os.Getenv("GCCL_P2P_IOURING_DISABLE") == "1" {
+		c.DisableIOURing = true
 	}
 	if os.Getenv("GCCL_P2P_GDS") == "1" {
 		c.GDS = true
@@ -262,7 +269,7 @@ func New(name string, cfg Config) (*Agent, error) {
 	a.nextReq.Store(uint64(time.Now().UnixNano()) << 16) // distinct from a restarted agent's IDs
 	a.gpu.log = a.log
 	a.copy = newCopyPool(cfg.CopyThreads)
-	a.files = newFilePool(cfg.FileQueueDepth, cfg.FileBlockSize)
+	a.files = newFilePool(cfg.FileQueueDepth, cfg.FileBlockSize, !cfg.DisableIOURing)
 	if cfg.DisableRDMA {
 		a.rdmaErr = fmt.Errorf("%w: RDMA is disabled (GCCL_P2P_RDMA_DISABLE=1 or Config.DisableRDMA)", ErrNotSupported)
 	} else if a.rdma, a.rdmaErr = openRDMA(cfg, a.log, &a.gpu); a.rdmaErr != nil {
@@ -284,7 +291,8 @@ func New(name string, cfg Config) (*Agent, error) {
 	if a.rdma != nil {
 		rdma = a.rdma.info.String()
 	}
-	a.log.Info("p2p agent started", "name", name, "addr", a.addr, "shm", !cfg.DisableSHM, "pvm", !cfg.DisablePVM, "rdma", rdma)
+	a.log.Info("p2p agent started", "name", name, "addr", a.addr, "shm", !cfg.DisableSHM, "pvm", !cfg.DisablePVM, "rdma", rdma,
+		"file_engine", a.files.engine)
 	return a, nil
 }
 

@@ -134,10 +134,15 @@ func (a *Agent) registerFile(f *os.File, owns bool, opts FileOptions) (*Region, 
 	return r, nil
 }
 
-// filePool runs file blocks on queue-depth goroutines, each with its own
-// aligned bounce buffer for O_DIRECT blocks whose memory is not aligned.
+// filePool runs file blocks, FileQueueDepth at once: on Linux through
+// io_uring (uringFiles: one submission per batch, completions reaped by the
+// caller), elsewhere, or where io_uring is disabled or refused, on
+// queue-depth goroutines, each with its own aligned bounce buffer for
+// O_DIRECT blocks whose memory is not aligned.
 type filePool struct {
 	depth, block int
+	ring         *uringFiles // nil: the goroutines
+	engine       string      // what runs the blocks, for the agent's INFO line
 	once         sync.Once
 	tasks        chan fileTask
 	wg           sync.WaitGroup
@@ -169,9 +174,19 @@ func (e *firstError) set(err error) {
 	e.mu.Unlock()
 }
 
-func newFilePool(depth, block int) *filePool {
-	p := &filePool{depth: depth, block: block}
+// newFilePool makes the pool; useURing asks for io_uring where the kernel
+// allows it (Config.DisableIOURing, GCCL_P2P_IOURING_DISABLE=1 say no).
+func newFilePool(depth, block int, useURing bool) *filePool {
+	p := &filePool{depth: depth, block: block, engine: "goroutines (io_uring disabled by configuration)"}
 	p.bufs.New = func() any { b := make([]byte, block); return &b }
+	if useURing {
+		var err error
+		if p.ring, err = newURingFiles(depth, block); err != nil {
+			p.engine = "goroutines (" + err.Error() + ")"
+		} else {
+			p.engine = "io_uring"
+		}
+	}
 	return p
 }
 
@@ -199,6 +214,9 @@ func (p *filePool) start() {
 }
 
 func (p *filePool) close() {
+	if p.ring != nil {
+		p.ring.close()
+	}
 	p.once.Do(func() {}) // no start after close
 	if p.tasks != nil {
 		close(p.tasks)
@@ -212,6 +230,12 @@ func (p *filePool) close() {
 // whose system call has started runs to its end, so a hung disk delays
 // the stop until the call returns.
 func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64, st *stopper) error {
+	if p.ring != nil && p.fitsQueue(mems) {
+		if ok, err := p.ring.run(h, write, mems, offs, st); ok {
+			return err
+		}
+		// No ring could be set up now (memory, descriptors): goroutines.
+	}
 	p.once.Do(p.start)
 	var blocks [][]byte
 	var boffs []int64
@@ -233,6 +257,23 @@ func (p *filePool) run(h *fileHandle, write bool, mems [][]byte, offs []int64, s
 	}
 	wg.Wait()
 	return fe.err
+}
+
+// fitsQueue says whether a run is at most one queue of blocks
+// (FileQueueDepth x FileBlockSize bytes): io_uring takes those, in one
+// submission with one wake-up. Longer streams go to the workers' stripes:
+// measured here (2026-11-28, loaded 2-vCPU VM), 64 KiB O_DIRECT writes
+// streamed at queue depth 4 ran at 0.2-0.8 GB/s through io_uring against
+// 0.35-1.8 GB/s from 4 pwrite threads (internal/uring had the same gap
+// without the agent), and reads at par; docs/P2P.md has the figures.
+func (p *filePool) fitsQueue(mems [][]byte) bool {
+	n := 0
+	for _, m := range mems {
+		if n += len(m); n > p.depth*p.block {
+			return false
+		}
+	}
+	return true
 }
 
 // blockIO reads or writes one block: through the O_DIRECT descriptor when

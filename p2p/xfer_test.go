@@ -14,6 +14,7 @@ import (
 
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/testutil"
+	"github.com/gccl/gccl/internal/uring"
 )
 
 // TestPartialCompletion splits a WRITE in four parts ("layers"): the target
@@ -172,13 +173,26 @@ func TestDeregisteredSharedRegion(t *testing.T) {
 	req.Release()
 }
 
+// TestFileBackend runs on both file engines: io_uring (where the kernel
+// allows it) and the goroutine pool it falls back to (forced here).
 func TestFileBackend(t *testing.T) {
+	for _, forceGoroutines := range []bool{false, true} {
+		engine := map[bool]string{false: "io_uring", true: "goroutines"}[forceGoroutines]
+		t.Run(engine, func(t *testing.T) { testFileBackend(t, forceGoroutines) })
+	}
+}
+
+func testFileBackend(t *testing.T, forceGoroutines bool) {
 	dir := t.TempDir()
 	for _, direct := range []bool{false, true} {
 		for _, unaligned := range []bool{false, true} {
 			name := map[bool]string{false: "buffered", true: "direct"}[direct] + map[bool]string{false: "-aligned", true: "-unaligned"}[unaligned]
 			t.Run(name, func(t *testing.T) {
-				a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 64 << 10, FileQueueDepth: 3})
+				a := newAgent(t, "a", Config{ListenAddr: "-", FileBlockSize: 64 << 10, FileQueueDepth: 3, DisableIOURing: forceGoroutines})
+				if wantGoroutines := forceGoroutines || uring.Available() != nil; wantGoroutines != (a.files.ring == nil) ||
+					wantGoroutines != strings.HasPrefix(a.files.engine, "goroutines") {
+					t.Fatalf("file engine %q (io_uring: %v)", a.files.engine, uring.Available())
+				}
 				path := filepath.Join(dir, name)
 				const size = 1<<20 + 8192
 				fr, err := a.RegisterFile(path, FileOptions{Length: size, Create: true, Direct: direct})
@@ -532,27 +546,29 @@ func TestPVMAndFileStopBetweenBlocks(t *testing.T) {
 			t.Fatalf("pvm past the deadline copied %d bytes, want its first block (%d)", c, copyMin)
 		}
 	}
-	fp := newFilePool(2, 4096)
-	defer fp.close()
-	path := filepath.Join(t.TempDir(), "f")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &fileHandle{f: f, owns: true}
-	defer h.close()
-	mem := bytes.Repeat([]byte{1}, 1<<20)
-	if err := fp.run(h, true, [][]byte{mem}, []int64{0}, &late); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(path); bytes.IndexByte(got, 1) >= 0 {
-		t.Fatal("the file pool wrote past the deadline")
-	}
-	if err := fp.run(h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(path); !bytes.Equal(got, mem) {
-		t.Fatal("the file pool without a deadline did not write it all")
+	for _, useURing := range []bool{false, true} {
+		fp := newFilePool(2, 4096, useURing)
+		defer fp.close()
+		path := filepath.Join(t.TempDir(), "f")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &fileHandle{f: f, owns: true}
+		defer h.close()
+		mem := bytes.Repeat([]byte{1}, 1<<20)
+		if err := fp.run(h, true, [][]byte{mem}, []int64{0}, &late); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(path); bytes.IndexByte(got, 1) >= 0 {
+			t.Fatalf("the file pool (%s) wrote past the deadline", fp.engine)
+		}
+		if err := fp.run(h, true, [][]byte{mem}, []int64{0}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, mem) {
+			t.Fatalf("the file pool (%s) without a deadline did not write it all", fp.engine)
+		}
 	}
 }
 
