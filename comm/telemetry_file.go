@@ -184,7 +184,7 @@ func (w *telWriter) flush() {
 //	transport          OpRecord.Transport
 //	start_ns, end_ns   OpRecord.Start and End, ns since 1970
 //	time_us            End - Start in µs
-//	algbw_gbs          bytes / time, in GB/s (absent for an instant op)
+//	algbw_gbs          bytes / time, in GB/s (absent for an empty or instant op)
 //	failed             present (true) only for a failed operation
 //	last_rank          present only once known (Stragglers)
 func (c *Comm) appendRecordJSON(b []byte, r *OpRecord) []byte {
@@ -227,7 +227,7 @@ func (c *Comm) appendRecordJSON(b []byte, r *OpRecord) []byte {
 	d := r.Duration()
 	b = append(b, `,"time_us":`...)
 	b = strconv.AppendFloat(b, float64(d)/1e3, 'f', 3, 64)
-	if d > 0 {
+	if d > 0 && r.Bytes > 0 {
 		bw := float64(r.Bytes) / d.Seconds() / 1e9
 		if !math.IsInf(bw, 0) && !math.IsNaN(bw) {
 			b = append(b, `,"algbw_gbs":`...)

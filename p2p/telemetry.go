@@ -325,7 +325,7 @@ func appendXferJSON(b []byte, agent string, r *XferRecord) []byte {
 	d := r.Duration()
 	b = append(b, `,"time_us":`...)
 	b = strconv.AppendFloat(b, float64(d)/1e3, 'f', 3, 64)
-	if d > 0 {
+	if d > 0 && r.Bytes > 0 {
 		if bw := float64(r.Bytes) / d.Seconds() / 1e9; !math.IsInf(bw, 0) && !math.IsNaN(bw) {
 			b = append(b, `,"algbw_gbs":`...)
 			b = strconv.AppendFloat(b, bw, 'f', 4, 64)
