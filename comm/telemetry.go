@@ -2,6 +2,7 @@ package comm
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,29 +138,66 @@ var pathNames = [...]string{
 	pathStaged: "staged", pathVariable: "variable", pathGroup: "group",
 }
 
-// telSlot is one record in the ring, in atomic words: ver is odd while the
-// writer changes the slot.
+// telSlot is one record in the ring, in atomic words (each store costs a
+// locked instruction on x86: as few as the record allows). ver is the
+// slot's sequence lock and record number at once: 2n-1 while the writer
+// writes record n, 2n once it is there.
 type telSlot struct {
 	ver   atomic.Uint64
-	n     atomic.Uint64
 	seq   atomic.Uint64
 	meta  atomic.Uint64 // packMeta
 	bytes atomic.Int64
 	start atomic.Int64 // ns since 1970
 	end   atomic.Int64
-	last  atomic.Int64 // LastRank + 1; 0: unknown
+	// last is LastRank+1 of record last>>lastShift (Stragglers writes it
+	// after the record; tagged, so that no write resets it for the next).
+	last atomic.Uint64
 }
 
+const lastShift = 24 // ranks below 2^24-1
+
+// telTotals are one kind's published totals; rawTotals the same in plain
+// words. The operations are the sum of the latency buckets.
 type telTotals struct {
-	ops, failed, bytes, nanos atomic.Uint64
-	latency                   [LatencyBuckets]atomic.Uint64
+	failed, bytes, nanos atomic.Uint64
+	latency              [LatencyBuckets]atomic.Uint64
 }
+
+type rawTotals struct {
+	failed, bytes, nanos uint64
+	latency              [LatencyBuckets]uint64
+}
+
+func (r *rawTotals) add(meta uint64, bytes, start, end int64) {
+	if meta>>40&1 != 0 {
+		r.failed++
+	}
+	r.bytes += uint64(bytes)
+	d := end - start
+	if d > 0 {
+		r.nanos += uint64(d)
+	}
+	r.latency[latencyBucket(time.Duration(d))]++
+}
+
+// telFoldEvery is how often the op goroutine publishes its totals.
+const telFoldEvery = 64
 
 // telemetry is a Comm's: the ring, the totals, the file writer.
 type telemetry struct {
-	ring      [TelemetryRing]telSlot
-	n         atomic.Uint64 // records made
+	ring [TelemetryRing]telSlot
+	n    atomic.Uint64 // records made
+	// Totals: the op goroutine adds each record to own (plain words, its
+	// alone: no locked instruction per operation) and every telFoldEvery
+	// records publishes the kinds that changed (dirty, a bit per kind) to
+	// totals, under the sequence lock tver, with folded, the number of
+	// records they cover. Stats adds the records after folded from the
+	// ring.
+	own       [recKinds]rawTotals
+	dirty     uint64
 	totals    [recKinds]telTotals
+	tver      atomic.Uint64
+	folded    atomic.Uint64
 	transport string // the endpoint's name, computed once
 
 	// The record being made, between telBegin and telEnd (op goroutine).
@@ -259,32 +297,79 @@ func (c *Comm) telEnd(failed bool) {
 		meta |= 1 << 40
 	}
 	s := &t.ring[(cur.n-1)%TelemetryRing]
-	v := s.ver.Load()
-	s.ver.Store(v + 1)
-	s.n.Store(cur.n)
+	s.ver.Store(2*cur.n - 1)
 	s.seq.Store(cur.seq)
 	s.meta.Store(meta)
 	s.bytes.Store(cur.bytes)
 	s.start.Store(cur.start)
 	s.end.Store(end)
-	s.last.Store(0)
-	s.ver.Store(v + 2)
+	s.ver.Store(2 * cur.n)
 	t.n.Store(cur.n)
 
-	tot := &t.totals[uint8(meta)]
-	d := end - cur.start
-	tot.ops.Add(1)
-	if failed {
-		tot.failed.Add(1)
+	t.own[uint8(meta)].add(meta, cur.bytes, cur.start, end)
+	t.dirty |= 1 << uint8(meta)
+	if cur.n%telFoldEvery == 0 {
+		t.fold(cur.n)
 	}
-	tot.bytes.Add(uint64(cur.bytes))
-	if d > 0 {
-		tot.nanos.Add(uint64(d))
-	}
-	tot.latency[latencyBucket(time.Duration(d))].Add(1)
 
 	if t.file != "" {
 		c.telNotify(cur.n)
+	}
+}
+
+// fold publishes the totals of records 1..n (op goroutine).
+func (t *telemetry) fold(n uint64) {
+	v := t.tver.Load()
+	t.tver.Store(v + 1)
+	for k := range t.own {
+		if t.dirty&(1<<k) == 0 {
+			continue
+		}
+		o, p := &t.own[k], &t.totals[k]
+		p.failed.Store(o.failed)
+		p.bytes.Store(o.bytes)
+		p.nanos.Store(o.nanos)
+		for i := range o.latency {
+			p.latency[i].Store(o.latency[i])
+		}
+	}
+	t.folded.Store(n)
+	t.tver.Store(v + 2)
+	t.dirty = 0
+}
+
+// snapshotTotals reads the published totals and adds the records after
+// them from the ring.
+func (t *telemetry) snapshotTotals(out *[recKinds]rawTotals) {
+	for {
+		v := t.tver.Load()
+		if v&1 != 0 {
+			runtime.Gosched()
+			continue
+		}
+		for k := range t.totals {
+			p, o := &t.totals[k], &out[k]
+			o.failed, o.bytes, o.nanos = p.failed.Load(), p.bytes.Load(), p.nanos.Load()
+			for i := range o.latency {
+				o.latency[i] = p.latency[i].Load()
+			}
+		}
+		folded := t.folded.Load()
+		if t.tver.Load() != v {
+			continue
+		}
+		n, ok := t.n.Load(), true
+		for i := folded + 1; i <= n && ok; i++ {
+			var meta uint64
+			var bytes, start, end int64
+			if _, meta, bytes, start, end, _, ok = t.readRaw(i); ok {
+				out[uint8(meta)].add(meta, bytes, start, end)
+			}
+		}
+		if ok {
+			return
+		}
+		// The writer lapped the ring meanwhile, and folded since: again.
 	}
 }
 
@@ -307,47 +392,57 @@ func (c *Comm) telSetLast(seq uint64, rank int) {
 		if s.seq.Load() != seq || uint8(s.meta.Load()) == recGroup {
 			continue
 		}
-		v := s.ver.Load()
-		s.ver.Store(v + 1)
-		s.last.Store(int64(rank) + 1)
-		s.ver.Store(v + 2)
+		if v := s.ver.Load(); v&1 == 0 && rank+1 < 1<<lastShift {
+			s.last.Store(v/2<<lastShift | uint64(rank+1))
+		}
 		return
+	}
+}
+
+// readRaw reads record n's words out of its slot; ok is false once the
+// writer has overwritten it (or, for n past the last, not written it yet).
+func (t *telemetry) readRaw(n uint64) (seq, meta uint64, bytes, start, end int64, last int, ok bool) {
+	s := &t.ring[(n-1)%TelemetryRing]
+	for {
+		v := s.ver.Load()
+		switch {
+		case v < 2*n-1, v > 2*n:
+			return 0, 0, 0, 0, 0, 0, false // not written yet, or overwritten
+		case v == 2*n-1:
+			runtime.Gosched() // being written: a few stores away
+			continue
+		}
+		seq, meta, bytes = s.seq.Load(), s.meta.Load(), s.bytes.Load()
+		start, end = s.start.Load(), s.end.Load()
+		tagged := s.last.Load()
+		if s.ver.Load() != v {
+			continue
+		}
+		if tagged>>lastShift == n {
+			last = int(tagged & (1<<lastShift - 1))
+		}
+		return seq, meta, bytes, start, end, last - 1, true
 	}
 }
 
 // read copies record n out of its slot; ok is false once the writer has
 // overwritten it.
 func (t *telemetry) read(n uint64, r *OpRecord) bool {
-	s := &t.ring[(n-1)%TelemetryRing]
-	for {
-		v := s.ver.Load()
-		if v&1 != 0 {
-			if s.n.Load() > n {
-				return false
-			}
-			continue // being written: a few stores away
-		}
-		sn, seq, meta, bytes := s.n.Load(), s.seq.Load(), s.meta.Load(), s.bytes.Load()
-		start, end, last := s.start.Load(), s.end.Load(), s.last.Load()
-		if s.ver.Load() != v {
-			continue
-		}
-		if sn != n {
-			return false
-		}
-		alg := algo.Algorithm(meta >> 32 & 0xff)
-		*r = OpRecord{
-			N: n, Seq: seq, Kind: recKindName(uint8(meta)), Bytes: bytes,
-			Type: DataType(meta >> 8 & 0xff), Op: OpKind(meta >> 16 & 0xff), Root: int(meta >> 41),
-			Path: pathNames[meta>>24&0xff], Transport: t.transport,
-			Start: time.Unix(0, start), End: time.Unix(0, end),
-			Failed: meta>>40&1 != 0, LastRank: int(last) - 1,
-		}
-		if alg != 0 {
-			r.Algorithm = alg.String()
-		}
-		return true
+	seq, meta, bytes, start, end, last, ok := t.readRaw(n)
+	if !ok {
+		return false
 	}
+	*r = OpRecord{
+		N: n, Seq: seq, Kind: recKindName(uint8(meta)), Bytes: bytes,
+		Type: DataType(meta >> 8 & 0xff), Op: OpKind(meta >> 16 & 0xff), Root: int(meta >> 41),
+		Path: pathNames[meta>>24&0xff], Transport: t.transport,
+		Start: time.Unix(0, start), End: time.Unix(0, end),
+		Failed: meta>>40&1 != 0, LastRank: last,
+	}
+	if alg := algo.Algorithm(meta >> 32 & 0xff); alg != 0 {
+		r.Algorithm = alg.String()
+	}
+	return true
 }
 
 // Stats returns a snapshot of the Comm's telemetry: its latest operations
@@ -363,25 +458,25 @@ func (c *Comm) Stats() Stats {
 	if n > TelemetryRing {
 		first = n - TelemetryRing + 1
 	}
-	st.Recent = make([]OpRecord, 0, n-first+1)
-	for i := first; i <= n; i++ {
-		var r OpRecord
-		if t.read(i, &r) {
-			st.Recent = append(st.Recent, r)
-		}
+	// Newest first, up to the first record the writer overwrote meanwhile
+	// (those before it are about to go too): no gaps.
+	st.Recent = make([]OpRecord, n-first+1)
+	i := len(st.Recent)
+	for ; i > 0 && t.read(first+uint64(i)-1, &st.Recent[i-1]); i-- {
 	}
-	for k := range t.totals {
-		tt := &t.totals[k]
-		ops := tt.ops.Load()
-		if ops == 0 {
-			continue
+	st.Recent = st.Recent[i:]
+	var tot [recKinds]rawTotals
+	t.snapshotTotals(&tot)
+	for k := range tot {
+		o := &tot[k]
+		ot := OpTotals{Kind: recKindName(uint8(k)), Failed: o.failed, Bytes: o.bytes,
+			Time: time.Duration(o.nanos), Latency: o.latency}
+		for _, b := range o.latency {
+			ot.Ops += b
 		}
-		ot := OpTotals{Kind: recKindName(uint8(k)), Ops: ops, Failed: tt.failed.Load(),
-			Bytes: tt.bytes.Load(), Time: time.Duration(tt.nanos.Load())}
-		for i := range ot.Latency {
-			ot.Latency[i] = tt.latency[i].Load()
+		if ot.Ops > 0 {
+			st.Totals = append(st.Totals, ot)
 		}
-		st.Totals = append(st.Totals, ot)
 	}
 	return st
 }

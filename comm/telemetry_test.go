@@ -235,6 +235,10 @@ func TestTelemetryRingWraps(t *testing.T) {
 	if st.Ops != ops || len(st.Recent) != comm.TelemetryRing || st.Recent[0].N != 11 || st.Recent[len(st.Recent)-1].N != ops {
 		t.Fatalf("Ops %d, %d records from %d", st.Ops, len(st.Recent), st.Recent[0].N)
 	}
+	// Totals cover every operation, those gone from the ring included.
+	if len(st.Totals) != 1 || st.Totals[0].Ops != ops || st.Totals[0].Bytes != ops*12 || st.Totals[0].Failed != 0 {
+		t.Fatalf("totals %+v after %d all-reduces of 12 bytes", st.Totals, ops)
+	}
 }
 
 // TestTelemetryStatsWhileRunning reads Stats on another goroutine while
@@ -254,6 +258,12 @@ func TestTelemetryStatsWhileRunning(t *testing.T) {
 			default:
 			}
 			st := cs[0].Stats()
+			// Totals are read after the records: they cover at least
+			// as many operations, exactly.
+			if len(st.Totals) > 0 && (st.Totals[0].Ops < st.Ops || st.Totals[0].Bytes != st.Totals[0].Ops*128) {
+				t.Errorf("%d ops recorded, totals %+v", st.Ops, st.Totals)
+				return
+			}
 			for i := 1; i < len(st.Recent); i++ {
 				if st.Recent[i].N != st.Recent[i-1].N+1 || st.Recent[i].Kind != "AllReduce" {
 					t.Errorf("records %+v then %+v", st.Recent[i-1], st.Recent[i])
