@@ -67,6 +67,10 @@ type Config struct {
 	// Bootstrap describes the job for Init. Nil means the environment
 	// decides (gccl-run, torchrun, Open MPI, PMI, Slurm).
 	Bootstrap *bootstrap.Config
+	// TelemetryFile, when set, receives one JSON line per operation
+	// (comm/telemetry_file.go); %r in it is the rank, %p the process ID,
+	// %h the host name. Empty means GCCL_TELEMETRY_FILE decides.
+	TelemetryFile string
 }
 
 const (
@@ -150,6 +154,8 @@ type Comm struct {
 	ringOrder, ringPos []int
 	// tuner is the cost model's choices for this layout (tune.go).
 	tuner *tune.Tuner
+	// tel is the per-operation records and totals (telemetry.go).
+	tel telemetry
 }
 
 type planKey struct {
@@ -254,6 +260,7 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())
 	c.exec.c = c
+	c.initTelemetry(cfg)
 	c.log.Debug("communicator ready", "subsys", "INIT", "size", c.size, "transport", ep.Name())
 	return c, nil
 }
@@ -383,6 +390,7 @@ func (c *Comm) Close() error {
 	}
 	// Symmetric memory goes once no async operation can touch it.
 	c.async.stop(c)
+	c.telClose()
 	c.freeAllSym()
 	err := c.ep.Close()
 	// An abort notice leaves through the rendezvous connection: let it

@@ -87,6 +87,7 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	if cl.path != pathGroup { // groups are not numbered
 		c.arrive(cl.seq, cl.name())
 	}
+	c.telBegin(cl)
 	var err error
 	switch cl.path {
 	case pathDevice:
@@ -105,6 +106,7 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	default: // pathPlan, pathBarrier, pathSymmetric
 		err = c.runCollective(ctx, cl)
 	}
+	c.telEnd(err != nil)
 	if err != nil {
 		c.fail(err)
 	}

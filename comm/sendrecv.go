@@ -79,7 +79,9 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	if c.state.Load() != stateOpen {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
+	c.telBeginGroup(ops)
 	err := c.runGroup(ctx, "Group", 0, ops, false, false)
+	c.telEnd(err != nil)
 	if err != nil {
 		var oe *OpError
 		if !errors.As(err, &oe) {

@@ -102,6 +102,7 @@ func (c *Comm) Stragglers(ctx context.Context) ([]Straggle, error) {
 		if everyone {
 			s.Late = time.Duration(last - first)
 			out = append(out, s)
+			c.telSetLast(s.Seq, s.Last)
 		}
 	}
 	slices.SortFunc(out, func(a, b Straggle) int { return cmp.Compare(a.Seq, b.Seq) })

@@ -89,6 +89,10 @@ type Config struct {
 	// GCCL_P2P_RDMA_DISABLE=1, or GCCL_IB_DISABLE=1 for all of gccl): peers
 	// on other hosts are then reached over tcp.
 	DisableRDMA bool
+	// TelemetryFile, when set, receives one JSON line per finished post
+	// (p2p/telemetry.go): %r in it is the agent's name, %p the process ID,
+	// %h the host name. Empty means GCCL_TELEMETRY_FILE decides.
+	TelemetryFile string
 	// RDMASameHost uses RDMA between agents of one host too (also
 	// GCCL_P2P_RDMA_SAME_HOST=1), when shared memory and process_vm are off
 	// or unusable, instead of tcp: two processes on one NIC, for tests and
@@ -240,6 +244,8 @@ type Agent struct {
 
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	tel agentTelemetry // per-post records and totals (telemetry.go)
 }
 
 // New starts the agent called name, unique among the agents that will talk
@@ -268,6 +274,7 @@ func New(name string, cfg Config) (*Agent, error) {
 	a.jobID = fmt.Sprintf("p2p-%x", id)
 	a.nextReq.Store(uint64(time.Now().UnixNano()) << 16) // distinct from a restarted agent's IDs
 	a.gpu.log = a.log
+	a.initTelemetry()
 	a.copy = newCopyPool(cfg.CopyThreads)
 	a.files = newFilePool(cfg.FileQueueDepth, cfg.FileBlockSize, !cfg.DisableIOURing)
 	if cfg.DisableRDMA {
@@ -855,6 +862,7 @@ func (a *Agent) Close() error {
 	}
 	err = errors.Join(err, a.gpu.close())
 	shmem.CleanJob(a.cfg.SHMDir, a.jobID)
+	a.telClose()
 	a.log.Info("p2p agent closed", "name", a.name)
 	return err
 }

@@ -231,17 +231,3 @@ func (a *Agent) RDMADevice() (string, error) {
 	}
 	return a.rdma.info.String(), nil
 }
-
-// Stats are an agent's counters.
-type Stats struct {
-	RegCache RegCacheStats // the RDMA registration cache (zero without a device)
-}
-
-// Stats returns the agent's counters.
-func (a *Agent) Stats() Stats {
-	var s Stats
-	if a.rdma != nil {
-		s.RegCache = a.rdma.cache.stats()
-	}
-	return s
-}

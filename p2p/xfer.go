@@ -239,6 +239,7 @@ type Request struct {
 	rch       *rdmaChan       // the channel of the current rdma post
 	tcpLanded []atomic.Uint64 // tcp: per part, bytes sent live (WRITE) or landed (READ)
 	progress  atomic.Int64    // tcp: monoNow of the post's last byte sent or landed, or ack (stalls)
+	postedAt  int64           // wall clock of the current Post, ns (telemetry.go)
 }
 
 // stopper ends a post's copy or file I/O between blocks once its deadline
@@ -532,6 +533,7 @@ func (r *Request) Post() (Status, error) {
 	r.err, r.done = nil, make(chan struct{})
 	// Under mu: Cancel reads the post's ID and stops it through stop.
 	r.id = a.nextReq.Add(1)
+	r.postedAt = time.Now().UnixNano()
 	r.stop.deadline.Store(monoNow() + int64(a.cfg.RequestTimeout))
 	r.stop.why.Store(0)
 	r.stop.landed.Store(0)
@@ -705,6 +707,7 @@ func (r *Request) complete(err error, releaseRemote bool) {
 	if err != nil {
 		r.reportFailure(err)
 	}
+	a.telRecord(r, err)
 	if r.cb != nil {
 		r.cb(r, err) // before done: Wait returns after the callback ran
 	}

@@ -93,6 +93,7 @@ type config struct {
 	ops        []redOp    // -o, with "all" expanded; [noOp] for tests without one
 	roots      []int      // -r, with "all" expanded; [-1] for tests without one
 	jsonPath   string     // -J
+	metrics    string     // --metrics: serve Prometheus metrics at this address during the run
 	register   bool       // -R 1 or 2: buffers from comm.Comm.Alloc
 	memory     memoryKind // -M: where the send and receive buffers live
 	simulate   bool       // --simulate: print the cost model's table instead of running
@@ -192,6 +193,7 @@ var flagDefs = []flagDef{
 	{"M", "memory", func(c *config, _ *rawChoices, v string) error { return parseMemory(v, &c.memory) }},
 	{"", "topo-file", func(c *config, _ *rawChoices, v string) error { c.topoFile = v; return nil }},
 	{"", "nodes", func(c *config, _ *rawChoices, v string) error { return parseInt(v, 1, &c.nodes) }},
+	{"", "metrics", func(c *config, _ *rawChoices, v string) error { c.metrics = v; return nil }},
 }
 
 func findFlag(name string, long bool) *flagDef {

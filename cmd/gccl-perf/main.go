@@ -83,6 +83,10 @@ K, M and G suffixes (powers of 1024).
                              device (its index among its host's ranks)
                              modulo the number of GPUs
   -t, --nthreads <n>         accepted for compatibility; must be 1
+  --metrics <addr>           serve Prometheus metrics (package metrics) at
+                             http://<addr>/metrics while the test runs, e.g.
+                             :9400; rank r of a multi-process job on a
+                             host serves on the port plus its local rank
   --simulate                 print the cost model's predicted table for the
                              system of --topo-file <NCCL topology XML> on
                              --nodes <k> such hosts (default 1); runs nothing

@@ -93,6 +93,11 @@ func runAsRank(cfg *config, env *environment, stdout, stderr io.Writer) int {
 		return fail("joining the job: %v", err)
 	}
 	defer c.Close()
+	stopMetrics, err := serveMetrics(cfg.metrics, env.job.localRank, []*comm.Comm{c}, stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer stopMetrics()
 	mine := describeRank(c, env.pid, env.hostname, env.job.localRank)
 	if gpus != nil {
 		mine.onGPU(gpus[0])

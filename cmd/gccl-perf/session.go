@@ -30,6 +30,12 @@ func runInProcess(cfg *config, env *environment, stdout, stderr io.Writer) int {
 			c.Close()
 		}
 	}()
+	stopMetrics, err := serveMetrics(cfg.metrics, 0, comms, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gccl-perf: %v\n", err)
+		return 1
+	}
+	defer stopMetrics()
 	devices := make([]rankInfo, len(comms))
 	for i, c := range comms {
 		devices[i] = describeRank(c, env.pid, env.hostname, i)

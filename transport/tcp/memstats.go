@@ -1,0 +1,26 @@
+package tcp
+
+import (
+	"unsafe"
+
+	"github.com/gccl/gccl/transport"
+)
+
+// MemStats counts the staging rings of the connections: per peer, the
+// slots sent from and received into, with their lengths and headers.
+func (e *Endpoint) MemStats() transport.MemStats {
+	var n int64
+	for _, p := range e.peers {
+		if p == nil {
+			continue
+		}
+		if t := p.tx; t != nil {
+			n += int64(len(t.data) + len(t.hdrs) + len(t.lens)*int(unsafe.Sizeof(0)))
+		}
+		if r := p.rx; r != nil {
+			n += int64(len(r.data) + len(r.stage) + (len(r.lens)+len(r.left))*int(unsafe.Sizeof(0)) +
+				len(r.tags)*int(unsafe.Sizeof(transport.Tag(0))))
+		}
+	}
+	return transport.MemStats{Heap: n}
+}
