@@ -22,6 +22,10 @@
 // writes that found a socket full, and to read and ring the rank's Bell
 // while the rank sleeps (see Endpoint.PrepareWait).
 //
+// With Config.TLS (GCCL_TLS=1) every stream runs TLS 1.3 first, with keys
+// pinned through the rendezvous (Listener.Pin, ConnectPinned); the data
+// path keeps its raw descriptors and epoll (see tls.go).
+//
 // Wire format: every message is a 16-byte header (length, kind, tag) and the
 // payload; see frame.go. Steady state allocates nothing. The transport runs
 // on Linux; elsewhere Listen reports that it is not supported.

@@ -20,7 +20,8 @@ import (
 
 // TestTLSRunsTheSuite runs the data-path tests again with every connection
 // under TLS: ordering, striping, backpressure, close and abort must behave
-// the same.
+// the same. (Not the allocation tests: crypto/tls allocates a small reader
+// for every record it reads from the socket, see tls.go.)
 func TestTLSRunsTheSuite(t *testing.T) {
 	testTLS = true
 	defer func() { testTLS = false }()
