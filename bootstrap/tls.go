@@ -212,3 +212,34 @@ func (s *Server) serverCredentialsOption() (grpc.ServerOption, error) {
 	}
 	return grpc.Creds(c), nil
 }
+
+// Env returns getenv with the job's TLS settings on top, for the
+// transports: when this rank joined with Config.TLS, GCCL_TLS reads "1" and
+// GCCL_TLS_CERT, _KEY and _CA read Config.TLSFiles (where set), so data
+// connections are encrypted whenever the rendezvous is, however TLS was
+// asked for.
+func (c *Client) Env(getenv func(string) string) func(string) string {
+	cfg := &c.sess.cfg
+	if !cfg.TLS {
+		return getenv
+	}
+	return func(name string) string {
+		switch name {
+		case tlsx.EnvTLS:
+			return "1"
+		case tlsx.EnvCert:
+			if cfg.TLSFiles.Cert != "" {
+				return cfg.TLSFiles.Cert
+			}
+		case tlsx.EnvKey:
+			if cfg.TLSFiles.Key != "" {
+				return cfg.TLSFiles.Key
+			}
+		case tlsx.EnvCA:
+			if cfg.TLSFiles.CA != "" {
+				return cfg.TLSFiles.CA
+			}
+		}
+		return getenv(name)
+	}
+}

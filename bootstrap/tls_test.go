@@ -90,6 +90,11 @@ func TestTLSRendezvous(t *testing.T) {
 			}
 			return err
 		}))
+		// The transports see the rendezvous's setting.
+		none := func(string) string { return "" }
+		if got := clients[0].Env(none)("GCCL_TLS"); (got == "1") != useTLS {
+			t.Errorf("TLS %v: Env says GCCL_TLS=%q", useTLS, got)
+		}
 		closeAll(t, clients)
 		// (Plain gRPC sends the secret Huffman-coded, so only the payload
 		// shows that the observer sees plaintext.)
