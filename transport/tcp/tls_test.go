@@ -267,3 +267,40 @@ func TestSplitJoinAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSMixedJobFailsAtConnect: a rank with TLS and a rank without, in one
+// job, fail the registered transport's Connect at once, each naming the
+// other and GCCL_TLS, before any dial.
+func TestTLSMixedJobFailsAtConnect(t *testing.T) {
+	var ls [2]transport.Listener
+	for r, on := range []string{"1", "0"} {
+		env := func(k string) string {
+			switch k {
+			case "GCCL_TLS":
+				return on
+			case "GCCL_SOCKET_IFNAME":
+				return "=lo"
+			}
+			return ""
+		}
+		l, err := tcpTransport{}.Listen(context.Background(), &transport.Setup{JobID: "j", Rank: r, Size: 2, SlotSize: 4096, SlotCount: 2, Unclaimed: []int{1 - r}, Getenv: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+		ls[r] = l
+	}
+	if _, pin := SplitAddr(string(ls[0].Addr())); pin == "" {
+		t.Fatalf("the TLS rank's descriptor %q has no pin", ls[0].Addr())
+	}
+	descs := [2]*transport.Descriptor{}
+	for r := range ls {
+		descs[r] = transport.NewDescriptor(r, "h", r, map[string][]byte{Name: ls[r].Addr()}, nil)
+	}
+	for r, want := range []string{"rank 0 uses TLS (GCCL_TLS=1) and rank 1 does not use TLS", "rank 1 does not use TLS and rank 0 uses TLS"} {
+		_, err := ls[r].Connect(context.Background(), transport.NewDoorbell(), []*transport.Descriptor{descs[1-r]})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want %q", r, err, want)
+		}
+	}
+}
