@@ -165,7 +165,7 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 	}
 	info, err := readHello(br, nil)
 	if a.tls == nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-		err = fmt.Errorf("%w (the agent there may use GCCL_TLS=1; every agent must set the same)", err)
+		err = fmt.Errorf("%w (the agent there closed the connection: it refused this agent's token, or it uses GCCL_TLS=1 and this agent does not)", err)
 	}
 	if err == nil && info.Name == a.name {
 		err = errors.New("p2p: connected to itself")
