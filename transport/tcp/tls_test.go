@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -302,5 +303,98 @@ func TestTLSMixedJobFailsAtConnect(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank %d: %v, want %q", r, err, want)
 		}
+	}
+}
+
+// TestTLSTamperingFailsThePeer: a machine in the middle that flips one
+// bit of the data stream makes the receiver fail the connection with an
+// error naming the peer, instead of delivering altered data.
+func TestTLSTamperingFailsThePeer(t *testing.T) {
+	var logs testutil.SyncBuffer
+	l0, l1 := tlsPair(t, &logs)
+	// Forward rank 0's connections to rank 1, flipping a bit far past the
+	// handshakes in the direction of the data.
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	var pwg sync.WaitGroup
+	defer pwg.Wait()
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		c, err := proxy.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", l1.Addr())
+		if err != nil {
+			c.Close()
+			return
+		}
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			buf := make([]byte, 32<<10)
+			total := 0
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if total < 200<<10 && total+n >= 200<<10 {
+						buf[200<<10-total-1] ^= 0x10
+					}
+					total += n
+					if _, werr := s.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			s.Close()
+		}()
+		io.Copy(c, s)
+		c.Close()
+	}()
+	addrs0 := []string{l0.Addr(), proxy.Addr().String()}
+	pins := []string{l0.Pin(), l1.Pin()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var e1 *Endpoint
+	var err1 error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e1, err1 = l1.ConnectPinned(ctx, []int{0}, []string{l0.Addr(), l1.Addr()}, pins)
+	}()
+	e0, err0 := l0.ConnectPinned(ctx, []int{1}, addrs0, pins)
+	wg.Wait()
+	if err0 != nil || err1 != nil {
+		t.Fatalf("connect through the proxy: %v, %v", err0, err1)
+	}
+	defer e0.Close()
+	defer e1.Close()
+	msg := make([]byte, 4096)
+	go func() {
+		for i := 0; i < 200; i++ {
+			if trySend(e0, 1, msg, 1) != nil {
+				return
+			}
+		}
+	}()
+	var rerr error
+	for i := 0; i < 200 && rerr == nil; i++ {
+		var m []byte
+		m, _, rerr = tryRecv(e1, 0)
+		if rerr == nil && !bytes.Equal(m, msg) {
+			t.Fatalf("message %d altered and delivered", i)
+		}
+	}
+	var pe *transport.PeerError
+	if !errors.As(rerr, &pe) || pe.Peer != 0 || !strings.Contains(rerr.Error(), "bad record MAC") {
+		t.Fatalf("after tampering: %v, want a PeerError for rank 0 saying the message did not authenticate", rerr)
 	}
 }
