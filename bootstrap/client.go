@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/gccl/gccl/bootstrap/bootstrappb"
@@ -95,7 +95,11 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	dialAddr := cfg.Addr
 	if cfg.Serve {
-		srv, err := NewServer(cfg.listenAddr(), cfg.Secret, cfg.Size, WithHeartbeatTimeout(cfg.HeartbeatTimeout), WithLogger(cfg.Logger))
+		opts := []ServerOption{WithHeartbeatTimeout(cfg.HeartbeatTimeout), WithLogger(cfg.Logger)}
+		if cfg.TLS {
+			opts = append(opts, WithTLS(cfg.TLSFiles))
+		}
+		srv, err := NewServer(cfg.listenAddr(), cfg.Secret, cfg.Size, opts...)
 		if err != nil {
 			s.cancel(ErrClosed)
 			return nil, fmt.Errorf("gccl bootstrap: rank %d: serving the rendezvous: %w", cfg.Rank, err)
@@ -113,7 +117,19 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 			dialAddr = net.JoinHostPort(host, actual)
 		}
 	}
-	conn, err := grpc.NewClient("passthrough:///"+dialAddr, dialOptions(cfg.Secret)...)
+	// A rendezvous with the wrong TLS key ends the Join at once.
+	joinCtx, endJoin := context.WithCancelCause(ctx)
+	defer endJoin(nil)
+	var pinErr atomic.Pointer[error]
+	creds, err := clientCredentials(&cfg, func(err error) {
+		pinErr.CompareAndSwap(nil, &err)
+		endJoin(err)
+	})
+	if err != nil {
+		s.shutdown(ErrClosed, false)
+		return nil, fmt.Errorf("gccl bootstrap: rank %d: %w", cfg.Rank, err)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+dialAddr, dialOptions(cfg.Secret, creds)...)
 	if err != nil {
 		s.shutdown(ErrClosed, false)
 		return nil, fmt.Errorf("gccl bootstrap: rank %d: %w: rendezvous address %q: %v", cfg.Rank, ErrInvalidArgument, dialAddr, err)
@@ -121,7 +137,7 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 	s.conn, s.rpc = conn, pb.NewBootstrapClient(conn)
 
 	host, _ := os.Hostname()
-	rctx, done, timeoutMs := s.blockingContext(ctx)
+	rctx, done, timeoutMs := s.blockingContext(joinCtx)
 	defer done()
 	// WaitForReady: ranks often start before rank 0 serves; keep dialing
 	// until the timeout instead of failing on the first refused connection.
@@ -129,6 +145,11 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 		Rank: s.rank, Size: int32(cfg.Size), LibraryVersion: cfg.Version, ProtocolVersion: int32(cfg.Protocol),
 		Hostname: host, Pid: int32(os.Getpid()), TimeoutMs: timeoutMs,
 	}, grpc.WaitForReady(true))
+	if pe := pinErr.Load(); err != nil && pe != nil {
+		err = fmt.Errorf("gccl bootstrap: rank %d: join %s: %w: %w; is GCCL_SECRET the same on every rank?", cfg.Rank, cfg.Addr, ErrUnauthenticated, *pe)
+		s.shutdown(ErrClosed, false)
+		return nil, err
+	}
 	if err != nil {
 		err = s.callError(ctx, fmt.Sprintf("rank %d: join %s", cfg.Rank, cfg.Addr), err)
 		s.shutdown(ErrClosed, false)
@@ -163,9 +184,9 @@ func (s secretCredentials) GetRequestMetadata(context.Context, ...string) (map[s
 // job on networks the job trusts (see the package documentation).
 func (secretCredentials) RequireTransportSecurity() bool { return false }
 
-func dialOptions(secret string) []grpc.DialOption {
+func dialOptions(secret string, creds credentials.TransportCredentials) []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(secretCredentials(secret)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
 		// Retry a rendezvous that is not up yet every ≤1 s, not gRPC's

@@ -68,6 +68,16 @@ type Config struct {
 	// learn the server's value at Join. Zero means DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
 
+	// TLS encrypts the rendezvous (and, read by the transports and p2p from
+	// GCCL_TLS, the data connections) with TLS 1.3. Without TLSFiles the
+	// rendezvous's key derives from Secret, so nothing needs distributing.
+	// Every rank and the rendezvous must agree; a rank that differs fails
+	// its Join with ErrInvalidArgument. FromEnv sets it from GCCL_TLS=1.
+	TLS bool
+	// TLSFiles are the site's PEM files (GCCL_TLS_CERT, GCCL_TLS_KEY,
+	// GCCL_TLS_CA), for sites with a PKI; see TLSFiles.
+	TLSFiles TLSFiles
+
 	// Logger receives INFO and WARN records about joins, losses and aborts.
 	// Nil means gccl's logger configured by GCCL_DEBUG (subsystem BOOTSTRAP).
 	Logger *slog.Logger

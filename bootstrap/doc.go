@@ -45,7 +45,10 @@
 // The rendezvous only admits calls that carry the job secret: 128 random
 // bits as 32 hex characters (NewSecret), normally set by the launcher in
 // GCCL_SECRET. The server compares it in constant time and answers a wrong
-// one with ErrUnauthenticated. The secret proves membership of the job; it is
-// sent over plain TCP (like NCCL's unique ID), so it does not protect against
-// an attacker who can read the network between the hosts.
+// one with ErrUnauthenticated. The secret proves membership of the job;
+// without TLS it is sent over plain TCP (like NCCL's unique ID), so it does
+// not protect against an attacker who can read the network between the
+// hosts. With Config.TLS (GCCL_TLS=1) the rendezvous runs TLS 1.3 with a key
+// derived from the secret, which every rank checks, and the secret travels
+// inside it (see tls.go and docs/ARCHITECTURE.md, Encryption).
 package bootstrap

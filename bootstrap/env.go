@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/internal/hostlist"
+	"github.com/gccl/gccl/internal/tlsx"
 )
 
 // FromEnv finds the job this process belongs to from the environment and
@@ -148,6 +149,14 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 	if v, ok := e.str("GCCL_JOB_ID"); ok {
 		cfg.JobID = v
 	}
+	useTLS, err := tlsx.Enabled(func(k string) string { v, _ := e.str(k); return v })
+	if err != nil {
+		return bad("%v", err)
+	}
+	cfg.TLS = useTLS
+	cfg.TLSFiles.Cert, _ = e.str(tlsx.EnvCert)
+	cfg.TLSFiles.Key, _ = e.str(tlsx.EnvKey)
+	cfg.TLSFiles.CA, _ = e.str(tlsx.EnvCA)
 	if v, ok := e.str("GCCL_BOOTSTRAP_SERVE"); ok {
 		serve, err := strconv.ParseBool(v)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/gccl/gccl/bootstrap/bootstrappb"
 	"github.com/gccl/gccl/internal/testutil"
@@ -28,7 +29,7 @@ func TestWrongSecret(t *testing.T) {
 	}
 
 	// Calls without any secret are refused too (raw client, no credentials).
-	conn, err := grpc.NewClient("passthrough:///"+srv.Addr(), dialOptions("")[0])
+	conn, err := grpc.NewClient("passthrough:///"+srv.Addr(), dialOptions("", insecure.NewCredentials())[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestJoinRejected(t *testing.T) {
 
 	// Rank out of range: Config validation stops it before any call, so ask
 	// the server directly.
-	conn, err := grpc.NewClient("passthrough:///"+srv.Addr(), dialOptions(secret)...)
+	conn, err := grpc.NewClient("passthrough:///"+srv.Addr(), dialOptions(secret, insecure.NewCredentials())...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,8 @@ type Server struct {
 	version          string
 	listener         net.Listener
 	grpcServer       *grpc.Server
+	useTLS           bool     // see WithTLS
+	tlsFiles         TLSFiles // see WithTLS
 
 	stopped     chan struct{} // closed by Stop
 	stopOnce    sync.Once
@@ -143,12 +145,17 @@ func NewServer(addr, secret string, size int, opts ...ServerOption) (*Server, er
 	if s.log == nil {
 		s.log = logx.Default().With("subsys", "BOOTSTRAP")
 	}
+	creds, err := s.serverCredentialsOption()
+	if err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("gccl bootstrap: server: listen on %s: %w (is another job or gccl-bootstrap using the port? set GCCL_BOOTSTRAP_ADDR)", addr, err)
 	}
 	s.listener = lis
 	s.grpcServer = grpc.NewServer(
+		creds,
 		grpc.UnaryInterceptor(s.authenticateUnary),
 		grpc.StreamInterceptor(s.authenticateStream),
 		grpc.MaxRecvMsgSize(maxMessageSize),
@@ -243,6 +250,9 @@ func (s *Server) Err() error {
 // authenticate admits only calls that carry the job secret. The compare is
 // constant-time so that the secret cannot be guessed byte by byte.
 func (s *Server) authenticate(ctx context.Context, method string) error {
+	if err := s.checkTLSMode(ctx, method); err != nil {
+		return err
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	got := md.Get(secretMetadataKey)
 	if len(got) == 1 && subtle.ConstantTimeCompare([]byte(got[0]), s.secret) == 1 {

@@ -131,7 +131,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// descriptor says where, or why not.
 	prep, err := transport.Prepare(ctx, transport.Setup{
 		JobID: jobID, Rank: rank, Size: size, SlotSize: slotSize, SlotCount: slotCount,
-		Hosts: hosts, Pids: pids, LocalRank: localRank, Getenv: os.Getenv, Store: client,
+		Hosts: hosts, Pids: pids, LocalRank: localRank, Getenv: client.Env(os.Getenv), Store: client,
 	})
 	if err != nil {
 		return nil, err

@@ -51,6 +51,11 @@ type Config struct {
 	// RequireToken refuses a connection whose peer did not present this
 	// agent's token, that is, did not load its metadata (Connect then fails).
 	RequireToken bool
+	// TLS encrypts the connections between agents with TLS 1.3 (also
+	// GCCL_TLS=1); every agent that talks to this one must use it too.
+	// Keys derive from the agents' tokens, so loading an agent's metadata
+	// is what makes its key trusted (see p2p/tls.go).
+	TLS bool
 	// RequestTimeout fails a request not finished this long after Post with
 	// ErrTimeout (0: DefaultRequestTimeout): a tcp one when the watchdog
 	// next looks, the others (local, shm, pvm, file, cudaipc) at their next
@@ -206,7 +211,8 @@ type Agent struct {
 	jobID string // names this agent's shared-memory segments
 
 	token    [tokenLen]byte
-	tokenMem []byte // the token again, on the heap: peers probe pvm by reading it
+	tokenMem []byte    // the token again, on the heap: peers probe pvm by reading it
+	tls      *agentTLS // nil without TLS
 
 	ln   net.Listener
 	addr string
@@ -269,6 +275,9 @@ func New(name string, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("p2p: random token: %w", err)
 	}
 	a.tokenMem = append(make([]byte, 0, tokenLen), a.token[:]...)
+	if a.tls, err = newAgentTLS(&cfg, a.token); err != nil {
+		return nil, err
+	}
 	var id [6]byte
 	rand.Read(id[:])
 	a.jobID = fmt.Sprintf("p2p-%x", id)

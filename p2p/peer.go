@@ -3,6 +3,7 @@ package p2p
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -148,6 +149,14 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
+	if a.tls != nil {
+		tc, err := a.tls.clientConn(ctx, conn, addr, token)
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("p2p: connecting to %s: %w", addr, err)
+		}
+		conn = tc
+	}
 	br := bufio.NewReaderSize(conn, connBufSize)
 	sent := a.snapshot()
 	if err := writeHello(conn, token, encodeMetadata(sent)); err != nil {
@@ -155,6 +164,9 @@ func (a *Agent) dial(ctx context.Context, addr string, token [tokenLen]byte) (*p
 		return nil, fmt.Errorf("p2p: hello to %s: %w", addr, err)
 	}
 	info, err := readHello(br, nil)
+	if a.tls == nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		err = fmt.Errorf("%w (the agent there closed the connection: it refused this agent's token, or it uses GCCL_TLS=1 and this agent does not)", err)
+	}
 	if err == nil && info.Name == a.name {
 		err = errors.New("p2p: connected to itself")
 	}
@@ -223,11 +235,24 @@ func (a *Agent) acceptLoop() {
 
 func (a *Agent) accept(conn net.Conn) error {
 	conn.SetDeadline(time.Now().Add(DefaultDialTimeout))
+	var tc *tls.Conn
+	if a.tls != nil {
+		var err error
+		if tc, err = a.tls.serverConn(conn); err != nil {
+			return err
+		}
+		conn = tc
+	}
 	br := bufio.NewReaderSize(conn, connBufSize)
 	var token [tokenLen]byte
 	info, err := readHello(br, &token)
 	if err != nil {
 		return err
+	}
+	if tc != nil {
+		if err := checkClient(tc, info); err != nil {
+			return err
+		}
 	}
 	if token != a.token && (a.cfg.RequireToken || token != [tokenLen]byte{}) {
 		return errors.New("the peer presented a wrong token (it did not load this agent's metadata)")

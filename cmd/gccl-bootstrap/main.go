@@ -98,7 +98,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		level = "INFO"
 	}
 	log := logx.New(stderr, level, getenv("GCCL_DEBUG_SUBSYS")).With("subsys", "BOOTSTRAP")
-	srv, err := bootstrap.NewServer(*addr, secret, *size, bootstrap.WithLogger(log), bootstrap.WithHeartbeatTimeout(*heartbeat))
+	opts := []bootstrap.ServerOption{bootstrap.WithLogger(log), bootstrap.WithHeartbeatTimeout(*heartbeat)}
+	switch getenv("GCCL_TLS") { // as the ranks read it
+	case "", "0":
+	case "1":
+		opts = append(opts, bootstrap.WithTLS(bootstrap.TLSFiles{Cert: getenv("GCCL_TLS_CERT"), Key: getenv("GCCL_TLS_KEY"), CA: getenv("GCCL_TLS_CA")}))
+	default:
+		return fail("GCCL_TLS=%q: want 0 or 1", getenv("GCCL_TLS"))
+	}
+	srv, err := bootstrap.NewServer(*addr, secret, *size, opts...)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -13,12 +13,15 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
+// testTLS turns TLS on in testConfig (TestTLSRunsTheSuite).
+var testTLS bool
+
 // testToken is the job token of the test worlds.
 var testToken = []byte("0123456789abcdef")
 
 // testConfig is a small configuration over loopback.
 func testConfig(slotSize, slotCount, streams int) Config {
-	return Config{SlotSize: slotSize, SlotCount: slotCount, Streams: streams, IfName: "=lo", Token: testToken}
+	return Config{SlotSize: slotSize, SlotCount: slotCount, Streams: streams, IfName: "=lo", Token: testToken, TLS: testTLS}
 }
 
 // connectWorld connects n ranks of this process with each other, each with
@@ -28,6 +31,7 @@ func connectWorld(t testing.TB, n int, cfg Config) []*Endpoint {
 	t.Helper()
 	ls := make([]*Listener, n)
 	addrs := make([]string, n)
+	pins := make([]string, n)
 	for r := range ls {
 		c := cfg
 		c.Bell = transport.NewDoorbell()
@@ -35,7 +39,7 @@ func connectWorld(t testing.TB, n int, cfg Config) []*Endpoint {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls[r], addrs[r] = l, l.Addr()
+		ls[r], addrs[r], pins[r] = l, l.Addr(), l.Pin()
 	}
 	eps := make([]*Endpoint, n)
 	errs := make([]error, n)
@@ -52,7 +56,7 @@ func connectWorld(t testing.TB, n int, cfg Config) []*Endpoint {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = ls[r].Connect(ctx, peers, addrs)
+			eps[r], errs[r] = ls[r].ConnectPinned(ctx, peers, addrs, pins)
 		}()
 	}
 	wg.Wait()

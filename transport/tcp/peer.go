@@ -31,6 +31,7 @@ type peer struct {
 	ep   *Endpoint
 	rank int
 	fds  []int
+	sec  []*secureStream // by stream, with TLS; nil without
 	tx   *txRing
 	rx   *rxRing
 
@@ -52,8 +53,8 @@ type streamWatch struct {
 
 type failure struct{ err error }
 
-func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, cfg *Config) (*peer, error) {
-	p := &peer{ep: e, rank: rank, watches: make([]streamWatch, len(conns))}
+func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, sec []*secureStream, cfg *Config) (*peer, error) {
+	p := &peer{ep: e, rank: rank, sec: sec, watches: make([]streamWatch, len(conns))}
 	for _, c := range conns {
 		if err := c.SetNoDelay(true); err != nil {
 			p.closeFDs()
@@ -65,6 +66,9 @@ func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, cfg *Config) (*peer, e
 			return nil, fmt.Errorf("tcp: taking over the socket to rank %d: %w", rank, err)
 		}
 		p.fds = append(p.fds, fd)
+		if sec != nil {
+			sec[len(p.fds)-1].raw.fd = fd
+		}
 	}
 	for j, fd := range p.fds {
 		if err := e.poll.add(fd, rank, j); err != nil {
@@ -72,8 +76,12 @@ func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, cfg *Config) (*peer, e
 			return nil, fmt.Errorf("tcp: watching the socket to rank %d: %w", rank, err)
 		}
 	}
-	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, len(conns), p.readStream)
-	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, len(conns), p.writeStream)
+	read, write := p.readStream, p.writeStream
+	if sec != nil {
+		read, write = p.readTLS, p.writeTLS
+	}
+	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, len(conns), read)
+	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, len(conns), write)
 	return p, nil
 }
 
@@ -280,6 +288,12 @@ func (p *peer) sendAbort(reason error) {
 	frame := make([]byte, frameHeaderLen+len(msg))
 	putFrameHeader(frame, frameHeader{kind: frameAbort, length: uint32(len(msg))})
 	copy(frame[frameHeaderLen:], msg)
+	if p.sec != nil {
+		if !p.sec[0].raw.pending() {
+			_, _ = p.writeTLS(0, frame[:frameHeaderLen], frame[frameHeaderLen:])
+		}
+		return
+	}
 	_, _ = writeFD(p.fds[0], frame[:frameHeaderLen], frame[frameHeaderLen:])
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
 
+	"github.com/gccl/gccl/internal/tlsx"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -29,7 +31,17 @@ func (tcpTransport) Listen(ctx context.Context, s *transport.Setup) (transport.L
 		return nil, nil
 	}
 	token := sha256.Sum256([]byte("gccl-tcp:" + s.JobID))
-	ln, err := Listen(s.Rank, s.Size, Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Token: token[:]})
+	getenv := s.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	useTLS, err := tlsx.Enabled(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	files := tlsx.FilesFromEnv(getenv)
+	ln, err := Listen(s.Rank, s.Size, Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Token: token[:],
+		TLS: useTLS, TLSCert: files.Cert, TLSKey: files.Key, TLSCA: files.CA})
 	if err != nil {
 		return nil, fmt.Errorf("tcp listen: %w", err)
 	}
@@ -43,17 +55,32 @@ func (tcpTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
 
 type listener struct{ ln *Listener }
 
-func (l *listener) Addr() []byte { return []byte(l.ln.Addr()) }
+// Addr is the descriptor's TCP address: host:port, and with TLS the key's
+// pin (see JoinAddr), which the rendezvous carries to the peers.
+func (l *listener) Addr() []byte { return []byte(JoinAddr(l.ln.Addr(), l.ln.Pin())) }
 
 func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*transport.Descriptor) (transport.Endpoint, error) {
 	addrs := make([]string, l.ln.size)
+	pins := make([]string, l.ln.size)
 	ranks := make([]int, len(peers))
+	mine := l.ln.tls != nil
 	for i, d := range peers {
 		ranks[i] = d.Rank
-		addrs[d.Rank] = string(d.Addr(Name))
+		addrs[d.Rank], pins[d.Rank] = SplitAddr(string(d.Addr(Name)))
+		if theirs := pins[d.Rank] != ""; theirs != mine {
+			return nil, fmt.Errorf("tcp: rank %d %s and rank %d %s: every rank of a job must set the same %s",
+				l.ln.rank, tlsWords(mine), d.Rank, tlsWords(theirs), tlsx.EnvTLS)
+		}
 	}
 	l.ln.cfg.Bell = bell
-	return l.ln.Connect(ctx, ranks, addrs)
+	return l.ln.ConnectPinned(ctx, ranks, addrs, pins)
+}
+
+func tlsWords(on bool) string {
+	if on {
+		return "uses TLS (" + tlsx.EnvTLS + "=1)"
+	}
+	return "does not use TLS"
 }
 
 // Release closes the listening socket; the endpoint stays up.

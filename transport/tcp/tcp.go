@@ -22,6 +22,10 @@
 // writes that found a socket full, and to read and ring the rank's Bell
 // while the rank sleeps (see Endpoint.PrepareWait).
 //
+// With Config.TLS (GCCL_TLS=1) every stream runs TLS 1.3 first, with keys
+// pinned through the rendezvous (Listener.Pin, ConnectPinned); the data
+// path keeps its raw descriptors and epoll (see tls.go).
+//
 // Wire format: every message is a 16-byte header (length, kind, tag) and the
 // payload; see frame.go. Steady state allocates nothing. The transport runs
 // on Linux; elsewhere Listen reports that it is not supported.
@@ -40,6 +44,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/tlsx"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -92,6 +97,15 @@ type Config struct {
 	// Token is the job's secret. Both sides of every connection must hold
 	// the same token; a dialer that cannot prove it is refused.
 	Token []byte
+	// TLS encrypts every connection with TLS 1.3 and checks each peer's
+	// key against the pin it published (see Listener.Pin and
+	// ConnectPinned). Both ranks of a pair must agree. The registered
+	// transport sets it from GCCL_TLS=1.
+	TLS bool
+	// TLSCert, TLSKey and TLSCA are PEM files for sites with a PKI: the
+	// listener's certificate and key (empty: a key made by Listen) and the
+	// CA peers' certificates must chain to (empty: pins alone).
+	TLSCert, TLSKey, TLSCA string
 	// Logger receives connection events and refusals (subsystem NET). Nil
 	// means GCCL_DEBUG decides.
 	Logger *slog.Logger
@@ -134,6 +148,7 @@ type Listener struct {
 	log        *slog.Logger
 	ln         *net.TCPListener
 	iface      Interface
+	tls        *tlsState // nil without TLS
 
 	mu        sync.Mutex
 	connected bool
@@ -161,12 +176,16 @@ func Listen(rank, size int, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	ts, err := newTLSState(&c)
+	if err != nil {
+		return nil, err
+	}
 	lc := net.ListenConfig{Control: setSocketBuffers}
 	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(addr, 0).String())
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listening on %s (%s): %w", iface.Name, addr, err)
 	}
-	l := &Listener{rank: rank, size: size, cfg: c, log: c.Logger.With("rank", rank), ln: ln.(*net.TCPListener), iface: iface}
+	l := &Listener{rank: rank, size: size, cfg: c, log: c.Logger.With("rank", rank), ln: ln.(*net.TCPListener), iface: iface, tls: ts}
 	l.log.Info(fmt.Sprintf("NET/Socket : Using [0]%s:%s", iface.Name, addr), "subsys", "NET", "listen", l.Addr())
 	return l, nil
 }
@@ -199,6 +218,15 @@ func pickAddr(ifs []Interface, family string) (Interface, netip.Addr, error) {
 // Addr is the address peers dial (host:port), to publish via the bootstrap.
 func (l *Listener) Addr() string { return l.ln.Addr().String() }
 
+// Pin is the hash of the listener's TLS key (hex), to publish with Addr
+// for ConnectPinned; empty without TLS.
+func (l *Listener) Pin() string {
+	if l.tls == nil {
+		return ""
+	}
+	return l.tls.id.Pin.String()
+}
+
 // Interface is the interface the listener is bound to.
 func (l *Listener) Interface() Interface { return l.iface }
 
@@ -224,6 +252,13 @@ const handshakeTimeout = 30 * time.Second
 // exactly once whatever order ranks call Connect in. Connect may be called
 // once per Listener.
 func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*Endpoint, error) {
+	return l.ConnectPinned(ctx, peers, addrs, nil)
+}
+
+// ConnectPinned is Connect for a listener with TLS: pins holds every
+// rank's Listener.Pin, indexed by rank, and a peer whose key does not match
+// its pin is refused.
+func (l *Listener) ConnectPinned(ctx context.Context, peers []int, addrs, pins []string) (*Endpoint, error) {
 	if len(addrs) != l.size {
 		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), l.size)
 	}
@@ -237,6 +272,11 @@ func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*E
 		}
 		want[p] = true
 	}
+	if l.tls != nil {
+		if err := l.tls.setPins(l.rank, peers, pins); err != nil {
+			return nil, err
+		}
+	}
 	l.mu.Lock()
 	if l.closed || l.connected {
 		l.mu.Unlock()
@@ -246,8 +286,14 @@ func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*E
 	l.mu.Unlock()
 
 	s := &connectState{l: l, want: want, conns: make([][]*net.TCPConn, l.size), done: make(chan struct{}), got: make(chan struct{}, 1)}
+	if l.tls != nil {
+		s.secure = make([][]*secureStream, l.size)
+	}
 	for _, p := range peers {
 		s.conns[p] = make([]*net.TCPConn, l.cfg.Streams)
+		if s.secure != nil {
+			s.secure[p] = make([]*secureStream, l.cfg.Streams)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -278,7 +324,7 @@ func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*E
 		s.closeAll()
 		return nil, err
 	}
-	return newEndpoint(l, s.conns)
+	return newEndpoint(l, s.conns, s.secure)
 }
 
 // connectState is one Connect in progress.
@@ -290,6 +336,8 @@ type connectState struct {
 	got   chan struct{} // a connection arrived or failed
 	mu    sync.Mutex
 	conns [][]*net.TCPConn // by peer, by stream
+	// secure holds the streams' TLS sessions, as conns; nil without TLS.
+	secure [][]*secureStream
 	// verdicts counts accepted connections claimed in conns whose
 	// handshake has not yet ended: until it has (the dialer told it is
 	// accepted), Connect must not stop, which would cut it short.
@@ -379,10 +427,13 @@ func (s *connectState) dialPeer(ctx context.Context, p int, addr string) {
 	for stream := 0; stream < s.l.cfg.Streams; stream++ {
 		backoff := 10 * time.Millisecond
 		for {
-			c, err := s.dialStream(ctx, &d, p, addr, stream)
+			c, sec, err := s.dialStream(ctx, &d, p, addr, stream)
 			if err == nil {
 				s.mu.Lock()
 				s.conns[p][stream] = c
+				if sec != nil {
+					s.secure[p][stream] = sec
+				}
 				s.mu.Unlock()
 				s.notify()
 				break
@@ -410,24 +461,36 @@ func (s *connectState) dialPeer(ctx context.Context, p int, addr string) {
 	}
 }
 
-func (s *connectState) dialStream(ctx context.Context, d *net.Dialer, p int, addr string, stream int) (*net.TCPConn, error) {
+func (s *connectState) dialStream(ctx context.Context, d *net.Dialer, p int, addr string, stream int) (*net.TCPConn, *secureStream, error) {
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := nc.(*net.TCPConn)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.SetDeadline(deadlineFor(ctx))
-	if err := dialHandshake(c, s.l.cfg.Token, s.myHello(stream), p); err != nil {
+	var conn net.Conn = c
+	var sec *secureStream
+	if s.l.tls != nil {
+		if sec, err = s.l.tls.clientStream(ctx, c, p); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		conn = sec.tc
+	}
+	if err := dialHandshake(conn, s.l.cfg.Token, s.myHello(stream), p); err != nil {
 		c.Close()
-		return nil, err
+		if sec != nil {
+			err = tlsRefusal(err, p)
+		}
+		return nil, nil, err
 	}
 	if err := c.SetDeadline(time.Time{}); err != nil || ctx.Err() != nil {
 		c.Close()
-		return nil, errors.Join(err, ctx.Err())
+		return nil, nil, errors.Join(err, ctx.Err())
 	}
-	return c, nil
+	return c, sec, nil
 }
 
 // acceptLoop takes connections from lower ranks until Connect returns. Each
@@ -465,6 +528,19 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 	defer stop()
 	c.SetDeadline(deadlineFor(ctx))
 	cfg := &s.l.cfg
+	var conn net.Conn = c
+	var sec *secureStream
+	var pin tlsx.Pin
+	if s.l.tls != nil {
+		var err error
+		if sec, pin, err = s.l.tls.serverStream(ctx, c, s.l.rank); err != nil {
+			s.l.log.Warn("refused a connection", "subsys", "NET", "from", c.RemoteAddr(), "err", err)
+			c.Close()
+			s.notify()
+			return
+		}
+		conn = sec.tc
+	}
 	check := func(h hello) error {
 		switch p := int(h.rank); {
 		case p >= s.l.size || p >= s.l.rank || !s.want[p]:
@@ -475,6 +551,8 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 			return fmt.Errorf("rank %d opens stream %d of %d, this rank uses %d streams (GCCL streams settings differ)", h.rank, h.stream, h.streams, cfg.Streams)
 		case int(h.slotSize) != cfg.SlotSize:
 			return fmt.Errorf("rank %d uses %d-byte slots, this rank %d (slot sizes must match)", h.rank, h.slotSize, cfg.SlotSize)
+		case sec != nil && pin != s.l.tls.pins[p]:
+			return fmt.Errorf("the dialer claims to be rank %d but holds another rank's TLS key", h.rank)
 		}
 		return nil
 	}
@@ -486,11 +564,14 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 			return fmt.Errorf("rank %d opened stream %d twice", h.rank, h.stream)
 		}
 		s.conns[h.rank][h.stream] = c
+		if sec != nil {
+			s.secure[h.rank][h.stream] = sec
+		}
 		s.verdicts++
 		claimed = true
 		return nil
 	}
-	h, err := acceptHandshake(c, cfg.Token, s.l.rank, check, claim)
+	h, err := acceptHandshake(conn, cfg.Token, s.l.rank, check, claim)
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 	}
@@ -499,6 +580,9 @@ func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
 		s.verdicts--
 		if err != nil {
 			s.conns[h.rank][h.stream] = nil
+			if sec != nil {
+				s.secure[h.rank][h.stream] = nil
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -528,7 +612,7 @@ type Endpoint struct {
 	waitHooked atomic.Bool // PrepareWait was called: sleepers announce themselves
 }
 
-func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
+func newEndpoint(l *Listener, conns [][]*net.TCPConn, secure [][]*secureStream) (*Endpoint, error) {
 	cfg := &l.cfg
 	e := &Endpoint{rank: l.rank, size: l.size, slotSize: cfg.SlotSize, bell: cfg.Bell, log: l.log, peers: make([]*peer, l.size)}
 	closeConns := func(from int) {
@@ -547,7 +631,11 @@ func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
 		if cs == nil {
 			continue
 		}
-		pr, err := newPeer(e, p, cs, cfg)
+		var sec []*secureStream
+		if secure != nil {
+			sec = secure[p]
+		}
+		pr, err := newPeer(e, p, cs, sec, cfg)
 		if err != nil {
 			closeConns(p)
 			for _, q := range e.peers {
@@ -559,7 +647,11 @@ func newEndpoint(l *Listener, conns [][]*net.TCPConn) (*Endpoint, error) {
 			return nil, err
 		}
 		e.peers[p] = pr
-		e.log.Info(fmt.Sprintf("rank %d <-> %d via TCP/%s, %d streams", l.rank, p, l.iface.Name, len(cs)), "subsys", "NET")
+		how := ""
+		if sec != nil {
+			how = ", TLS 1.3"
+		}
+		e.log.Info(fmt.Sprintf("rank %d <-> %d via TCP/%s, %d streams%s", l.rank, p, l.iface.Name, len(cs), how), "subsys", "NET")
 	}
 	if e.bell == nil {
 		e.bell, e.ownBell = transport.NewDoorbell(), true
