@@ -283,3 +283,29 @@ func TestGrowFailsWhenAMemberIsLost(t *testing.T) {
 		}
 	}
 }
+
+func TestNewcomerFromEnv(t *testing.T) {
+	secret := NewSecret()
+	lookup := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	cfg, err := newcomerFromEnv(lookup(map[string]string{"GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": strings.ToUpper(secret), "GCCL_BOOTSTRAP_TIMEOUT": "7"}))
+	if err != nil || cfg.Rank != AnyRank || cfg.Size != 0 || cfg.Addr != "h:1" || cfg.Secret != secret || cfg.JobID != DeriveJobID(secret) || cfg.Timeout != 7*time.Second {
+		t.Fatalf("newcomer from address and secret: %+v, %v", cfg, err)
+	}
+	cfg, err = newcomerFromEnv(lookup(map[string]string{"GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": secret, "GCCL_RANK": "3", "GCCL_SIZE": "4"}))
+	if err != nil || cfg.Rank != 3 || cfg.Size != 4 {
+		t.Fatalf("newcomer with rank and size: %+v, %v", cfg, err)
+	}
+	for _, vars := range []map[string]string{
+		{"GCCL_SECRET": secret},
+		{"GCCL_BOOTSTRAP_ADDR": "h:1"},
+		{"GCCL_BOOTSTRAP_ADDR": "h", "GCCL_SECRET": secret},
+		{"GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": "xyz"},
+		{"GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": secret, "GCCL_RANK": "x"},
+	} {
+		if _, err := newcomerFromEnv(lookup(vars)); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("newcomer from %v: %v, want ErrInvalidArgument", vars, err)
+		}
+	}
+}

@@ -73,8 +73,8 @@ func (s *Server) Grow(ctx context.Context, req *pb.GrowRequest) (*pb.GrowRespons
 			return s.growAnswer(g)
 		}
 		if err == errWaitTimedOut {
-			err = statusError(codes.DeadlineExceeded, reasonTimeout, "%s: rank %d waited %v; %s",
-				what, rank, time.Duration(req.TimeoutMs)*time.Millisecond, s.growMissingLocked(g))
+			err = statusError(codes.DeadlineExceeded, reasonTimeout, "%s timed out after %v: %s",
+				what, time.Duration(req.TimeoutMs)*time.Millisecond, s.growMissingLocked(g))
 		}
 		// One member giving up dooms the grow: the others must not get a
 		// group without it.
