@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/gccl/gccl/bootstrap"
 )
@@ -80,6 +81,12 @@ func Join(ctx context.Context, cfg *Config) (*Comm, error) {
 	}
 	return bootRendezvous{client}.open(ctx, cfg, name)
 }
+
+// EnvJoin set to 1 makes Init a Join: gccl-run --join sets it, so that a
+// replacement process runs the job's program unchanged.
+const EnvJoin = "GCCL_JOIN"
+
+func newcomerFromEnv() bool { return os.Getenv(EnvJoin) == "1" }
 
 func (b bootRendezvous) grow(ctx context.Context, size int, name string) (rendezvous, error) {
 	sub, err := b.client.Grow(ctx, size, name)
