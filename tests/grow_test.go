@@ -2,12 +2,17 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/launch"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // newcomer is a process started after the job, to join its Grow.
@@ -106,5 +111,56 @@ func TestKillShrinkGrowContinue(t *testing.T) {
 			mustContain(t, out, "collcheck: newcomer joined as rank 3 of 4 ok")
 			t.Logf("replacement: %s", strings.TrimSpace(out))
 		})
+	}
+}
+
+// TestGcclRunJoinReplacesALostRank: the same, launched as a user would: a
+// job under gccl-run --keep-going, and its replacement under gccl-run
+// --join, started at once (it waits for the survivors' Grow).
+func TestGcclRunJoinReplacesALostRank(t *testing.T) {
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GCCL_SECRET=" + secret, "GCCL_SOCKET_IFNAME=lo"}
+	type result struct {
+		out  string
+		code int
+		err  error
+	}
+	joined := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	go func() {
+		cmd := exec.CommandContext(ctx, bins.run, "--join", "127.0.0.1:"+strconv.Itoa(port), "-np", "1",
+			bins.collcheck, "-large", "200003", "-timeout", "2m")
+		cmd.Env = append(append(testutil.EnvWithoutJob(), "GCCL_IB_DISABLE=1"), env...)
+		out, err := cmd.CombinedOutput()
+		res := result{out: string(out), err: err}
+		if ee, ok := err.(*exec.ExitError); ok {
+			res.code, res.err = ee.ExitCode(), nil
+		}
+		joined <- res
+	}()
+	job := run(t, 2*time.Minute, env, bins.run, "--keep-going", "--master-port", strconv.Itoa(port), "-np", "4",
+		bins.collcheck, "-iters", "1000", "-large", "200003", "-die-at", "40", "-victim", "2", "-shrink", "-grow", "-timeout", "2m")
+	// The victim's SIGKILL decides the job's status; the others went on.
+	if job.code != 128+9 {
+		t.Fatalf("gccl-run --keep-going: exit %d, want 137 (rank 2 killed):\n%s", job.code, job.out)
+	}
+	for i, r := range []int{0, 1, 3} {
+		mustContain(t, job.out, fmt.Sprintf("[rank %d] collcheck: rank %d grew to rank %d of 4 ok", r, r, i))
+	}
+	res := <-joined
+	if res.err != nil || res.code != 0 {
+		t.Fatalf("gccl-run --join: exit %d, %v:\n%s", res.code, res.err, res.out)
+	}
+	mustContain(t, res.out, "[join 0] collcheck: newcomer joined as rank 3 of 4 ok")
+	if left := shmLeftovers(t, launch.JobIDFromSecret(secret)); len(left) > 0 {
+		t.Errorf("shared-memory segments left behind: %v", left)
 	}
 }
