@@ -31,13 +31,9 @@ func (c *Comm) Grow(ctx context.Context, size int) (*Comm, error) {
 		return nil, &OpError{Op: "Grow", Rank: c.rank, Peer: -1, Err: ErrClosed}
 	}
 	// Numbered before any check, so that a rank whose call is refused stays
-	// in step with the others for the next attempt (the rendezvous numbers
-	// its own calls the same way).
+	// in step with the others for the next attempt; the rendezvous numbers
+	// its own calls the same way, and checks the size after counting.
 	c.growSeq++
-	if size <= c.size {
-		return nil, &OpError{Op: "Grow", Rank: c.rank, Peer: -1,
-			Err: invalid("grow to %d ranks: the communicator has %d already; Grow adds at least one", size, c.size)}
-	}
 	// Shared-memory names carry the grow's number, as a shrink's do; the
 	// newcomers learn the name from the rendezvous.
 	name := fmt.Sprintf("%s-g%d", c.jobID, c.growSeq)

@@ -71,8 +71,11 @@ func (g *localGroupState) growMissingLocked(p *localGrow) string {
 }
 
 func (l *localRendezvous) grow(ctx context.Context, size int, name string) (rendezvous, error) {
-	l.grows++
+	l.grows++ // before any check, as the bootstrap client counts
 	g := l.g
+	if size <= g.size {
+		return nil, invalid("grow to %d ranks: the communicator has %d already; Grow adds at least one", size, g.size)
+	}
 	g.mu.Lock()
 	gs := g.growsLocked()
 	if err, failed := gs.failed[l.grows]; failed {

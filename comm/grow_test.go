@@ -145,15 +145,19 @@ func TestGrowSizesMustAgree(t *testing.T) {
 	for _, remote := range []bool{false, true} {
 		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
 			var cs []*comm.Comm
+			var join func(int) (*comm.Comm, error)
 			if remote {
 				var stop func()
-				cs, _, stop = jobOver(t, 2, 10*time.Second)
+				var newcomer func(rank, size int) (*comm.Comm, error)
+				cs, newcomer, stop = jobOver(t, 2, 10*time.Second)
 				defer stop()
+				join = func(int) (*comm.Comm, error) { return newcomer(comm.AnyRank, 3) }
 			} else {
 				var err error
 				if cs, err = comm.InitLocal(2, &comm.Config{Timeout: 20 * time.Second}); err != nil {
 					t.Fatal(err)
 				}
+				join = func(int) (*comm.Comm, error) { return comm.JoinLocal(bg, cs[0], comm.AnyRank, nil) }
 			}
 			errs := onAll(t, cs, func(c *comm.Comm) error {
 				_, err := c.Grow(bg, 3+c.Rank())
@@ -166,10 +170,16 @@ func TestGrowSizesMustAgree(t *testing.T) {
 				}
 			}
 			// A size that is no growth is refused before any exchange.
-			if _, err := cs[0].Grow(bg, 2); !errors.Is(err, comm.ErrInvalidArgument) {
-				t.Fatalf("Grow to the same size: %v, want ErrInvalidArgument", err)
+			for r, err := range onAll(t, cs, func(c *comm.Comm) error { _, err := c.Grow(bg, 2); return err }) {
+				if !errors.Is(err, comm.ErrInvalidArgument) {
+					t.Fatalf("rank %d: Grow to the same size: %v, want ErrInvalidArgument", r, err)
+				}
 			}
-			mustAll(t, onAll(t, cs, func(c *comm.Comm) error { return c.Close() }))
+			// The refused calls kept the ranks in step: the next grow works.
+			grown, errs := growAll(t, cs, 3, join)
+			mustAll(t, errs)
+			survivorsSum(t, byRank(t, grown), 9)
+			mustAll(t, onAll(t, append(cs, grown...), func(c *comm.Comm) error { return c.Close() }))
 		})
 	}
 }
