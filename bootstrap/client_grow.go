@@ -32,6 +32,9 @@ func (c *Client) Grow(ctx context.Context, newSize int, name string) (*Client, e
 	if newSize <= c.size {
 		return nil, fmt.Errorf("gccl bootstrap: %s: %w: the group has %d ranks already; a Grow adds at least one", c.describe(what), ErrInvalidArgument, c.size)
 	}
+	if newSize > maxGrowSize {
+		return nil, fmt.Errorf("gccl bootstrap: %s: %w: more than the %d ranks a group may have", c.describe(what), ErrInvalidArgument, maxGrowSize)
+	}
 	if err := checkGrowName(name); err != nil {
 		return nil, fmt.Errorf("gccl bootstrap: %s: %w", c.describe(what), err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	pb "github.com/gccl/gccl/bootstrap/bootstrappb"
 )
 
 // growAll grows every member client to newSize while newcomers (their
@@ -249,7 +251,7 @@ func TestGrowRefusesBadArguments(t *testing.T) {
 	for _, tc := range []struct {
 		size int
 		name string
-	}{{2, "n"}, {1, "n"}, {3, ""}, {3, "a/b"}} {
+	}{{2, "n"}, {1, "n"}, {3, ""}, {3, "a/b"}, {maxGrowSize + 1, "n"}} {
 		if _, err := c[0].Grow(context.Background(), tc.size, tc.name); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("Grow(%d, %q): %v, want ErrInvalidArgument", tc.size, tc.name, err)
 		}
@@ -306,6 +308,26 @@ func TestNewcomerFromEnv(t *testing.T) {
 	} {
 		if _, err := newcomerFromEnv(lookup(vars)); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("newcomer from %v: %v, want ErrInvalidArgument", vars, err)
+		}
+	}
+}
+
+// TestServerGrowRefusesHostileRequests: a member's Grow request is checked
+// before the rendezvous allocates anything for it.
+func TestServerGrowRefusesHostileRequests(t *testing.T) {
+	srv, secret := startServer(t, 2)
+	c := joinAll(t, srv, secret, 2, nil)
+	for _, req := range []*pb.GrowRequest{
+		{Rank: 0, Group: "w", Seq: 1, NewSize: 1 << 30, Name: "n"},
+		{Rank: 0, Group: "w", Seq: 1, NewSize: 3, Name: "../x"},
+		{Rank: 0, Group: "w", Seq: 1, NewSize: 3, Name: "n", Members: []int32{0, 0}},
+		{Rank: 0, Group: "w", Seq: 1, NewSize: 3, Name: "n", Members: []int32{0, 7}},
+		{Rank: 0, Group: "w", Seq: 1, NewSize: 3, Name: "n", Members: []int32{1}},
+		{Rank: 0, Group: "", Seq: 1, NewSize: 3, Name: "n"},
+		{Rank: 9, Group: "w", Seq: 1, NewSize: 3, Name: "n"},
+	} {
+		if _, err := c[0].sess.rpc.Grow(context.Background(), req); !errors.Is(fromStatus(err), ErrInvalidArgument) {
+			t.Errorf("Grow %v: %v, want an invalid-argument refusal", req, err)
 		}
 	}
 }

@@ -125,6 +125,9 @@ func (s *Server) arriveGrowLocked(rank int32, req *pb.GrowRequest, what string) 
 	if int(req.NewSize) <= len(members) {
 		return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s: the group has %d ranks already; a Grow adds at least one", what, len(members))
 	}
+	if req.NewSize > maxGrowSize {
+		return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s: more than the %d ranks a group may have", what, maxGrowSize)
+	}
 	if err := checkGrowName(req.Name); err != nil {
 		return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s: %v", what, err)
 	}
@@ -384,6 +387,10 @@ func toInts(rs []int32) []int {
 	}
 	return out
 }
+
+// maxGrowSize bounds a grown group, as gccl-run bounds a job (launch's
+// MaxWorldSize): a member cannot make the rendezvous allocate more.
+const maxGrowSize = 1 << 20
 
 // maxGrowName bounds the name a Grow gives its group's shared resources.
 const maxGrowName = 200
