@@ -101,6 +101,7 @@ func TestGrowAfterShrink(t *testing.T) {
 
 	// The newcomer's loss reaches the others as any rank's does.
 	grown[3].sess.conn.Close()
+	nextNotice(t, grown[3], 2*lossTimeout+2*time.Second) // its own client notices
 	for _, g := range grown[:3] {
 		if n := nextNotice(t, g, 2*lossTimeout+2*time.Second); n.Kind != NoticeRankLost || n.Rank != 4 {
 			t.Fatalf("grown rank %d: notice %v, want job rank 4 lost", g.Rank(), n)
@@ -284,6 +285,8 @@ func TestGrowFailsWhenAMemberIsLost(t *testing.T) {
 			t.Fatalf("rank %d: Grow whose member died: %v, want ErrRankLost naming rank 2", i, err)
 		}
 	}
+	// Its own client notices too before the test closes it.
+	nextNotice(t, c[2], 2*lossTimeout+2*time.Second)
 }
 
 func TestNewcomerFromEnv(t *testing.T) {
