@@ -24,8 +24,11 @@ const AnyRank = bootstrap.AnyRank
 // Ranks of c that pass different sizes all get ErrMismatch; after the
 // communicator's timeout (or ctx's end) Grow fails with ErrTimeout naming
 // the ranks that did not call it and how many newcomers did not come. A
-// rank of c lost meanwhile fails it with ErrPeerLost. c and the new Comm
-// are independent: close c when done with it.
+// rank of c lost meanwhile fails it with ErrPeerLost. Unlike Shrink, Grow
+// needs a c that no rank aborted (across processes the rendezvous refuses
+// an aborted group with ErrAborted): after a failure, Shrink first (with
+// an empty list if no rank is to go) and grow the result. c and the new
+// Comm are independent: close c when done with it.
 func (c *Comm) Grow(ctx context.Context, size int) (*Comm, error) {
 	if c.released.Load() {
 		return nil, &OpError{Op: "Grow", Rank: c.rank, Peer: -1, Err: ErrClosed}

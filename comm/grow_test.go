@@ -219,3 +219,27 @@ func TestJoinLocalRefusesBadRanks(t *testing.T) {
 		t.Fatalf("newcomer asking for a member's rank: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestGrowOfAbortedCommIsRefused: across processes an aborted group does
+// not grow; Shrink with an empty list makes one that does.
+func TestGrowOfAbortedCommIsRefused(t *testing.T) {
+	cs, newcomer, stop := jobOver(t, 2, 10*time.Second)
+	defer stop()
+	cs[0].Abort(errors.New("test gives up"))
+	// The abort reaches rank 1 through the rendezvous.
+	for deadline := time.Now().Add(10 * time.Second); cs[1].Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 1 never heard of rank 0's abort")
+		}
+	}
+	for r, err := range onAll(t, cs, func(c *comm.Comm) error { _, err := c.Grow(bg, 3); return err }) {
+		if !errors.Is(err, comm.ErrAborted) {
+			t.Fatalf("rank %d: Grow of an aborted communicator: %v, want ErrAborted", r, err)
+		}
+	}
+	fresh := shrinkAll(t, cs, nil)
+	grown, errs := growAll(t, fresh, 3, func(int) (*comm.Comm, error) { return newcomer(comm.AnyRank, 3) })
+	mustAll(t, errs)
+	survivorsSum(t, grown, 21)
+	mustAll(t, onAll(t, append(append(cs, fresh...), grown...), func(c *comm.Comm) error { c.Close(); return nil }))
+}
