@@ -48,6 +48,7 @@ type Client struct {
 	members []int32 // job ranks of the group in group order; nil for the job
 	seq     atomic.Uint64
 	shrinks atomic.Uint64 // Shrink calls, which name the groups they make
+	grows   atomic.Uint64 // Grow calls, likewise (client_grow.go)
 	lost    chan Notice
 	closed  atomic.Bool
 }

@@ -1,7 +1,8 @@
 // Package bootstrap is gccl's out-of-band rendezvous: once per job, the ranks
 // find each other, prove they belong to the job, check that they run the same
 // gccl build, and exchange one descriptor each. Afterwards it only carries
-// heartbeats, abort notices, Split and Shrink; it is never on the data path.
+// heartbeats, abort notices, Split, Shrink and Grow; it is never on the data
+// path.
 //
 // # Finding the job
 //
@@ -39,6 +40,16 @@
 // goes away, pending calls fail with ErrRendezvousLost. Every blocking call is
 // bounded by its context and by Config.Timeout (60 s by default), and a
 // timeout names what was missing (which ranks, which keys).
+//
+// # Growing
+//
+// Grow admits newcomers to a group: processes started after the job (a
+// replacement for a lost rank, a new host) that call JoinGrow (or
+// NewcomerFromEnv's Config: the job's address and secret) instead of Join.
+// Every member calls Grow with the same size; the newcomers, which may come
+// before or after, take the ranks after the members' and get new job ranks
+// (a lost rank's never returns). From then on the rendezvous treats them as
+// any rank: heartbeats, notices, Leave, LostRanks.
 //
 // # Security
 //

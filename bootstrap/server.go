@@ -69,6 +69,7 @@ type Server struct {
 	notices        []*pb.Notice
 	noticesChanged chan struct{}         // closed and replaced on every new notice
 	abortedGroups  map[string]*pb.Notice // each aborted group's first abort
+	grows          growState             // Grow calls (server_grow.go)
 }
 
 type memberState int
@@ -339,8 +340,9 @@ func groupNote(group string) string {
 
 // memberLocked checks that rank has joined and is still part of the job.
 func (s *Server) memberLocked(rank int32) error {
-	if rank < 0 || int(rank) >= s.size {
-		return statusError(codes.InvalidArgument, reasonNotMember, "rank %d is outside 0..%d", rank, s.size-1)
+	// Members grow beyond the job's first ranks with Grow.
+	if rank < 0 || int(rank) >= len(s.members) {
+		return statusError(codes.InvalidArgument, reasonNotMember, "rank %d is outside 0..%d", rank, len(s.members)-1)
 	}
 	switch m := s.members[rank]; m.state {
 	case absent, gaveUp:

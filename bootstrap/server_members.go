@@ -48,7 +48,7 @@ func (s *Server) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespons
 	case lost:
 		s.mu.Unlock()
 		return nil, statusError(codes.AlreadyExists, reasonJoinRejected,
-			"rank %d was declared lost (%s) and cannot rejoin; restart the whole job", rank, m.reason)
+			"rank %d was declared lost (%s) and cannot rejoin: restart the whole job, or let the survivors Shrink and Grow and start the replacement as a newcomer (comm.Join, gccl-run --join), which gets a new rank", rank, m.reason)
 	}
 	*m = member{state: joined, host: req.Hostname, pid: req.Pid}
 	s.joined++
@@ -217,7 +217,7 @@ func (s *Server) monitorHeartbeats() {
 			return
 		case now := <-tick.C:
 			s.mu.Lock()
-			if s.joined == s.size {
+			if s.joined >= s.size { // more once Grow admitted newcomers
 				for r := range s.members {
 					m := &s.members[r]
 					if silent := now.Sub(m.lastSeen); m.state == joined && silent > s.heartbeatTimeout {
@@ -249,7 +249,10 @@ func (s *Server) markGoneLocked(rank int32, state memberState, reason string) {
 		s.log.Warn(fmt.Sprintf("rank %d lost: %s", rank, reason))
 		s.addNoticeLocked(&pb.Notice{Kind: pb.Notice_RANK_LOST, Rank: rank, Reason: reason})
 	}
-	if s.joined == s.size && s.gone == s.size && !s.endedClosed {
+	s.growRankGoneLocked(rank, reason)
+	// Newcomers admitted by Grow count in joined, so the job ends when
+	// every rank that ever joined is gone.
+	if s.joined >= s.size && s.gone == s.joined && !s.endedClosed {
 		s.endedClosed = true
 		close(s.ended)
 		s.log.Info("job ended: every rank left or was lost")

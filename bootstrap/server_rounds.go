@@ -63,8 +63,8 @@ func (s *Server) newRoundLocked(rank int32, rd *pb.Round) (*round, error) {
 		r.size = len(rd.Members)
 		r.position = make(map[int32]int, len(rd.Members))
 		for i, m := range rd.Members {
-			if m < 0 || int(m) >= s.size {
-				return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s #%d (group %s): member rank %d is outside 0..%d", rd.Op, rd.Seq, rd.Group, m, s.size-1)
+			if m < 0 || int(m) >= len(s.members) { // members grow with Grow
+				return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s #%d (group %s): member rank %d is outside 0..%d", rd.Op, rd.Seq, rd.Group, m, len(s.members)-1)
 			}
 			if _, dup := r.position[m]; dup {
 				return nil, statusError(codes.InvalidArgument, reasonInvalid, "%s #%d (group %s): rank %d is listed twice", rd.Op, rd.Seq, rd.Group, m)

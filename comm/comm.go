@@ -87,6 +87,7 @@ type Comm struct {
 	cfg        Config // as given, for communicators made by Split
 	splitSeq   uint64
 	shrinkSeq  uint64
+	growSeq    uint64
 	log        *slog.Logger
 	timeout    time.Duration
 	watchdog   time.Duration

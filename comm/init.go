@@ -22,13 +22,18 @@ const (
 // Init joins the job this process belongs to and returns its communicator.
 // The job comes from cfg.Bootstrap, or from the environment: gccl-run's and
 // torchrun's variables, Open MPI's, PMI's or Slurm's (see bootstrap.FromEnv).
-// Without any, Init returns a communicator of one rank.
+// Without any, Init returns a communicator of one rank. With GCCL_JOIN=1
+// (gccl-run --join), Init is Join: the process is a newcomer to a running
+// job's Grow.
 //
 // Init is the expensive step (a rendezvous, an exchange of descriptors, one
 // connection per peer): call it once per job and reuse the Comm.
 func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 	if cfg == nil {
 		cfg = &Config{}
+	}
+	if cfg.Bootstrap == nil && newcomerFromEnv() {
+		return Join(ctx, cfg) // grow.go: a replacement runs the job's program
 	}
 	var bcfg bootstrap.Config
 	found := false

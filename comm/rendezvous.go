@@ -24,6 +24,10 @@ type rendezvous interface {
 	// shrink makes the rendezvous of the ranks not in exclude, which all
 	// call it with the same list; the excluded ranks do not.
 	shrink(ctx context.Context, exclude []int) (rendezvous, error)
+	// grow makes the rendezvous of the group and size-len(group)
+	// newcomers (grow.go), which every rank calls with the same size;
+	// name names the grown group's shared memory, which newcomers learn.
+	grow(ctx context.Context, size int, name string) (rendezvous, error)
 	// open makes this rank's communicator of the group; name names its
 	// shared-memory resources (a Split's or Shrink's, after the parent's).
 	open(ctx context.Context, cfg *Config, name string) (*Comm, error)

@@ -23,7 +23,7 @@ type localRendezvous struct {
 	rank    int
 	timeout time.Duration // the communicator's: how long an exchange waits
 	// This rank's calls so far, which number the records.
-	gathers, splits, shrinks uint64
+	gathers, splits, shrinks, grows uint64
 }
 
 // localGroupState is what the ranks of one in-process group share.
@@ -37,7 +37,8 @@ type localGroupState struct {
 	splits  map[splitKey]*localGroupState
 	taken   map[splitKey]int // members of a split that took their group so far
 	shrinks map[uint64]*pendingShrink
-	closed  int // members closed
+	grows   localGrows // grow_local.go
+	closed  int        // members closed
 }
 
 type splitKey struct {

@@ -1634,6 +1634,337 @@ func (x *GoneResponse) GetRanks() []int32 {
 	return nil
 }
 
+type GrowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rank  int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// The group that grows (its members in group order; empty: the job) and
+	// the number of this Grow among the group's Grow calls, from 1.
+	Group   string  `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Members []int32 `protobuf:"varint,3,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Seq     uint64  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The size of the grown group; every member passes the same.
+	NewSize int32 `protobuf:"varint,5,opt,name=new_size,json=newSize,proto3" json:"new_size,omitempty"`
+	// The name the members give the grown group's shared resources; every
+	// member passes the same, and newcomers learn it.
+	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	TimeoutMs     int64  `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrowRequest) Reset() {
+	*x = GrowRequest{}
+	mi := &file_bootstrap_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowRequest) ProtoMessage() {}
+
+func (x *GrowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowRequest.ProtoReflect.Descriptor instead.
+func (*GrowRequest) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GrowRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *GrowRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GrowRequest) GetMembers() []int32 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GrowRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GrowRequest) GetNewSize() int32 {
+	if x != nil {
+		return x.NewSize
+	}
+	return 0
+}
+
+func (x *GrowRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrowRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type GrowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grown group: its name and its members' job ranks in group order
+	// (the old members first, in their order, then the newcomers).
+	Group         string  `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Members       []int32 `protobuf:"varint,2,rep,packed,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrowResponse) Reset() {
+	*x = GrowResponse{}
+	mi := &file_bootstrap_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowResponse) ProtoMessage() {}
+
+func (x *GrowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowResponse.ProtoReflect.Descriptor instead.
+func (*GrowResponse) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GrowResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GrowResponse) GetMembers() []int32 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type GrowJoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rank the newcomer asks for in the grown group; -1: any free one.
+	Rank int32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// The size of the grown group; 0: that of the open Grow.
+	Size            int32  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	LibraryVersion  string `protobuf:"bytes,3,opt,name=library_version,json=libraryVersion,proto3" json:"library_version,omitempty"`
+	ProtocolVersion int32  `protobuf:"varint,4,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	Hostname        string `protobuf:"bytes,5,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Pid             int32  `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	TimeoutMs       int64  `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GrowJoinRequest) Reset() {
+	*x = GrowJoinRequest{}
+	mi := &file_bootstrap_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowJoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowJoinRequest) ProtoMessage() {}
+
+func (x *GrowJoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowJoinRequest.ProtoReflect.Descriptor instead.
+func (*GrowJoinRequest) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GrowJoinRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *GrowJoinRequest) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GrowJoinRequest) GetLibraryVersion() string {
+	if x != nil {
+		return x.LibraryVersion
+	}
+	return ""
+}
+
+func (x *GrowJoinRequest) GetProtocolVersion() int32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *GrowJoinRequest) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *GrowJoinRequest) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GrowJoinRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type GrowJoinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job rank the rendezvous gave the newcomer (job ranks of newcomers
+	// follow every earlier one).
+	JobRank             int32   `protobuf:"varint,1,opt,name=job_rank,json=jobRank,proto3" json:"job_rank,omitempty"`
+	Group               string  `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Members             []int32 `protobuf:"varint,3,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Name                string  `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	HeartbeatIntervalMs int64   `protobuf:"varint,5,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	HeartbeatTimeoutMs  int64   `protobuf:"varint,6,opt,name=heartbeat_timeout_ms,json=heartbeatTimeoutMs,proto3" json:"heartbeat_timeout_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *GrowJoinResponse) Reset() {
+	*x = GrowJoinResponse{}
+	mi := &file_bootstrap_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowJoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowJoinResponse) ProtoMessage() {}
+
+func (x *GrowJoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bootstrap_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowJoinResponse.ProtoReflect.Descriptor instead.
+func (*GrowJoinResponse) Descriptor() ([]byte, []int) {
+	return file_bootstrap_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GrowJoinResponse) GetJobRank() int32 {
+	if x != nil {
+		return x.JobRank
+	}
+	return 0
+}
+
+func (x *GrowJoinResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GrowJoinResponse) GetMembers() []int32 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GrowJoinResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrowJoinResponse) GetHeartbeatIntervalMs() int64 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *GrowJoinResponse) GetHeartbeatTimeoutMs() int64 {
+	if x != nil {
+		return x.HeartbeatTimeoutMs
+	}
+	return 0
+}
+
 var File_bootstrap_proto protoreflect.FileDescriptor
 
 const file_bootstrap_proto_rawDesc = "" +
@@ -1736,7 +2067,35 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\vGoneRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"$\n" +
 	"\fGoneResponse\x12\x14\n" +
-	"\x05ranks\x18\x01 \x03(\x05R\x05ranks2\xcb\b\n" +
+	"\x05ranks\x18\x01 \x03(\x05R\x05ranks\"\xb1\x01\n" +
+	"\vGrowRequest\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\amembers\x18\x03 \x03(\x05R\amembers\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x19\n" +
+	"\bnew_size\x18\x05 \x01(\x05R\anewSize\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\a \x01(\x03R\ttimeoutMs\">\n" +
+	"\fGrowResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\x05R\amembers\"\xda\x01\n" +
+	"\x0fGrowJoinRequest\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x05R\x04size\x12'\n" +
+	"\x0flibrary_version\x18\x03 \x01(\tR\x0elibraryVersion\x12)\n" +
+	"\x10protocol_version\x18\x04 \x01(\x05R\x0fprotocolVersion\x12\x1a\n" +
+	"\bhostname\x18\x05 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\a \x01(\x03R\ttimeoutMs\"\xd7\x01\n" +
+	"\x10GrowJoinResponse\x12\x19\n" +
+	"\bjob_rank\x18\x01 \x01(\x05R\ajobRank\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\amembers\x18\x03 \x03(\x05R\amembers\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
+	"\x14heartbeat_timeout_ms\x18\x06 \x01(\x03R\x12heartbeatTimeoutMs2\xe9\t\n" +
 	"\tBootstrap\x12G\n" +
 	"\x04Join\x12\x1e.gccl.bootstrap.v1.JoinRequest\x1a\x1f.gccl.bootstrap.v1.JoinResponse\x12J\n" +
 	"\x05Leave\x12\x1f.gccl.bootstrap.v1.LeaveRequest\x1a .gccl.bootstrap.v1.LeaveResponse\x12D\n" +
@@ -1751,7 +2110,9 @@ const file_bootstrap_proto_rawDesc = "" +
 	"\tHeartbeat\x12#.gccl.bootstrap.v1.HeartbeatRequest\x1a\x1f.gccl.bootstrap.v1.HeartbeatAck(\x010\x01\x12E\n" +
 	"\x05Watch\x12\x1f.gccl.bootstrap.v1.WatchRequest\x1a\x19.gccl.bootstrap.v1.Notice0\x01\x12J\n" +
 	"\x05Abort\x12\x1f.gccl.bootstrap.v1.AbortRequest\x1a .gccl.bootstrap.v1.AbortResponse\x12G\n" +
-	"\x04Gone\x12\x1e.gccl.bootstrap.v1.GoneRequest\x1a\x1f.gccl.bootstrap.v1.GoneResponseB,Z*github.com/gccl/gccl/bootstrap/bootstrappbb\x06proto3"
+	"\x04Gone\x12\x1e.gccl.bootstrap.v1.GoneRequest\x1a\x1f.gccl.bootstrap.v1.GoneResponse\x12G\n" +
+	"\x04Grow\x12\x1e.gccl.bootstrap.v1.GrowRequest\x1a\x1f.gccl.bootstrap.v1.GrowResponse\x12S\n" +
+	"\bGrowJoin\x12\".gccl.bootstrap.v1.GrowJoinRequest\x1a#.gccl.bootstrap.v1.GrowJoinResponseB,Z*github.com/gccl/gccl/bootstrap/bootstrappbb\x06proto3"
 
 var (
 	file_bootstrap_proto_rawDescOnce sync.Once
@@ -1766,7 +2127,7 @@ func file_bootstrap_proto_rawDescGZIP() []byte {
 }
 
 var file_bootstrap_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bootstrap_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_bootstrap_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_bootstrap_proto_goTypes = []any{
 	(Notice_Kind)(0),              // 0: gccl.bootstrap.v1.Notice.Kind
 	(*JoinRequest)(nil),           // 1: gccl.bootstrap.v1.JoinRequest
@@ -1799,6 +2160,10 @@ var file_bootstrap_proto_goTypes = []any{
 	(*SplitContribution)(nil),     // 28: gccl.bootstrap.v1.SplitContribution
 	(*GoneRequest)(nil),           // 29: gccl.bootstrap.v1.GoneRequest
 	(*GoneResponse)(nil),          // 30: gccl.bootstrap.v1.GoneResponse
+	(*GrowRequest)(nil),           // 31: gccl.bootstrap.v1.GrowRequest
+	(*GrowResponse)(nil),          // 32: gccl.bootstrap.v1.GrowResponse
+	(*GrowJoinRequest)(nil),       // 33: gccl.bootstrap.v1.GrowJoinRequest
+	(*GrowJoinResponse)(nil),      // 34: gccl.bootstrap.v1.GrowJoinResponse
 }
 var file_bootstrap_proto_depIdxs = []int32{
 	17, // 0: gccl.bootstrap.v1.AllGatherRequest.round:type_name -> gccl.bootstrap.v1.Round
@@ -1818,22 +2183,26 @@ var file_bootstrap_proto_depIdxs = []int32{
 	24, // 14: gccl.bootstrap.v1.Bootstrap.Watch:input_type -> gccl.bootstrap.v1.WatchRequest
 	26, // 15: gccl.bootstrap.v1.Bootstrap.Abort:input_type -> gccl.bootstrap.v1.AbortRequest
 	29, // 16: gccl.bootstrap.v1.Bootstrap.Gone:input_type -> gccl.bootstrap.v1.GoneRequest
-	2,  // 17: gccl.bootstrap.v1.Bootstrap.Join:output_type -> gccl.bootstrap.v1.JoinResponse
-	4,  // 18: gccl.bootstrap.v1.Bootstrap.Leave:output_type -> gccl.bootstrap.v1.LeaveResponse
-	6,  // 19: gccl.bootstrap.v1.Bootstrap.Set:output_type -> gccl.bootstrap.v1.SetResponse
-	8,  // 20: gccl.bootstrap.v1.Bootstrap.Get:output_type -> gccl.bootstrap.v1.GetResponse
-	10, // 21: gccl.bootstrap.v1.Bootstrap.Add:output_type -> gccl.bootstrap.v1.AddResponse
-	12, // 22: gccl.bootstrap.v1.Bootstrap.CompareAndSet:output_type -> gccl.bootstrap.v1.CompareAndSetResponse
-	14, // 23: gccl.bootstrap.v1.Bootstrap.Wait:output_type -> gccl.bootstrap.v1.WaitResponse
-	16, // 24: gccl.bootstrap.v1.Bootstrap.Delete:output_type -> gccl.bootstrap.v1.DeleteResponse
-	19, // 25: gccl.bootstrap.v1.Bootstrap.AllGather:output_type -> gccl.bootstrap.v1.AllGatherResponse
-	21, // 26: gccl.bootstrap.v1.Bootstrap.Barrier:output_type -> gccl.bootstrap.v1.BarrierResponse
-	23, // 27: gccl.bootstrap.v1.Bootstrap.Heartbeat:output_type -> gccl.bootstrap.v1.HeartbeatAck
-	25, // 28: gccl.bootstrap.v1.Bootstrap.Watch:output_type -> gccl.bootstrap.v1.Notice
-	27, // 29: gccl.bootstrap.v1.Bootstrap.Abort:output_type -> gccl.bootstrap.v1.AbortResponse
-	30, // 30: gccl.bootstrap.v1.Bootstrap.Gone:output_type -> gccl.bootstrap.v1.GoneResponse
-	17, // [17:31] is the sub-list for method output_type
-	3,  // [3:17] is the sub-list for method input_type
+	31, // 17: gccl.bootstrap.v1.Bootstrap.Grow:input_type -> gccl.bootstrap.v1.GrowRequest
+	33, // 18: gccl.bootstrap.v1.Bootstrap.GrowJoin:input_type -> gccl.bootstrap.v1.GrowJoinRequest
+	2,  // 19: gccl.bootstrap.v1.Bootstrap.Join:output_type -> gccl.bootstrap.v1.JoinResponse
+	4,  // 20: gccl.bootstrap.v1.Bootstrap.Leave:output_type -> gccl.bootstrap.v1.LeaveResponse
+	6,  // 21: gccl.bootstrap.v1.Bootstrap.Set:output_type -> gccl.bootstrap.v1.SetResponse
+	8,  // 22: gccl.bootstrap.v1.Bootstrap.Get:output_type -> gccl.bootstrap.v1.GetResponse
+	10, // 23: gccl.bootstrap.v1.Bootstrap.Add:output_type -> gccl.bootstrap.v1.AddResponse
+	12, // 24: gccl.bootstrap.v1.Bootstrap.CompareAndSet:output_type -> gccl.bootstrap.v1.CompareAndSetResponse
+	14, // 25: gccl.bootstrap.v1.Bootstrap.Wait:output_type -> gccl.bootstrap.v1.WaitResponse
+	16, // 26: gccl.bootstrap.v1.Bootstrap.Delete:output_type -> gccl.bootstrap.v1.DeleteResponse
+	19, // 27: gccl.bootstrap.v1.Bootstrap.AllGather:output_type -> gccl.bootstrap.v1.AllGatherResponse
+	21, // 28: gccl.bootstrap.v1.Bootstrap.Barrier:output_type -> gccl.bootstrap.v1.BarrierResponse
+	23, // 29: gccl.bootstrap.v1.Bootstrap.Heartbeat:output_type -> gccl.bootstrap.v1.HeartbeatAck
+	25, // 30: gccl.bootstrap.v1.Bootstrap.Watch:output_type -> gccl.bootstrap.v1.Notice
+	27, // 31: gccl.bootstrap.v1.Bootstrap.Abort:output_type -> gccl.bootstrap.v1.AbortResponse
+	30, // 32: gccl.bootstrap.v1.Bootstrap.Gone:output_type -> gccl.bootstrap.v1.GoneResponse
+	32, // 33: gccl.bootstrap.v1.Bootstrap.Grow:output_type -> gccl.bootstrap.v1.GrowResponse
+	34, // 34: gccl.bootstrap.v1.Bootstrap.GrowJoin:output_type -> gccl.bootstrap.v1.GrowJoinResponse
+	19, // [19:35] is the sub-list for method output_type
+	3,  // [3:19] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -1850,7 +2219,7 @@ func file_bootstrap_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bootstrap_proto_rawDesc), len(file_bootstrap_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

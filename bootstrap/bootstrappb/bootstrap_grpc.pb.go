@@ -43,6 +43,8 @@ const (
 	Bootstrap_Watch_FullMethodName         = "/gccl.bootstrap.v1.Bootstrap/Watch"
 	Bootstrap_Abort_FullMethodName         = "/gccl.bootstrap.v1.Bootstrap/Abort"
 	Bootstrap_Gone_FullMethodName          = "/gccl.bootstrap.v1.Bootstrap/Gone"
+	Bootstrap_Grow_FullMethodName          = "/gccl.bootstrap.v1.Bootstrap/Grow"
+	Bootstrap_GrowJoin_FullMethodName      = "/gccl.bootstrap.v1.Bootstrap/GrowJoin"
 )
 
 // BootstrapClient is the client API for Bootstrap service.
@@ -83,6 +85,12 @@ type BootstrapClient interface {
 	// is no failure and is not announced (every rank leaves at the end of a
 	// job); a rank asks when it needs to know, to Shrink without them.
 	Gone(ctx context.Context, in *GoneRequest, opts ...grpc.CallOption) (*GoneResponse, error)
+	// Grow: every member of a group calls it to admit new ranks (ncclCommGrow);
+	// it returns once every member called and every newcomer came (GrowJoin).
+	Grow(ctx context.Context, in *GrowRequest, opts ...grpc.CallOption) (*GrowResponse, error)
+	// GrowJoin admits a process that is not yet in the job to an open Grow,
+	// waiting for one to open; it returns once the grown group is complete.
+	GrowJoin(ctx context.Context, in *GrowJoinRequest, opts ...grpc.CallOption) (*GrowJoinResponse, error)
 }
 
 type bootstrapClient struct {
@@ -245,6 +253,26 @@ func (c *bootstrapClient) Gone(ctx context.Context, in *GoneRequest, opts ...grp
 	return out, nil
 }
 
+func (c *bootstrapClient) Grow(ctx context.Context, in *GrowRequest, opts ...grpc.CallOption) (*GrowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrowResponse)
+	err := c.cc.Invoke(ctx, Bootstrap_Grow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *bootstrapClient) GrowJoin(ctx context.Context, in *GrowJoinRequest, opts ...grpc.CallOption) (*GrowJoinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrowJoinResponse)
+	err := c.cc.Invoke(ctx, Bootstrap_GrowJoin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BootstrapServer is the server API for Bootstrap service.
 // All implementations must embed UnimplementedBootstrapServer
 // for forward compatibility.
@@ -283,6 +311,12 @@ type BootstrapServer interface {
 	// is no failure and is not announced (every rank leaves at the end of a
 	// job); a rank asks when it needs to know, to Shrink without them.
 	Gone(context.Context, *GoneRequest) (*GoneResponse, error)
+	// Grow: every member of a group calls it to admit new ranks (ncclCommGrow);
+	// it returns once every member called and every newcomer came (GrowJoin).
+	Grow(context.Context, *GrowRequest) (*GrowResponse, error)
+	// GrowJoin admits a process that is not yet in the job to an open Grow,
+	// waiting for one to open; it returns once the grown group is complete.
+	GrowJoin(context.Context, *GrowJoinRequest) (*GrowJoinResponse, error)
 	mustEmbedUnimplementedBootstrapServer()
 }
 
@@ -334,6 +368,12 @@ func (UnimplementedBootstrapServer) Abort(context.Context, *AbortRequest) (*Abor
 }
 func (UnimplementedBootstrapServer) Gone(context.Context, *GoneRequest) (*GoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Gone not implemented")
+}
+func (UnimplementedBootstrapServer) Grow(context.Context, *GrowRequest) (*GrowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Grow not implemented")
+}
+func (UnimplementedBootstrapServer) GrowJoin(context.Context, *GrowJoinRequest) (*GrowJoinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GrowJoin not implemented")
 }
 func (UnimplementedBootstrapServer) mustEmbedUnimplementedBootstrapServer() {}
 func (UnimplementedBootstrapServer) testEmbeddedByValue()                   {}
@@ -590,6 +630,42 @@ func _Bootstrap_Gone_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bootstrap_Grow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BootstrapServer).Grow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bootstrap_Grow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BootstrapServer).Grow(ctx, req.(*GrowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Bootstrap_GrowJoin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrowJoinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BootstrapServer).GrowJoin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bootstrap_GrowJoin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BootstrapServer).GrowJoin(ctx, req.(*GrowJoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Bootstrap_ServiceDesc is the grpc.ServiceDesc for Bootstrap service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -644,6 +720,14 @@ var Bootstrap_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Gone",
 			Handler:    _Bootstrap_Gone_Handler,
+		},
+		{
+			MethodName: "Grow",
+			Handler:    _Bootstrap_Grow_Handler,
+		},
+		{
+			MethodName: "GrowJoin",
+			Handler:    _Bootstrap_GrowJoin_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -20,6 +20,7 @@ type options struct {
 	timeout    time.Duration
 	killGrace  time.Duration // 0: SIGKILL at once
 	keepGoing  bool
+	join       string // host:port of a running job's rendezvous: start newcomers
 	verbose    bool
 	help       bool
 	argv       []string // the program and its arguments
@@ -52,6 +53,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.Var((*seconds)(&o.timeout), "timeout", "")
 	fs.Var((*seconds)(&o.killGrace), "kill-grace", "")
 	fs.BoolVar(&o.keepGoing, "keep-going", false, "")
+	fs.StringVar(&o.join, "join", "", "")
 	fs.BoolVar(&o.verbose, "v", false, "")
 	fs.BoolVar(&o.verbose, "verbose", false, "")
 	fs.BoolVar(&o.help, "h", false, "")
@@ -64,7 +66,12 @@ func parseArgs(args []string) (*options, error) {
 		return o, nil
 	}
 	// Only flags the user gave may override what DetectJob finds.
+	var shapeFlag string
 	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "nnodes", "node-rank", "node_rank", "master-addr", "master_addr", "master-port", "master_port":
+			shapeFlag = f.Name
+		}
 		switch f.Name {
 		case "nnodes":
 			o.flags.NNodes = &nnodes
@@ -86,6 +93,8 @@ func parseArgs(args []string) (*options, error) {
 		return nil, errors.New("no program to run: gccl-run -np N prog [args...]")
 	case o.timeout < 0 || o.killGrace < 0:
 		return nil, errors.New("--timeout and --kill-grace must not be negative")
+	case o.join != "" && shapeFlag != "":
+		return nil, fmt.Errorf("--join names the running job's rendezvous; --%s does not apply to newcomers", shapeFlag)
 	}
 	return o, nil
 }

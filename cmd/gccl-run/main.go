@@ -55,6 +55,9 @@ Flags (flags end at the program's name; "--" ends them too):
                            ranks (default 3s; 0: SIGKILL at once)
   --keep-going             a failed rank does not stop the others, for
                            programs that go on without it (Comm.Shrink)
+  --join H:P               start N newcomers to the running job whose
+                           rendezvous is at H:P instead of a job (see
+                           Growing)
   -v, --verbose            report what gccl-run does on stderr
   -h, --help               this text
 
@@ -84,6 +87,16 @@ and SIGHUP are forwarded to the ranks; a second one kills them. When
 gccl-run's own output is closed (gccl-run ... | head), it stops the ranks
 the same way and exits 141, as SIGPIPE would. Ranks read stdin from
 /dev/null.
+
+Growing. A job whose ranks call Comm.Shrink and Comm.Grow after a loss
+(run it with --keep-going) takes newcomers: processes started later with
+  gccl-run --join H:P -np N prog [args...]
+on any host, with the job's secret (GCCL_SECRET or --secret-file), where
+H:P is the job's rendezvous (its ranks' GCCL_BOOTSTRAP_ADDR; give the job
+--master-port to know it in advance). They get GCCL_JOIN=1, which makes
+comm.Init join the survivors' Grow, and no rank: the rendezvous gives them
+the ranks after the survivors'. Their output is tagged "[join I] ", and
+the job's shared memory is left to the job.
 
 Job end. When every rank has exited, whatever they left running in their
 process groups (a helper started with "cmd &") is stopped too (SIGTERM,
@@ -148,7 +161,12 @@ func run(args, environ []string, stdout, stderr io.Writer, signals <-chan os.Sig
 			return exitUsage
 		}
 	}
-	job, err := launch.DetectJob(env, opts.flags)
+	var job *launch.Job
+	if opts.join != "" {
+		job, err = newcomerJob(env, opts)
+	} else {
+		job, err = launch.DetectJob(env, opts.flags)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gccl-run: %v\n", err)
 		return exitUsage

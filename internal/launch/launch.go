@@ -105,6 +105,11 @@ type Job struct {
 	// that go on without it (comm.Comm.Shrink). The first failure still
 	// decides the result, once every rank has ended.
 	KeepGoing bool
+	// Join starts newcomers to the running job at MasterAddr:MasterPort,
+	// which join its Grow (join.go), instead of a job: they get no rank
+	// from the launcher, and the job's shared memory is not cleaned up
+	// when they end.
+	Join bool
 
 	// Signals, if not nil, delivers signals to forward to every rank (the
 	// caller subscribes with signal.Notify). A forwarded signal stops the
@@ -174,6 +179,11 @@ func (j *Job) Resolve() error {
 		}
 		j.MasterAddr = localMasterAddr
 	}
+	if j.Join {
+		if err := j.checkJoin(); err != nil {
+			return err
+		}
+	}
 	if j.MasterPort == 0 {
 		if single {
 			port, err := FreePort()
@@ -242,7 +252,7 @@ var rankVariables = []string{
 	"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
 	"GROUP_RANK", "NODE_RANK",
 	"GCCL_RANK", "GCCL_SIZE", "GCCL_LOCAL_RANK", "GCCL_LOCAL_SIZE",
-	"GCCL_BOOTSTRAP_ADDR", "GCCL_SECRET", "GCCL_JOB_ID",
+	"GCCL_BOOTSTRAP_ADDR", "GCCL_SECRET", "GCCL_JOB_ID", "GCCL_JOIN",
 }
 
 // staleVariables are inherited variables that RankEnv drops without
@@ -258,6 +268,9 @@ var staleVariables = []string{"GCCL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"}
 // variables and gccl's own set for this rank. It uses the fields as they
 // are; Run resolves them first.
 func (j *Job) RankEnv(localRank int) []string {
+	if j.Join {
+		return j.newcomerEnv(localRank)
+	}
 	base := j.Env
 	if base == nil {
 		base = os.Environ()

@@ -107,7 +107,9 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 	}
 	s := &supervisor{job: j, log: j.logger(), broken: make(chan struct{}, 1)}
 	exitCode, err = s.run(ctx, path)
-	j.removeShm(s.log)
+	if !j.Join { // newcomers' segments belong to the running job
+		j.removeShm(s.log)
+	}
 	return exitCode, err
 }
 
@@ -187,6 +189,9 @@ func (s *supervisor) start(path string, local int, stdout, stderr io.Writer) (*r
 	prefix := ""
 	if j.TagOutput {
 		prefix = fmt.Sprintf("[rank %d] ", p.rank)
+		if j.Join { // the rendezvous numbers newcomers
+			prefix = fmt.Sprintf("[join %d] ", local)
+		}
 	}
 	// The ranks write to pipes of our own rather than through os/exec's
 	// copying, whose Wait ends the copy a fixed delay after the rank exits:

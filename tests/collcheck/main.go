@@ -9,7 +9,10 @@
 // -victim exit abruptly (kill -9 style) after N collectives; -stall makes it
 // stop instead. With -shrink, the survivors of a lost rank go on: they
 // Shrink the communicator without the victim, run the check once more on
-// it, and print "collcheck: rank R shrank to rank R' of N ok". With -vcoll,
+// it, and print "collcheck: rank R shrank to rank R' of N ok"; with -grow
+// too they then Grow back to the job's size with a newcomer, a process
+// started with GCCL_JOIN=1, and check again ("grew to rank R' of N ok";
+// the newcomer prints "newcomer joined as rank R of N ok"). With -vcoll,
 // it also checks the variable-size collectives (AllToAllV, AllGatherV).
 package main
 
@@ -36,6 +39,7 @@ func main() {
 	sym := flag.Bool("sym", false, "run the large all-reduces on buffers from Comm.Alloc (symmetric memory)")
 	shrink := flag.Bool("shrink", false, "when a peer is lost, shrink the communicator without -victim and check it")
 	vcoll := flag.Bool("vcoll", false, "also check AllToAllV and AllGatherV")
+	grow := flag.Bool("grow", false, "with -shrink, grow the shrunk communicator back to the job's size with a newcomer (GCCL_JOIN=1) and check it")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -46,6 +50,16 @@ func main() {
 		os.Exit(1)
 	}
 	defer c.Close()
+	if os.Getenv(comm.EnvJoin) == "1" {
+		// A newcomer: Init joined the survivors' Grow; it runs the check
+		// once with them.
+		if err := (&checker{c: c, ctx: ctx, dieAt: -1, stallAt: -1, victim: -1}).round(*large); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: newcomer rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
+		fmt.Printf("collcheck: newcomer joined as rank %d of %d ok\n", c.Rank(), c.Size())
+		return
+	}
 	ck := &checker{c: c, ctx: ctx, dieAt: *dieAt, stallAt: *stallAt, victim: *victim}
 	if *sym {
 		if err := ck.allocSym(*large); err != nil {
@@ -57,7 +71,7 @@ func main() {
 		err := ck.round(*large)
 		if err != nil && *shrink && errors.Is(err, comm.ErrPeerLost) {
 			fmt.Printf("collcheck: rank %d: %v\n", c.Rank(), err)
-			err = shrinkAndCheck(ctx, c, *victim, *large)
+			err = shrinkAndCheck(ctx, c, *victim, *large, *grow)
 			if err == nil {
 				return
 			}
@@ -270,7 +284,7 @@ func (k *checker) agree(count int) error {
 
 // shrinkAndCheck makes the communicator of the survivors, once the
 // rendezvous has declared victim lost, and runs the whole check on it.
-func shrinkAndCheck(ctx context.Context, c *comm.Comm, victim, large int) error {
+func shrinkAndCheck(ctx context.Context, c *comm.Comm, victim, large int, grow bool) error {
 	lost := c.LostRanks()
 	for wait := time.Now(); len(lost) == 0 && time.Since(wait) < 10*time.Second; lost = c.LostRanks() {
 		time.Sleep(10 * time.Millisecond)
@@ -287,6 +301,19 @@ func shrinkAndCheck(ctx context.Context, c *comm.Comm, victim, large int) error 
 		return fmt.Errorf("after shrinking: %w", err)
 	}
 	fmt.Printf("collcheck: rank %d shrank to rank %d of %d ok\n", c.Rank(), nc.Rank(), nc.Size())
+	if !grow {
+		return nil
+	}
+	// Back to the job's size: the newcomers take the last ranks.
+	gc, err := nc.Grow(ctx, c.Size())
+	if err != nil {
+		return fmt.Errorf("grow: %w", err)
+	}
+	defer gc.Close()
+	if err := (&checker{c: gc, ctx: ctx, dieAt: -1, stallAt: -1, victim: -1}).round(large); err != nil {
+		return fmt.Errorf("after growing: %w", err)
+	}
+	fmt.Printf("collcheck: rank %d grew to rank %d of %d ok\n", c.Rank(), gc.Rank(), gc.Size())
 	return nil
 }
 
