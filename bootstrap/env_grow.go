@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gccl/gccl/internal/tlsx"
 )
 
 // NewcomerFromEnv returns the Config of a process that joins a running job
@@ -13,8 +15,9 @@ import (
 // job's rendezvous, host:port) and GCCL_SECRET (the job's secret) are
 // required; GCCL_RANK and GCCL_SIZE, optional, are the rank asked for in
 // the grown group and its size (default AnyRank, and 0: the open Grow's);
-// GCCL_LOCAL_RANK, GCCL_LOCAL_SIZE, GCCL_JOB_ID, GCCL_BOOTSTRAP_TIMEOUT and
-// GCCL_HEARTBEAT_TIMEOUT mean what they mean to FromEnv. gccl-run --join
+// GCCL_LOCAL_RANK, GCCL_LOCAL_SIZE, GCCL_JOB_ID, GCCL_TLS and its files,
+// GCCL_BOOTSTRAP_TIMEOUT and GCCL_HEARTBEAT_TIMEOUT mean what they mean to
+// FromEnv. gccl-run --join
 // sets them.
 func NewcomerFromEnv() (Config, error) { return newcomerFromEnv(os.LookupEnv) }
 
@@ -56,12 +59,19 @@ func newcomerFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if v, ok := e.str("GCCL_JOB_ID"); ok {
 		cfg.JobID = v
 	}
+	useTLS, err := tlsx.Enabled(func(k string) string { v, _ := e.str(k); return v })
+	if err != nil {
+		return bad("%v", err)
+	}
+	cfg.TLS = useTLS
+	cfg.TLSFiles.Cert, _ = e.str(tlsx.EnvCert)
+	cfg.TLSFiles.Key, _ = e.str(tlsx.EnvKey)
+	cfg.TLSFiles.CA, _ = e.str(tlsx.EnvCA)
 	for _, d := range []struct {
 		name string
 		to   *time.Duration
 	}{{"GCCL_BOOTSTRAP_TIMEOUT", &cfg.Timeout}, {"GCCL_HEARTBEAT_TIMEOUT", &cfg.HeartbeatTimeout}} {
 		if v, ok := e.str(d.name); ok {
-			var err error
 			if *d.to, err = parseDuration(v); err != nil {
 				return bad("%s=%q: %v", d.name, v, err)
 			}

@@ -302,6 +302,10 @@ func TestNewcomerFromEnv(t *testing.T) {
 	if err != nil || cfg.Rank != 3 || cfg.Size != 4 {
 		t.Fatalf("newcomer with rank and size: %+v, %v", cfg, err)
 	}
+	cfg, err = newcomerFromEnv(lookup(map[string]string{"GCCL_BOOTSTRAP_ADDR": "h:1", "GCCL_SECRET": secret, "GCCL_TLS": "1"}))
+	if err != nil || !cfg.TLS {
+		t.Fatalf("newcomer with GCCL_TLS=1: %+v, %v", cfg, err)
+	}
 	for _, vars := range []map[string]string{
 		{"GCCL_SECRET": secret},
 		{"GCCL_BOOTSTRAP_ADDR": "h:1"},
