@@ -220,6 +220,7 @@ func soakRound(t *testing.T, bin string, kind soakKind, fault syscall.Signal, rn
 		fdsAfter, _ := strconv.Atoi(res[2])
 		gBefore, _ := strconv.Atoi(res[3])
 		gAfter, _ := strconv.Atoi(res[4])
+		t.Logf("%s: %s", m[1], res[0])
 		if fdsAfter > fdsBefore || gAfter > gBefore {
 			t.Errorf("%s kept resources after Close: fds %d -> %d, goroutines %d -> %d:\n%s", m[1], fdsBefore, fdsAfter, gBefore, gAfter, out)
 		}
