@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -180,8 +181,11 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 // parseDuration accepts Go durations ("90s", "2m") and plain seconds ("90").
 func parseDuration(v string) (time.Duration, error) {
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs <= 0 {
+		if !(secs > 0) { // NaN too
 			return 0, fmt.Errorf("must be positive")
+		}
+		if secs > float64(math.MaxInt64/time.Second) { // Inf too
+			return 0, fmt.Errorf("longer than %v", time.Duration(math.MaxInt64))
 		}
 		return time.Duration(secs * float64(time.Second)), nil
 	}

@@ -39,7 +39,14 @@ const (
 	metadataVersion = 3
 	maxNameLen      = 256
 	maxStringLen    = 1024
-	maxRegions      = 1 << 20
+	// maxMetadataLen bounds a blob: it must fit in a hello (with the
+	// token), however it reached this agent (hello or KV store), so that
+	// what a peer's blob makes this agent allocate (about 6 times its
+	// size, in regions) stays bounded.
+	maxMetadataLen = maxCtrlPayload - tokenLen
+	// maxRegions bounds the regions of one blob; maxMetadataLen admits
+	// fewer (43,690 of the smallest records), this says so in the error.
+	maxRegions      = 1 << 16
 	tokenLen        = 16
 	regionRecordMin = 4 + 1 + 1 + 8 + 8 + 2
 	ipcHandleLen    = 64
@@ -213,6 +220,9 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 	if len(blob) < len(metadataMagic)+4+4 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrBadMetadata, len(blob))
 	}
+	if len(blob) > maxMetadataLen {
+		return nil, fmt.Errorf("%w: a blob of %d bytes (at most %d)", ErrBadMetadata, len(blob), maxMetadataLen)
+	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
 	if string(body[:len(metadataMagic)]) != metadataMagic {
 		return nil, fmt.Errorf("%w: not a gccl p2p metadata blob", ErrBadMetadata)
@@ -251,7 +261,7 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 	}
 	n := d.u32("region count")
 	if d.err == nil && (n > maxRegions || int(n) > len(d.b)/regionRecordMin) {
-		d.fail("%d regions in %d bytes", n, len(d.b))
+		d.fail("%d regions in %d bytes (at most %d regions)", n, len(d.b), maxRegions)
 	}
 	if d.err == nil {
 		m.Regions = make([]regionInfo, 0, n)
@@ -302,7 +312,19 @@ func decodeMetadata(blob []byte) (*agentInfo, error) {
 		d.fail("empty agent name")
 	}
 	if d.err != nil {
+		if m.Name != "" {
+			// Name the peer whose blob it is, once its name was read.
+			return nil, fmt.Errorf("%w (metadata of agent %q)", d.err, truncateName(m.Name))
+		}
 		return nil, d.err
 	}
 	return m, nil
+}
+
+// truncateName shortens a peer-chosen name for an error message.
+func truncateName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

@@ -400,11 +400,21 @@ func (p *peer) fail(err error, forget bool) {
 	a.Invalidate(p.name)
 	if len(p.segs) > 0 {
 		a.mu.Lock() // Close waits for a.wg once closed is set: add before that
-		if !a.closed {
+		closing := a.closed
+		if !closing {
 			a.wg.Add(1)
-			go a.reapSegments(p.pid, p.segs)
+			go func() {
+				defer a.wg.Done()
+				a.reapSegments(p.pid, p.segs)
+			}()
 		}
 		a.mu.Unlock()
+		if closing {
+			// The application may close the agent as soon as this
+			// peer's requests failed, before this point: reap here
+			// (briefly, the agent being closed), or nobody will.
+			a.reapSegments(p.pid, p.segs)
+		}
 	}
 }
 
@@ -667,9 +677,14 @@ func (p *peer) lockWriter() {
 // reapSegments removes a lost peer's shared segments once its process is
 // gone (it may take a moment after its socket closed to become a zombie);
 // a peer that is only silent keeps them.
+//
+// Closing the agent cuts the wait short, but not to nothing: an
+// application that closes its agent as soon as a request failed (the peer
+// died) would otherwise leave the dead peer's segments to nobody (the
+// fault soak, tests/soak_test.go, found that).
 func (a *Agent) reapSegments(pid int, segs []string) {
-	defer a.wg.Done()
-	for i := 0; i < 100; i++ {
+	done, left := a.done, 100
+	for i := 0; i < left; i++ {
 		if processGone(pid) {
 			for _, s := range segs {
 				removeSegment(s)
@@ -678,8 +693,8 @@ func (a *Agent) reapSegments(pid int, segs []string) {
 			return
 		}
 		select {
-		case <-a.done:
-			return
+		case <-done:
+			done, left = nil, min(left, i+10) // 100 ms more at most
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

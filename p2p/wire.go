@@ -3,6 +3,8 @@ package p2p
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/gccl/gccl/internal/verbs"
 )
 
 // Wire format of the connection between two agents. Every message is a
@@ -26,6 +28,13 @@ const (
 	// maxCtrlPayload bounds the payloads staged in memory (hello, notif,
 	// errors), so that a peer cannot make the receiver allocate much.
 	maxCtrlPayload = 1 << 20
+	// maxNotifLen bounds one notification (Part.Notif, RequestOptions.Notif).
+	maxNotifLen = maxCtrlPayload
+	// maxRDMAConnectLen and maxRDMAAcceptLen bound the QP endpoint lists of
+	// the RDMA handshake: maxRDMAQPs endpoints after their 8- and 16-byte
+	// preambles (an rdmaAccept with flagError carries an error text instead).
+	maxRDMAConnectLen = 8 + maxRDMAQPs*verbs.EndpointSize
+	maxRDMAAcceptLen  = 16 + maxRDMAQPs*verbs.EndpointSize
 )
 
 type op uint8
@@ -125,6 +134,12 @@ func parseHeader(b []byte) (header, error) {
 		}
 		if h.op == opAck && h.flags&flagError == 0 && h.length != 0 {
 			return header{}, fmt.Errorf("p2p: ack with a %d-byte payload and no error", h.length)
+		}
+		if h.op == opRDMAConnect && h.length > maxRDMAConnectLen {
+			return header{}, fmt.Errorf("p2p: rdmaConnect of %d bytes (at most %d QPs, %d bytes)", h.length, maxRDMAQPs, maxRDMAConnectLen)
+		}
+		if h.op == opRDMAAccept && h.flags&flagError == 0 && h.length > maxRDMAAcceptLen {
+			return header{}, fmt.Errorf("p2p: rdmaAccept of %d bytes (at most %d QPs, %d bytes)", h.length, maxRDMAQPs, maxRDMAAcceptLen)
 		}
 	case opReadResp:
 		if h.flags&flagError != 0 && h.length > maxCtrlPayload {

@@ -734,7 +734,13 @@ func (r *Request) notifyPart(i int) error {
 				return ErrClosed
 			default:
 			}
-			return fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
+			err = fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
+			// The connection is broken (its writes fail from now on): drop
+			// the peer now, as its writer and reader do, so that a lost
+			// peer is reaped even if the application closes the agent
+			// before the reader sees the end of the stream.
+			r.p.fail(err, true)
+			return err
 		}
 	}
 	r.partsDone.Add(1)

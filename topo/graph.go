@@ -312,6 +312,52 @@ const maxNodes = 512
 // to find; the largest real hosts have a few dozen NUMA nodes.
 const maxNUMANodes = 128
 
+// A graph stores a path summary for every pair of its nodes, so its cost
+// grows with the square of the devices a document names while the document
+// grows linearly: a 9 KB document of 500 network ports under one NIC would
+// make Build allocate 8.7 MB. Build refuses a document whose path table
+// would cost more than graphCostFloor plus graphCostPerDocByte bytes per
+// byte of the document (as Dump would write it). Real hosts stay far below:
+// the AWS p5 file (81 devices, 10 KB) needs 210 KB of paths, well within
+// the floor alone, which admits any host of up to 181 devices.
+const (
+	graphCostFloor   = 1 << 20
+	pathSummaryBytes = 32 // unsafe.Sizeof(pathSummary{}) on 64-bit hosts (a test checks)
+)
+
+// graphCostPerDocByte is a variable only so that the tests of the path
+// search at maxNodes can build terse documents of that many devices.
+var graphCostPerDocByte uint64 = 64
+
+// checkGraphCost refuses a document whose graph of nodes devices would
+// cost more than a small multiple of the document's own size.
+func checkGraphCost(doc *Element, nodes int) error {
+	cost := uint64(nodes) * uint64(nodes) * pathSummaryBytes
+	if cost <= graphCostFloor {
+		return nil // no need to measure the document
+	}
+	size := docBytes(doc)
+	if limit := graphCostFloor + graphCostPerDocByte*size; cost > limit {
+		return fmt.Errorf("topo: a %d-byte document names %d devices, whose paths would take %d bytes: "+
+			"more than %d bytes plus %d per byte of document (%d); real hosts name far fewer devices",
+			size, nodes, cost, graphCostFloor, graphCostPerDocByte, limit)
+	}
+	return nil
+}
+
+// docBytes is the size of e written as XML without indentation: its tags,
+// attributes and children.
+func docBytes(e *Element) uint64 {
+	n := uint64(2*len(e.Name) + 5) // <name> and </name>, or <name/>
+	for _, a := range e.Attrs {
+		n += uint64(len(a.Name) + len(a.Value) + 4) // ` name="value"`
+	}
+	for _, c := range e.Children {
+		n += docBytes(c)
+	}
+	return n
+}
+
 // errTooManyNodes is reported once a document exceeds maxNodes.
 var errTooManyNodes = fmt.Errorf("topo: more than %d devices in one host", maxNodes)
 
@@ -391,6 +437,9 @@ func Build(doc *Element) (*Graph, error) {
 	}
 	if g.overflow {
 		return nil, errTooManyNodes
+	}
+	if err := checkGraphCost(doc, g.count); err != nil {
+		return nil, err
 	}
 	// Every pair of sockets talks over the inter-socket fabric.
 	cpus := g.Nodes[CPU]

@@ -335,6 +335,7 @@ func TestPCIBWOldGenerations(t *testing.T) {
 // star of as many devices: 0.5 s); the budget is relative so that a loaded
 // machine does not fail it.
 func TestBuildHostileShapesAreCheap(t *testing.T) {
+	defer liftGraphCostBound()()
 	var star strings.Builder
 	star.WriteString(`<system><cpu numaid="0">`)
 	for i := 0; i < maxNodes-1; i++ {
@@ -400,6 +401,7 @@ func TestBuildHostileShapesAreCheap(t *testing.T) {
 // bound leaves room for runtime variance yet fails any return to storing
 // O(depth) per pair. Path must still return every node on the way.
 func TestBuildDeepPCINestingIsCheap(t *testing.T) {
+	defer liftGraphCostBound()()
 	const chains, depth = 8, 60
 	var b strings.Builder
 	b.WriteString(`<system><cpu numaid="0">`)
