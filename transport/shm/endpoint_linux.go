@@ -169,7 +169,7 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 	l.sendSeg = seg
 	ctr, metas, slots := ringParts(seg, 0, e.mb.geo)
 	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
-		peerHdr: l.hdr, link: l, ep: e}
+		peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
 	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
@@ -215,7 +215,8 @@ func (r *receiver) attach() error {
 	if off < uint64(g.headerSize) || off%pageSize != 0 || (off-uint64(g.headerSize))%uint64(g.ringStride) != 0 {
 		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: rank %d published its ring to rank %d at offset %d, not a ring's place", l.rank, e.rank, off)}
 	}
-	seg, err := mapSegmentAt(l.fd, int64(off), g.ringStride, true)
+	// Not populated: the slot data may still be a hole (addRing).
+	seg, err := mapSegmentAt(l.fd, int64(off), g.ringStride, false)
 	if err != nil {
 		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: mapping the ring from rank %d: %w", l.rank, err)}
 	}
@@ -389,6 +390,8 @@ type sender struct {
 	peerHdr  *header
 	link     *peerLink
 	ep       *Endpoint
+	off      int   // the ring's offset in this rank's mailbox
+	limit    []int // per slot, the longest message its reserved pages hold
 }
 
 // receiver is the consuming half of the ring from a peer, in the peer's
@@ -451,7 +454,32 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if n <= inlineMax {
 		return s.metas[s.idx].inline[:n:n], true, nil
 	}
+	if n > s.limit[s.idx] {
+		if err := s.reserveSlot(n); err != nil {
+			return nil, false, err
+		}
+	}
 	return s.slots[s.idx][:n:n], true, nil
+}
+
+// reserveSlot reserves the current slot's data for a message of n bytes,
+// the first that long in this slot (Mailbox.addRing says why it waits
+// until then).
+func (s *sender) reserveSlot(n int) error {
+	e := s.ep
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := e.mb.reserveSlot(s.link.sendSeg, s.off, s.idx, n, s.link.rank); err != nil {
+		return &transport.PeerError{Peer: s.link.rank, Err: err}
+	}
+	// Whole pages are reserved: record what they hold, so that messages
+	// growing a little at a time do not each take this path.
+	start := e.mb.geo.dataOff + s.idx*e.mb.geo.slotStride
+	s.limit[s.idx] = min(roundUp(start+n, pageSize)-start, s.slotSize)
+	return nil
 }
 
 // Commit publishes the reserved slot.

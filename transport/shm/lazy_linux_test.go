@@ -2,30 +2,36 @@ package shm
 
 import (
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/gccl/gccl/transport"
 )
 
-// TestMemoryGrowsWithPeersUsed: a rank's mailbox holds its header and one
-// ring per peer it sent to, whatever the size of the job; the file on
-// /dev/shm is exactly that big.
+// TestMemoryGrowsWithPeersUsed: a rank's mailbox holds its header and,
+// per peer it sent to, a ring's counters and slot lines, plus of each
+// slot's data the pages its longest message covered; whatever the size of
+// the job. The file on /dev/shm holds exactly that much memory.
 func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 	const n = 8
-	cfg := Config{SlotSize: 4096, SlotCount: 4}
+	cfg := Config{SlotSize: 3 * pageSize, SlotCount: 4}
 	eps := world(t, n, cfg)
 	g, err := newGeometry(cfg.SlotSize, cfg.SlotCount, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for r, ep := range eps {
-		if got := ep.mb.Bytes(); got != int64(g.headerSize) {
-			t.Fatalf("rank %d holds %d bytes after Connect, want its header only (%d)", r, got, g.headerSize)
+	check := func(when string, want []int64) {
+		t.Helper()
+		for r, ep := range eps {
+			if got := ep.mb.Bytes(); got != want[r] {
+				t.Errorf("%s: rank %d holds %d bytes, want %d", when, r, got, want[r])
+			}
 		}
 	}
-	// Rank 0 sends to 1 and 2; rank 1 answers 0; the others only exist.
+	hdr, lines, page := int64(g.headerSize), int64(g.dataOff), int64(pageSize)
+	check("after Connect", []int64{hdr, hdr, hdr, hdr, hdr, hdr, hdr, hdr})
+	// Rank 0 sends small messages to 1 and 2; rank 1 answers 0; the others
+	// only exist.
 	for _, p := range []int{1, 2} {
 		if err := send(eps[0], p, []byte("x"), 1); err != nil {
 			t.Fatal(err)
@@ -41,20 +47,20 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 	if _, err := eps[0].Sender(1); err != nil {
 		t.Fatal(err)
 	}
-	want := []int{2, 1, 0, 0, 0, 0, 0, 0}
-	for r, ep := range eps {
-		if got, w := ep.mb.Bytes(), g.size(want[r]); got != w {
-			t.Errorf("rank %d holds %d bytes, want header and %d rings (%d)", r, got, want[r], w)
-		}
-		var st os.FileInfo
-		if st, err = os.Stat(ep.mb.path); err == nil && st.Size() != g.size(want[r]) {
-			t.Errorf("rank %d's mailbox file is %d bytes, want %d", r, st.Size(), g.size(want[r]))
+	check("after small messages", []int64{hdr + 2*lines, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	// A message too large for a slot's line reserves the pages of its
+	// slot's data that it covers: the second message to rank 2 lands in
+	// slot 1 and takes its first page, the third, in slot 2, all three.
+	for _, m := range []int{inlineMax + 1, 3 * pageSize} {
+		if err := send(eps[0], 2, make([]byte, m), 3); err != nil {
+			t.Fatal(err)
 		}
 	}
-	buf := make([]byte, 8)
-	for _, c := range []struct{ to, from int }{{1, 0}, {2, 0}, {0, 1}} {
-		if n, _, err := recv(eps[c.to], c.from, buf); err != nil || n != 1 {
-			t.Fatalf("rank %d from %d: %q %v", c.to, c.from, buf[:n], err)
+	check("after large messages", []int64{hdr + 2*lines + 4*page, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	buf := make([]byte, 3*pageSize)
+	for _, c := range []struct{ to, from, n int }{{1, 0, 1}, {2, 0, 1}, {2, 0, inlineMax + 1}, {2, 0, 3 * pageSize}, {0, 1, 1}} {
+		if n, _, err := recv(eps[c.to], c.from, buf); err != nil || n != c.n {
+			t.Fatalf("rank %d from %d: %d bytes, %v", c.to, c.from, n, err)
 		}
 	}
 }

@@ -39,8 +39,8 @@ type Mailbox struct {
 // Create makes rank's mailbox for a job of size ranks whose other ranks on
 // this host are localPeers. The segment is <Dir>/gccl-<jobID>-<rank>,
 // created exclusively with mode 0600; it holds the header only (a page for
-// jobs of up to 384 ranks), and grows by one ring, reserved in full, as the
-// rank first sends to each peer (Endpoint.Sender).
+// jobs of up to 384 ranks), and grows by one ring as the rank first sends
+// to each peer (Endpoint.Sender; see addRing).
 func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbox, error) {
 	if err := checkJobID(jobID); err != nil {
 		return nil, err
@@ -99,26 +99,62 @@ func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbo
 	return mb, nil
 }
 
-// addRing reserves and maps a new ring at the end of the mailbox, for the
-// messages to peer, and returns it with its offset. The caller publishes
-// the offset in the table once it has set up its side.
+// addRing adds a ring at the end of the mailbox, for the messages to peer,
+// and maps it; it returns the mapping and the ring's offset, which the
+// caller publishes in the table once it has set up its side. Only the
+// ring's counters and slot lines are reserved now; each slot's data area
+// is reserved as far as the longest message it has carried
+// (reserveSlot). Pairs that only exchange small messages (arrival rounds,
+// barriers, small all-reduces) hold a page, and the all-to-all family,
+// which connects every pair, holds per pair what its messages need rather
+// than whole rings.
 func (mb *Mailbox) addRing(peer int) (*segment, int, error) {
 	off := mb.geo.ringOff(mb.nRings)
-	if err := growFile(mb.fd, int64(off), int64(mb.geo.ringStride)); err != nil {
-		return nil, 0, fmt.Errorf("shm: ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
+	wrap := func(err error) error {
+		return fmt.Errorf("shm: ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
 	}
-	seg, err := mapSegmentAt(mb.fd, int64(off), mb.geo.ringStride, true)
+	if err := growFile(mb.fd, int64(off), int64(mb.geo.dataOff)); err != nil {
+		return nil, 0, wrap(err)
+	}
+	// The file covers the whole ring; the slot data stays a hole.
+	if err := unix.Ftruncate(mb.fd, mb.geo.size(mb.nRings+1)); err != nil {
+		return nil, 0, wrap(err)
+	}
+	seg, err := mapSegmentAt(mb.fd, int64(off), mb.geo.ringStride, false)
 	if err != nil {
-		return nil, 0, fmt.Errorf("shm: ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
+		return nil, 0, wrap(err)
 	}
 	mb.nRings++
 	atomic.StoreUint32(&mb.hdr.nRings, uint32(mb.nRings))
 	return seg, off, nil
 }
 
-// Bytes is the shared memory the mailbox holds: its header and the rings
-// it has made, one per peer it sent to.
-func (mb *Mailbox) Bytes() int64 { return mb.geo.size(int(atomic.LoadUint32(&mb.hdr.nRings))) }
+// reserveSlot reserves the pages of slot i of the ring at off (mapped at
+// seg) that a message of n bytes covers. The caller holds the endpoint's
+// closeMu, so the file is still open.
+func (mb *Mailbox) reserveSlot(seg *segment, off, i, n, peer int) error {
+	start := mb.geo.dataOff + i*mb.geo.slotStride
+	from, to := start/pageSize*pageSize, roundUp(start+n, pageSize)
+	if err := growFile(mb.fd, int64(off+from), int64(to-from)); err != nil {
+		return fmt.Errorf("shm: slot %d of the ring from rank %d to rank %d in %s: %w", i, mb.rank, peer, mb.path, err)
+	}
+	// Map the pages now rather than fault them in during the message; a
+	// kernel without MADV_POPULATE_WRITE (before 5.14) faults.
+	_ = unix.Madvise(seg.bytes(from, to-from), unix.MADV_POPULATE_WRITE)
+	return nil
+}
+
+// Bytes is the shared memory the mailbox holds: its header, the counters
+// and slot lines of each ring it made (one per peer it sent to), and of
+// each slot's data the pages its longest message used. It reads the
+// file's size on /dev/shm, so it is valid until Close.
+func (mb *Mailbox) Bytes() int64 {
+	var st unix.Stat_t
+	if unix.Fstat(mb.fd, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
 
 // growFile reserves n bytes of the file from off, growing it; a /dev/shm
 // too small fails here, not with a SIGBUS on the first message.

@@ -505,10 +505,11 @@ func TestSegmentsAre0600(t *testing.T) {
 	}
 }
 
-// TestFullDevShmFailsAtFirstSend: a mailbox is a header until its rank
-// sends, so a /dev/shm too small for a ring fails at the first Sender to
-// that peer, with an error naming the pair, not with a SIGBUS later.
-func TestFullDevShmFailsAtFirstSend(t *testing.T) {
+// TestFullDevShmFailsAtFirstLargeSend: a mailbox is a header until its
+// rank sends, and a slot's data is reserved by the first message that
+// needs it; so a /dev/shm too small for it fails there, with an error
+// naming the pair, not with a SIGBUS, and small messages still pass.
+func TestFullDevShmFailsAtFirstLargeSend(t *testing.T) {
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1M,mode=0700"); err != nil {
 		t.Skipf("cannot mount a small tmpfs to simulate a full /dev/shm (%v); needs root or CAP_SYS_ADMIN", err)
@@ -520,19 +521,30 @@ func TestFullDevShmFailsAtFirstSend(t *testing.T) {
 		}
 	}
 	big := world(t, 2, Config{SlotSize: 1 << 20, SlotCount: 4, Dir: filepath.Join(dir, "big")})
-	_, err := big[0].Sender(1)
+	if err := send(big[0], 1, []byte("small"), 1); err != nil {
+		t.Fatalf("a message in a slot's line on a full tmpfs: %v", err)
+	}
+	s, err := big[0].Sender(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.TryReserve(1 << 20) // a full slot, more than the tmpfs has left
 	var pe *transport.PeerError
 	if err == nil || !strings.Contains(err.Error(), "not enough space") || !errors.As(err, &pe) || pe.Peer != 1 ||
 		!strings.Contains(err.Error(), "rank 0 to rank 1") {
-		t.Fatalf("first Sender on a full tmpfs: %v", err)
+		t.Fatalf("first large message on a full tmpfs: %v", err)
 	}
 	t.Log(err)
+	buf := make([]byte, 64)
+	if n, _, err := recv(big[1], 0, buf); err != nil || string(buf[:n]) != "small" {
+		t.Fatalf("rank 1 received %q, %v", buf[:n], err)
+	}
 	if _, err := AllocIn(dir, "full", 0, 2<<20); err == nil || !strings.Contains(err.Error(), "not enough space") {
 		t.Fatalf("Alloc on a full tmpfs: %v", err)
 	}
 	// What fits still works.
 	small := world(t, 2, Config{SlotSize: 4096, SlotCount: 4, Dir: filepath.Join(dir, "small")})
-	if err := send(small[0], 1, []byte("fits"), 1); err != nil {
+	if err := send(small[0], 1, make([]byte, 4096), 1); err != nil {
 		t.Fatal(err)
 	}
 }
