@@ -25,8 +25,10 @@ const (
 // torchrun's variables, Open MPI's, PMI's or Slurm's (see bootstrap.FromEnv).
 // Without any, Init returns a communicator of one rank.
 //
-// Init is the expensive step (a rendezvous, an exchange of descriptors, one
-// connection per peer): call it once per job and reuse the Comm.
+// Init is the expensive step (a rendezvous and two exchanges of
+// descriptors): call it once per job and reuse the Comm. The connection to
+// a peer over shared memory (its slot ring) is made when the rank first
+// sends to it, so a rank's memory grows with the peers its collectives use.
 func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 	if cfg == nil {
 		cfg = &Config{}
