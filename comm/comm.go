@@ -125,6 +125,8 @@ type Comm struct {
 	rv    rendezvous        // Split, Shrink and Alloc's (rendezvous.go)
 	boot  *bootstrap.Client // multi-process communicators only
 	jobID string            // names shared memory (multi-process only)
+	// initPhases: where connect's time went, for Init's last INFO line.
+	initPhases string
 
 	// Symmetric memory (symmetric.go): live Alloc regions, and per peer
 	// where the running symmetric operation finds its buffers.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/units"
@@ -26,8 +27,10 @@ const (
 // (gccl-run --join), Init is Join: the process is a newcomer to a running
 // job's Grow.
 //
-// Init is the expensive step (a rendezvous, an exchange of descriptors, one
-// connection per peer): call it once per job and reuse the Comm.
+// Init is the expensive step (a rendezvous and two exchanges of
+// descriptors): call it once per job and reuse the Comm. The connection to
+// a peer over shared memory (its slot ring) is made when the rank first
+// sends to it, so a rank's memory grows with the peers its collectives use.
 func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 	if cfg == nil {
 		cfg = &Config{}
@@ -52,11 +55,21 @@ func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 		}
 		return cs[0], nil
 	}
+	start := time.Now()
 	client, err := bootstrap.Join(ctx, bcfg)
 	if err != nil {
 		return nil, err
 	}
-	return bootRendezvous{client}.open(ctx, cfg, client.JobID())
+	joined := time.Now()
+	c, err := bootRendezvous{client}.open(ctx, cfg, client.JobID())
+	if err != nil {
+		return nil, err
+	}
+	// Like NCCL's "Init COMPLETE": where Init's time went, for the ranks
+	// that waited longest (the join waits for the last rank to start).
+	c.log.Info(fmt.Sprintf("init complete in %v: join %v, then %s", time.Since(start).Round(time.Millisecond),
+		joined.Sub(start).Round(time.Millisecond), c.initPhases), "subsys", "INIT")
+	return c, nil
 }
 
 // connect builds a rank's transports over a joined bootstrap client: it
@@ -64,6 +77,7 @@ func Init(ctx context.Context, cfg *Config) (*Comm, error) {
 // peer and connects.
 func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID string) (c *Comm, err error) {
 	rank, size := client.Rank(), client.Size()
+	ph := initClock{last: time.Now()}
 	slotSize, slotCount := cfg.SlotSize, cfg.SlotCount
 	if slotSize == 0 {
 		slotSize = defaultSlotSize
@@ -100,6 +114,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	if err != nil {
 		return nil, err
 	}
+	ph.lap(&ph.gather)
 	infos, err := parseInfos(blobs)
 	if err != nil {
 		return nil, err
@@ -132,6 +147,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		}
 	}
 
+	ph.lap(&ph.detect)
 	// Every registered transport listens (transports.go lists them); the
 	// descriptor says where, or why not.
 	prep, err := transport.Prepare(ctx, transport.Setup{
@@ -148,6 +164,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		}
 	}()
 	me.Transports = prep.Descriptor()
+	ph.lap(&ph.listen)
 
 	// Pass 2: addresses and topologies.
 	if blobs, err = client.AllGather(ctx, me.marshal()); err != nil {
@@ -156,6 +173,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	if infos, err = parseInfos(blobs); err != nil {
 		return nil, err
 	}
+	ph.lap(&ph.gather)
 	descs := make([][]byte, size)
 	for p, info := range infos {
 		descs[p] = info.Transports
@@ -168,6 +186,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	if err != nil {
 		return nil, err
 	}
+	ph.lap(&ph.connect)
 	// Once every rank passes this barrier, every peer has mapped this
 	// rank's shared memory: unlinking it now means a crash leaves nothing
 	// behind.
@@ -176,6 +195,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		return nil, err
 	}
 	prep.Release()
+	ph.lap(&ph.barrier)
 	c, err = newComm(mux, cfg)
 	if err != nil {
 		mux.Abort(err)
@@ -191,6 +211,8 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		c.log.Warn(line, "subsys", "GRAPH")
 	}
 	c.useTopology(infos, localRank, sameHost)
+	ph.lap(&ph.topology)
+	c.initPhases = ph.String()
 	// When this host's ranks outnumber its cores, a waiting rank must give
 	// its core to peer processes (sched_yield), not just to goroutines;
 	// otherwise the rank with work waits for a time slice (8 B all-reduce,
@@ -203,6 +225,25 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	c.jobID = jobID
 	go c.watchLost(client)
 	return c, nil
+}
+
+// initClock times the steps of connect, for the INFO line that ends Init.
+type initClock struct {
+	last                                               time.Time
+	gather, detect, listen, connect, barrier, topology time.Duration
+}
+
+// lap adds the time since the previous lap to *d.
+func (k *initClock) lap(d *time.Duration) {
+	now := time.Now()
+	*d += now.Sub(k.last)
+	k.last = now
+}
+
+func (k *initClock) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("all-gathers %v, topology detection %v, listen %v, connect %v, barrier %v, topology %v",
+		r(k.gather), r(k.detect), r(k.listen), r(k.connect), r(k.barrier), r(k.topology))
 }
 
 func parseInfos(blobs [][]byte) ([]peerInfo, error) {

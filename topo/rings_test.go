@@ -134,3 +134,21 @@ func TestRingOrderManyRanks(t *testing.T) {
 		t.Errorf("%d NUMA crossings, want %d", st.NUMACrossings, len(g.Nodes[CPU]))
 	}
 }
+
+// TestRingOrderOneDevice: ranks that all share one device (CPU ranks of a
+// one-NUMA host) keep their order, whether the search is exact or not.
+func TestRingOrderOneDevice(t *testing.T) {
+	g, devs := ringOrderRanks(t)
+	for _, n := range []int{5, 200} {
+		same := make([]*Node, n)
+		for i := range same {
+			same[i] = devs[0]
+		}
+		order := g.RingOrder(same)
+		for i, r := range order {
+			if r != i {
+				t.Fatalf("%d ranks on one device: order %v, want the identity", n, order)
+			}
+		}
+	}
+}

@@ -67,6 +67,19 @@ type Listener interface {
 	// Connect connects to peers, the ranks Select chose this transport for,
 	// and returns this rank's endpoint to them. The endpoint rings bell
 	// whenever a connection changes state and has the Setup's slot size.
+	//
+	// What a pair needs only to carry traffic (slot rings, queue pairs)
+	// should wait for the pair's first Sender or Receiver: a rank talks to
+	// a few of its peers (a ring's neighbours, a tree's parent and
+	// children), and memory or connections made for every pair at Init
+	// grow with the square of the job. Such a first use must not wait for
+	// the peer to make the same call (shm: the sender makes the ring and
+	// publishes it; the receiver maps it once it is there), because ranks
+	// reach their first use of a pair in any order, and a blocking
+	// handshake there could deadlock a program whose sends would
+	// otherwise be buffered. Per-pair state that must be exchanged goes
+	// through Setup.Store, keyed by the pair, which is written once and
+	// read when needed.
 	Connect(ctx context.Context, bell Bell, peers []*Descriptor) (Endpoint, error)
 	// Release frees what only connecting needed (a listening socket, a
 	// shared-memory name) once every rank has connected, or the whole

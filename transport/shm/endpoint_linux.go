@@ -46,13 +46,17 @@ var _ transport.Endpoint = (*Endpoint)(nil)
 
 // peerLink is everything about one local peer.
 type peerLink struct {
-	rank  int
-	seg   *segment // our mapping of the peer's mailbox
-	hdr   *header
-	send  *sender   // our ring in the peer's mailbox
-	recv  *receiver // the peer's ring in our mailbox
-	pid   int       // 0: the peer's process cannot be watched
-	pidfd int       // -1: watch with kill(pid, 0)
+	rank    int
+	seg     *segment // our mapping of the peer's mailbox header
+	hdr     *header
+	table   []uint64  // the peer's ring table, in seg
+	fd      int       // the peer's mailbox, to map its ring to us; -1 once closed
+	send    *sender   // our ring to the peer, in our mailbox; nil until the first Sender
+	recv    *receiver // the peer's ring to us; nil until the first Receiver
+	sendSeg *segment  // our mapping of our ring to the peer
+	recvSeg *segment  // our mapping of the peer's ring to us, once the peer made it
+	pid     int       // 0: the peer's process cannot be watched
+	pidfd   int       // -1: watch with kill(pid, 0)
 
 	dead      atomic.Bool           // its process exited without closing
 	failure   atomic.Pointer[error] // the PeerError, built once
@@ -137,23 +141,89 @@ func (e *Endpoint) link(peer int) (*peerLink, error) {
 	return l, nil
 }
 
-// Sender returns the connection to peer. Every connection exists from
-// Connect on; this allocates nothing.
+// Sender returns the connection to peer. The first call makes the ring in
+// this rank's mailbox (reserving its memory: a full /dev/shm fails here,
+// naming the pair) and publishes it to the peer without waiting for it;
+// later calls allocate nothing.
 func (e *Endpoint) Sender(peer int) (transport.Sender, error) {
 	l, err := e.link(peer)
 	if err != nil {
 		return nil, err
 	}
+	if l.send == nil {
+		return e.connectSend(l)
+	}
 	return l.send, nil
 }
 
-// Receiver returns the connection from peer.
+func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	seg, off, err := e.mb.addRing(l.rank)
+	if err != nil {
+		return nil, &transport.PeerError{Peer: l.rank, Err: err}
+	}
+	l.sendSeg = seg
+	ctr, metas, slots := ringParts(seg, 0, e.mb.geo)
+	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
+		peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
+	// Publish the ring (its zeroed counters are in place), then ring the
+	// peer: it may sleep waiting for this ring's first message.
+	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
+	ring(l.hdr)
+	return l.send, nil
+}
+
+// Receiver returns the connection from peer. The peer's ring is mapped when
+// the peer has made it (at its first Sender to this rank); until then the
+// receiver finds no message, and maps the ring on the first look after
+// the peer published it. Receiving thus never waits on connecting, and a
+// rank may send before its peer has asked for anything.
 func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 	l, err := e.link(peer)
 	if err != nil {
 		return nil, err
 	}
+	if l.recv == nil {
+		r := &receiver{count: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
+		r.metas = r.none[:]
+		l.recv = r
+		if err := r.attach(); err != nil {
+			return nil, err
+		}
+	}
 	return l.recv, nil
+}
+
+// attach maps the peer's ring to this rank once the peer has published it.
+// It reports no error while the ring is not there yet.
+func (r *receiver) attach() error {
+	e, l := r.ep, r.link
+	off := atomic.LoadUint64(&l.table[e.rank])
+	if off == ringLocal {
+		return nil
+	}
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() {
+		return transport.ErrClosed
+	}
+	g := e.mb.geo
+	if off < uint64(g.headerSize) || off%pageSize != 0 || (off-uint64(g.headerSize))%uint64(g.ringStride) != 0 {
+		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: rank %d published its ring to rank %d at offset %d, not a ring's place", l.rank, e.rank, off)}
+	}
+	// Not populated: the slot data may still be a hole (addRing).
+	seg, err := mapSegmentAt(l.fd, int64(off), g.ringStride, false)
+	if err != nil {
+		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: mapping the ring from rank %d: %w", l.rank, err)}
+	}
+	l.recvSeg = seg
+	r.ctr, r.metas, r.slots = ringParts(seg, 0, g)
+	r.count = uint64(g.slotCount)
+	return nil
 }
 
 // poll is the bell's look at the connections before it sleeps and after
@@ -163,10 +233,10 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 func (e *Endpoint) poll() bool {
 	changed := false
 	for _, l := range e.linkList {
-		if r := l.recv; r.empty && r.metas[r.idx].seq.Load() == r.head+1 {
+		if r := l.recv; r != nil && r.empty && r.metas[r.idx].seq.Load() == r.head+1 {
 			r.empty, changed = false, true
 		}
-		if s := l.send; s.full && s.ctr.head.Load() != s.seenHead {
+		if s := l.send; s != nil && s.full && s.ctr.head.Load() != s.seenHead {
 			s.full, changed = false, true
 		}
 		if st := atomic.LoadUint32(&l.hdr.state); st != l.seenState {
@@ -287,8 +357,18 @@ func (e *Endpoint) dropLinks() {
 	}
 	e.livenessMu.Unlock()
 	for _, l := range e.links {
-		if l != nil {
-			l.seg.drop()
+		if l == nil {
+			continue
+		}
+		l.seg.drop()
+		for _, s := range []*segment{l.sendSeg, l.recvSeg} {
+			if s != nil {
+				s.drop()
+			}
+		}
+		if l.fd >= 0 {
+			unix.Close(l.fd)
+			l.fd = -1
 		}
 	}
 }
@@ -310,11 +390,14 @@ type sender struct {
 	peerHdr  *header
 	link     *peerLink
 	ep       *Endpoint
+	off      int   // the ring's offset in this rank's mailbox
+	limit    []int // per slot, the longest message its reserved pages hold
 }
 
-// receiver is the consuming half of the ring from a peer, in this rank's
+// receiver is the consuming half of the ring from a peer, in the peer's
 // mailbox.
 type receiver struct {
+	none     [1]slotMeta // metas until the ring is mapped: never ready
 	ctr      *ringCounters
 	metas    []slotMeta
 	slots    [][]byte
@@ -336,18 +419,6 @@ func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, []
 		slots[i] = seg.bytes(off+g.dataOff+i*g.slotStride, g.slotSize)
 	}
 	return ctr, metas, slots
-}
-
-func newSender(ep *Endpoint, l *peerLink, peerSeg *segment, off int, g geometry) *sender {
-	ctr, metas, slots := ringParts(peerSeg, off, g)
-	return &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
-		peerHdr: l.hdr, link: l, ep: ep}
-}
-
-func newReceiver(ep *Endpoint, l *peerLink, mySeg *segment, off int, g geometry) *receiver {
-	ctr, metas, slots := ringParts(mySeg, off, g)
-	return &receiver{ctr: ctr, metas: metas, slots: slots, count: uint64(g.slotCount), slotSize: g.slotSize,
-		peerHdr: l.hdr, link: l, ep: ep}
 }
 
 // TryReserve returns the next free slot, n bytes long: in the slot's line
@@ -383,7 +454,32 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if n <= inlineMax {
 		return s.metas[s.idx].inline[:n:n], true, nil
 	}
+	if n > s.limit[s.idx] {
+		if err := s.reserveSlot(n); err != nil {
+			return nil, false, err
+		}
+	}
 	return s.slots[s.idx][:n:n], true, nil
+}
+
+// reserveSlot reserves the current slot's data for a message of n bytes,
+// the first that long in this slot (Mailbox.addRing says why it waits
+// until then).
+func (s *sender) reserveSlot(n int) error {
+	e := s.ep
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := e.mb.reserveSlot(s.link.sendSeg, s.off, s.idx, n, s.link.rank); err != nil {
+		return &transport.PeerError{Peer: s.link.rank, Err: err}
+	}
+	// Whole pages are reserved: record what they hold, so that messages
+	// growing a little at a time do not each take this path.
+	start := e.mb.geo.dataOff + s.idx*e.mb.geo.slotStride
+	s.limit[s.idx] = min(roundUp(start+n, pageSize)-start, s.slotSize)
+	return nil
 }
 
 // Commit publishes the reserved slot.
@@ -445,6 +541,14 @@ func (r *receiver) notReady(seq uint64) error {
 	// The slot holds the message of the previous lap, or none yet.
 	if seq != r.head+1-r.count && seq != 0 {
 		return r.corrupt("slot %d holds message %d while message %d is expected", r.idx, seq, r.head+1)
+	}
+	if r.ctr == nil {
+		// Not mapped yet. A peer that sent and then closed left its ring
+		// behind: map it first, so that what it sent is read before its
+		// closing is reported.
+		if err := r.attach(); err != nil || r.ctr != nil {
+			return err
+		}
 	}
 	if err := r.link.err(); err != nil {
 		return err

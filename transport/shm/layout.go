@@ -7,20 +7,32 @@ import (
 )
 
 // Mailbox layout. All offsets are from the start of the segment; every
-// process maps the whole segment, at whatever address, and finds its parts
-// by these offsets.
+// process maps what it needs, at whatever address, and finds its parts by
+// these offsets.
 //
-//	0                header (one page, or more with many peers)
+//	0                header (one page, or more in a large job)
 //	  0                identity and geometry, immutable once magic is set
 //	  128              state: open, closed or aborted (and reason at 512)
 //	  256              bell: futex word and sleeper count
 //	  512              abort reason, reasonLen bytes
-//	  1024             ring table: the rank of the sender of each ring (uint32)
-//	headerSize       ring 0, then ring 1, ... each ringStride bytes:
+//	  1024             ring table: one uint64 per rank of the job, the
+//	                   offset of the ring from the owner to that rank; 1 for
+//	                   a local peer without a ring yet, 0 for other ranks
+//	headerSize       the owner's outgoing rings, in the order it made them,
+//	                 each ringStride bytes:
 //	  0                head: messages ever released (written by the receiver)
 //	  256              slot i's line: sequence number, length, tag and up
 //	                   to 40 bytes of inline data (written by the sender)
 //	  dataOff          slot data, slotStride bytes per slot, page aligned
+//
+// A rank's mailbox starts as its header only; the ring to a peer is added
+// (the file grows) when the rank first sends to that peer, so a rank's
+// shared memory grows with the peers it talks to, not with the job: the
+// all-to-all connects every pair, a ring all-reduce two neighbours. The
+// sender owns the ring, so making it never waits for the peer: the sender
+// writes it at once and publishes its offset in the table, and the
+// receiver maps it (through the descriptor of the file it opened at
+// Connect) the first time it looks for a message.
 //
 // A message is ready when its slot's sequence number says so: the receiver
 // polls the one cache line that also carries length, tag and, for small
@@ -34,7 +46,7 @@ import (
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
-	layoutVersion = 1
+	layoutVersion = 2
 
 	cacheLine    = 64
 	pageSize     = 4096
@@ -61,11 +73,11 @@ type header struct {
 	rank       uint32
 	worldSize  uint32
 	ownerPid   uint32
-	nRings     uint32
+	nRings     uint32 // rings the owner made so far (informational)
 	slotSize   uint64
 	slotCount  uint64
 	ringStride uint64
-	totalSize  uint64
+	_          uint64
 	pidNS      uint64 // inode of the owner's pid namespace, 0 if unknown
 	_          [56]byte
 
@@ -111,21 +123,28 @@ func init() {
 	}
 }
 
-// geometry is where everything lies in a mailbox with nRings rings.
+// ringNone and ringLocal are ring-table entries below any ring offset:
+// not a local peer, and a local peer the owner has not sent to yet.
+const (
+	ringNone  = 0
+	ringLocal = 1
+)
+
+// geometry is where everything lies in the mailbox of a job of worldSize
+// ranks.
 type geometry struct {
 	slotSize, slotCount int
-	nRings              int
+	worldSize           int
 	slotStride          int // slot data, rounded to a cache line
 	dataOff             int // slot data within a ring, page aligned
 	ringStride          int
 	headerSize          int
-	total               int64
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
-func newGeometry(slotSize, slotCount, nRings int) (geometry, error) {
-	g := geometry{slotSize: slotSize, slotCount: slotCount, nRings: nRings}
+func newGeometry(slotSize, slotCount, worldSize int) (geometry, error) {
+	g := geometry{slotSize: slotSize, slotCount: slotCount, worldSize: worldSize}
 	g.slotStride = roundUp(slotSize, cacheLine)
 	g.dataOff = roundUp(metaOff+slotCount*metaStride, pageSize)
 	ring := int64(g.dataOff) + int64(slotCount)*int64(g.slotStride)
@@ -133,9 +152,12 @@ func newGeometry(slotSize, slotCount, nRings int) (geometry, error) {
 		return g, fmt.Errorf("shm: ring of %d slots of %d bytes is too large", slotCount, slotSize)
 	}
 	g.ringStride = roundUp(int(ring), pageSize)
-	g.headerSize = roundUp(ringTableOff+4*nRings, pageSize)
-	g.total = int64(g.headerSize) + int64(nRings)*int64(g.ringStride)
+	g.headerSize = roundUp(ringTableOff+8*worldSize, pageSize)
 	return g, nil
 }
 
+// ringOff is where the owner's i-th ring (counting from 0) lies.
 func (g geometry) ringOff(i int) int { return g.headerSize + i*g.ringStride }
+
+// size is the mailbox's size with n rings.
+func (g geometry) size(n int) int64 { return int64(g.headerSize) + int64(n)*int64(g.ringStride) }

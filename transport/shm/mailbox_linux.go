@@ -17,15 +17,18 @@ import (
 )
 
 // Mailbox is a rank's segment: its header, its bell and the rings on which
-// its local peers send to it.
+// it sends to its local peers, made as it first sends to each.
 type Mailbox struct {
 	path       string
 	rank, size int
-	peers      []int // local peers, ascending; ring i carries peers[i] -> rank
+	peers      []int // local peers, ascending
 	cfg        Config
 	geo        geometry
-	seg        *segment
+	fd         int      // the file, kept open to add rings
+	seg        *segment // the header
 	hdr        *header
+	table      []uint64 // the ring table, in seg
+	nRings     int      // rings made; guarded by the endpoint's closeMu
 	bell       *bell
 	ep         atomic.Pointer[Endpoint] // set by Connect, for the bell's Wait
 	connecting atomic.Bool
@@ -33,10 +36,11 @@ type Mailbox struct {
 	closeOnce  sync.Once
 }
 
-// Create makes rank's mailbox for a job of size ranks, with one ring for each
-// of localPeers (the other ranks on this host). The segment is
-// <Dir>/gccl-<jobID>-<rank>, created exclusively with mode 0600 and fully
-// reserved, so that a /dev/shm too small for it fails here.
+// Create makes rank's mailbox for a job of size ranks whose other ranks on
+// this host are localPeers. The segment is <Dir>/gccl-<jobID>-<rank>,
+// created exclusively with mode 0600; it holds the header only (a page for
+// jobs of up to 384 ranks), and grows by one ring as the rank first sends
+// to each peer (Endpoint.Sender; see addRing).
 func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbox, error) {
 	if err := checkJobID(jobID); err != nil {
 		return nil, err
@@ -58,23 +62,23 @@ func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbo
 			return nil, fmt.Errorf("shm: local peer %d listed twice", p)
 		}
 	}
-	geo, err := newGeometry(cfg.SlotSize, cfg.SlotCount, len(peers))
+	geo, err := newGeometry(cfg.SlotSize, cfg.SlotCount, size)
 	if err != nil {
 		return nil, err
 	}
 	path := mailboxPath(cfg.Dir, jobID, rank)
-	fd, err := createFile(path, geo.total)
+	fd, err := createFile(path, int64(geo.headerSize))
 	if err != nil {
 		return nil, err
 	}
-	seg, err := mapSegment(fd, int(geo.total), true)
-	unix.Close(fd) // the mapping keeps the file
+	seg, err := mapSegment(fd, geo.headerSize, true)
 	if err != nil {
+		unix.Close(fd)
 		unix.Unlink(path)
 		return nil, fmt.Errorf("shm: mapping %s: %w", path, err)
 	}
-	mb := &Mailbox{path: path, rank: rank, size: size, peers: peers, cfg: cfg, geo: geo, seg: seg,
-		hdr: (*header)(seg.at(0))}
+	mb := &Mailbox{path: path, rank: rank, size: size, peers: peers, cfg: cfg, geo: geo, fd: fd, seg: seg,
+		hdr: (*header)(seg.at(0)), table: unsafe.Slice((*uint64)(seg.at(ringTableOff)), size)}
 	mb.bell = &bell{mb: mb, hdr: mb.hdr}
 
 	h := mb.hdr
@@ -83,19 +87,90 @@ func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbo
 	h.rank = uint32(rank)
 	h.worldSize = uint32(size)
 	h.ownerPid = uint32(os.Getpid())
-	h.nRings = uint32(len(peers))
 	h.slotSize = uint64(cfg.SlotSize)
 	h.slotCount = uint64(cfg.SlotCount)
 	h.ringStride = uint64(geo.ringStride)
-	h.totalSize = uint64(geo.total)
 	h.pidNS = pidNamespace()
-	table := unsafe.Slice((*uint32)(seg.at(ringTableOff)), len(peers))
-	for i, p := range peers {
-		table[i] = uint32(p)
+	for _, p := range peers {
+		mb.table[p] = ringLocal
 	}
 	// Publish: a peer that reads the magic sees everything above.
 	atomic.StoreUint64(&h.magic, segmentMagic)
 	return mb, nil
+}
+
+// addRing adds a ring at the end of the mailbox, for the messages to peer,
+// and maps it; it returns the mapping and the ring's offset, which the
+// caller publishes in the table once it has set up its side. Only the
+// ring's counters and slot lines are reserved now; each slot's data area
+// is reserved as far as the longest message it has carried
+// (reserveSlot). Pairs that only exchange small messages (arrival rounds,
+// barriers, small all-reduces) hold a page, and the all-to-all family,
+// which connects every pair, holds per pair what its messages need rather
+// than whole rings.
+func (mb *Mailbox) addRing(peer int) (*segment, int, error) {
+	off := mb.geo.ringOff(mb.nRings)
+	wrap := func(err error) error {
+		return fmt.Errorf("shm: ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
+	}
+	if err := growFile(mb.fd, int64(off), int64(mb.geo.dataOff)); err != nil {
+		return nil, 0, wrap(err)
+	}
+	// The file covers the whole ring; the slot data stays a hole.
+	if err := unix.Ftruncate(mb.fd, mb.geo.size(mb.nRings+1)); err != nil {
+		return nil, 0, wrap(err)
+	}
+	seg, err := mapSegmentAt(mb.fd, int64(off), mb.geo.ringStride, false)
+	if err != nil {
+		return nil, 0, wrap(err)
+	}
+	mb.nRings++
+	atomic.StoreUint32(&mb.hdr.nRings, uint32(mb.nRings))
+	return seg, off, nil
+}
+
+// reserveSlot reserves the pages of slot i of the ring at off (mapped at
+// seg) that a message of n bytes covers. The caller holds the endpoint's
+// closeMu, so the file is still open.
+func (mb *Mailbox) reserveSlot(seg *segment, off, i, n, peer int) error {
+	start := mb.geo.dataOff + i*mb.geo.slotStride
+	from, to := start/pageSize*pageSize, roundUp(start+n, pageSize)
+	if err := growFile(mb.fd, int64(off+from), int64(to-from)); err != nil {
+		return fmt.Errorf("shm: slot %d of the ring from rank %d to rank %d in %s: %w", i, mb.rank, peer, mb.path, err)
+	}
+	// Map the pages now rather than fault them in during the message; a
+	// kernel without MADV_POPULATE_WRITE (before 5.14) faults.
+	_ = unix.Madvise(seg.bytes(from, to-from), unix.MADV_POPULATE_WRITE)
+	return nil
+}
+
+// Bytes is the shared memory the mailbox holds: its header, the counters
+// and slot lines of each ring it made (one per peer it sent to), and of
+// each slot's data the pages its longest message used. It reads the
+// file's size on /dev/shm, so it is valid until Close.
+func (mb *Mailbox) Bytes() int64 {
+	var st unix.Stat_t
+	if unix.Fstat(mb.fd, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
+// growFile reserves n bytes of the file from off, growing it; a /dev/shm
+// too small fails here, not with a SIGBUS on the first message.
+func growFile(fd int, off, n int64) error {
+	err := unix.Fallocate(fd, 0, off, n)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		// Not tmpfs: a file system without fallocate backs pages on demand.
+		var st unix.Stat_t
+		if err = unix.Fstat(fd, &st); err == nil && st.Size < off+n {
+			err = unix.Ftruncate(fd, off+n)
+		}
+	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EFBIG) {
+		return fmt.Errorf("not enough space for %d more bytes: enlarge /dev/shm (docker run --shm-size, or a bigger tmpfs) or lower the slot size or count: %w", n, err)
+	}
+	return err
 }
 
 // Name is what a peer passes to Connect (as Peer.Name) to map this mailbox:
@@ -130,16 +205,19 @@ func (mb *Mailbox) Close() error {
 	mb.closeOnce.Do(func() {
 		mb.bell.Close()
 		mb.seg.drop()
+		unix.Close(mb.fd)
 	})
 	return err
 }
 
-// Connect maps the mailbox of every local peer (peers holds exactly the
-// localPeers given to Create) and returns this rank's endpoint. It checks
-// each header (magic, version, rank, pid, slot geometry) and fails with an
-// error naming the peer on any mismatch. A mailbox that does not exist yet,
-// or is still being initialised, is retried until ctx ends. On error the
-// mailbox stays open (Close it, or Connect again).
+// Connect maps the header of every local peer's mailbox (peers holds
+// exactly the localPeers given to Create) and returns this rank's endpoint;
+// the rings between two ranks come later, when they first send (see
+// Endpoint.Sender). It checks each header (magic, version, rank, pid, slot
+// geometry, that the peer counts this rank as local) and fails with an
+// error naming the peer on any mismatch. A mailbox that does not exist
+// yet, or is still being initialised, is retried until ctx ends. On error
+// the mailbox stays open (Close it, or Connect again).
 func (mb *Mailbox) Connect(ctx context.Context, peers map[int]Peer) (*Endpoint, error) {
 	if mb.seg.dropped.Load() {
 		return nil, transport.ErrClosed
@@ -167,26 +245,17 @@ func (mb *Mailbox) Connect(ctx context.Context, peers map[int]Peer) (*Endpoint, 
 		return nil, err
 	}
 	myNS := mb.hdr.pidNS
-	for i, p := range mb.peers {
-		seg, hdr, err := mb.mapPeer(ctx, p, peers[p])
+	for _, p := range mb.peers {
+		l, err := mb.mapPeer(ctx, p, peers[p])
 		if err != nil {
 			return fail(err)
 		}
-		l := &peerLink{rank: p, seg: seg, hdr: hdr, pidfd: -1}
 		ep.links[p] = l
 		ep.linkList = append(ep.linkList, l)
-		// Our ring in the peer's mailbox.
-		table := unsafe.Slice((*uint32)(seg.at(ringTableOff)), hdr.nRings)
-		j := slices.Index(table, uint32(mb.rank))
-		if j < 0 {
+		if atomic.LoadUint64(&l.table[mb.rank]) == ringNone {
 			return fail(fmt.Errorf("shm: mailbox %s of rank %d has no ring for rank %d: the ranks disagree on which ranks share this host", peers[p].Name, p, mb.rank))
 		}
-		// Its header may be larger than ours (more rings in the table);
-		// tryMapPeer checked that the file matches this geometry.
-		pg, _ := newGeometry(mb.cfg.SlotSize, mb.cfg.SlotCount, int(hdr.nRings))
-		l.send = newSender(ep, l, seg, pg.ringOff(j), pg)
-		l.recv = newReceiver(ep, l, mb.seg, mb.geo.ringOff(i), mb.geo)
-		if err := l.watch(int(hdr.ownerPid), hdr.pidNS, myNS); err != nil {
+		if err := l.watch(int(l.hdr.ownerPid), l.hdr.pidNS, myNS); err != nil {
 			return fail(err)
 		}
 	}
@@ -197,51 +266,61 @@ func (mb *Mailbox) Connect(ctx context.Context, peers map[int]Peer) (*Endpoint, 
 }
 
 // mapPeer maps and validates the mailbox of local peer rank.
-func (mb *Mailbox) mapPeer(ctx context.Context, rank int, p Peer) (*segment, *header, error) {
+func (mb *Mailbox) mapPeer(ctx context.Context, rank int, p Peer) (*peerLink, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("shm: mailbox %s of rank %d: %s", p.Name, rank, fmt.Sprintf(format, args...))
 	}
 	for {
-		seg, hdr, retry, err := mb.tryMapPeer(rank, p)
+		l, retry, err := mb.tryMapPeer(rank, p)
 		if err != nil && !retry {
-			return nil, nil, fail("%v", err)
+			return nil, fail("%v", err)
 		}
 		if err == nil {
-			return seg, hdr, nil
+			return l, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, fail("%v (waited until: %v)", err, ctx.Err())
+			return nil, fail("%v (waited until: %v)", err, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}
 }
 
 // tryMapPeer makes one attempt; retry reports that the peer may still be
-// creating its mailbox.
-func (mb *Mailbox) tryMapPeer(rank int, p Peer) (seg *segment, hdr *header, retry bool, err error) {
+// creating its mailbox. The link keeps the file open, to map the peer's
+// ring to this rank once the peer makes it.
+func (mb *Mailbox) tryMapPeer(rank int, p Peer) (l *peerLink, retry bool, err error) {
 	fd, size, err := openShared(p.Name)
 	if err != nil {
-		return nil, nil, errors.Is(err, unix.ENOENT), err
+		return nil, errors.Is(err, unix.ENOENT), err
 	}
-	defer unix.Close(fd)
-	if size < ringTableOff {
-		// Created but not yet reserved.
-		return nil, nil, true, fmt.Errorf("not initialised (%d bytes)", size)
+	keep := false
+	defer func() {
+		if !keep {
+			unix.Close(fd)
+		}
+	}()
+	if size < int64(mb.geo.headerSize) {
+		// Created but not yet reserved, or a job of another size (told
+		// apart once the header is readable).
+		if size < ringTableOff {
+			return nil, true, fmt.Errorf("not initialised (%d bytes)", size)
+		}
 	}
-	seg, err = mapSegment(fd, int(size), true)
+	hsize := min(int(size), mb.geo.headerSize)
+	seg, err := mapSegment(fd, hsize, true)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, false, err
 	}
-	hdr = (*header)(seg.at(0))
-	bad := func(format string, args ...any) (*segment, *header, bool, error) {
+	hdr := (*header)(seg.at(0))
+	bad := func(format string, args ...any) (*peerLink, bool, error) {
 		seg.drop()
-		return nil, nil, false, fmt.Errorf(format, args...)
+		return nil, false, fmt.Errorf(format, args...)
 	}
 	switch m := atomic.LoadUint64(&hdr.magic); {
 	case m == 0:
 		seg.drop()
-		return nil, nil, true, errors.New("not initialised")
+		return nil, true, errors.New("not initialised")
 	case m != segmentMagic:
 		return bad("not a gccl mailbox (magic %#x)", m)
 	}
@@ -258,13 +337,13 @@ func (mb *Mailbox) tryMapPeer(rank int, p Peer) (seg *segment, hdr *header, retr
 		return bad("slot geometry %d slots x %d bytes, this rank uses %d x %d (every rank on a host needs the same shm Config)",
 			hdr.slotCount, hdr.slotSize, mb.cfg.SlotCount, mb.cfg.SlotSize)
 	}
-	g, err := newGeometry(int(hdr.slotSize), int(hdr.slotCount), int(hdr.nRings))
-	if err != nil || int(hdr.headerSize) != g.headerSize || int(hdr.ringStride) != g.ringStride ||
-		int64(hdr.totalSize) != g.total || size != g.total {
-		return bad("inconsistent layout (header %d, ring stride %d, size %d of file %d)", hdr.headerSize, hdr.ringStride, hdr.totalSize, size)
+	if int(hdr.headerSize) != mb.geo.headerSize || int(hdr.ringStride) != mb.geo.ringStride || hsize != mb.geo.headerSize {
+		return bad("inconsistent layout (header %d, ring stride %d, file of %d bytes)", hdr.headerSize, hdr.ringStride, size)
 	}
 	if st := atomic.LoadUint32(&hdr.state); st != stateOpen {
 		return bad("rank %d already closed its mailbox", rank)
 	}
-	return seg, hdr, false, nil
+	keep = true
+	return &peerLink{rank: rank, seg: seg, hdr: hdr, fd: fd, pidfd: -1,
+		table: unsafe.Slice((*uint64)(seg.at(ringTableOff)), mb.size)}, false, nil
 }

@@ -36,12 +36,17 @@ type mappedRange struct {
 }
 
 func mapSegment(fd, size int, populate bool) (*segment, error) {
+	return mapSegmentAt(fd, 0, size, populate)
+}
+
+// mapSegmentAt maps size bytes of the file from off (page aligned).
+func mapSegmentAt(fd int, off int64, size int, populate bool) (*segment, error) {
 	flags := unix.MAP_SHARED
 	if populate {
 		// Map the pages now, not on the first messages.
 		flags |= unix.MAP_POPULATE
 	}
-	p, err := unix.MmapPtr(fd, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, flags)
+	p, err := unix.MmapPtr(fd, off, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
 	}

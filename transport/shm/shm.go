@@ -2,13 +2,15 @@
 // memory in /dev/shm.
 //
 // Each rank creates one segment, its mailbox, named gccl-<jobID>-<rank>. The
-// mailbox holds a small header (magic, version, owner pid, the rank's state
-// and its bell) and one single-producer single-consumer ring of slots for
-// every local peer that sends to this rank. A sender maps the receiver's
-// mailbox and writes its slots in place; the receiver reads them in place, so
-// a fused primitive can reduce straight from an incoming slot into an
-// outgoing one. Every rank maps the mailbox of every local peer: it writes
-// into them, checks their state and rings their bells.
+// mailbox holds a small header (magic, version, owner pid, the rank's state,
+// its bell and a table of its rings) and, added as the rank first sends to
+// each peer, one single-producer single-consumer ring of slots per peer it
+// sends to. The sender writes its slots in place; the receiver maps the
+// ring from the sender's mailbox and reads them in place, so a fused
+// primitive can reduce straight from an incoming slot into an outgoing one.
+// At Connect every rank maps only the headers of its local peers (it checks
+// their state and rings their bells), so a job's shared memory grows with
+// the pairs that talk, not with the square of the ranks on a host.
 //
 // The bell is a futex word in the rank's own header. A peer that commits a
 // message or frees a slot rings it only when the rank sleeps, so the fast
@@ -27,7 +29,7 @@
 //	mb, err := shm.Create(jobID, rank, size, localPeers, shm.Config{})
 //	// publish mb.Name() and os.Getpid(); gather the peers' ones
 //	ep, err := mb.Connect(ctx, peers)
-//	// barrier: every local peer has mapped every mailbox
+//	// barrier: every local peer has opened every mailbox
 //	mb.Unlink()
 //
 // Regions (Alloc, MapRegion) are plain shared buffers with the same naming
@@ -50,7 +52,8 @@ import (
 // development VM, slots of 64 KiB to 256 KiB and rings of 4 or 8 slots
 // streamed and all-reduced alike (BenchmarkStream, BenchmarkAllReduce2 with
 // GCCL_SHM_BENCH_ALL_GEOMETRIES=1); 32 KiB was slower. 128 KiB x 4 keeps a
-// ring at 512 KiB, so eight ranks on a host use 28 MiB of /dev/shm, under
+// ring at 512 KiB; rings exist only between ranks that send to each other,
+// so even eight ranks that all talk to all use 28 MiB of /dev/shm, under
 // Docker's default 64 MiB.
 const (
 	DefaultSlotSize  = 128 << 10

@@ -505,29 +505,48 @@ func TestSegmentsAre0600(t *testing.T) {
 	}
 }
 
-func TestFullDevShmFailsAtCreate(t *testing.T) {
+// TestFullDevShmFailsAtFirstLargeSend: a mailbox is a header until its
+// rank sends, and a slot's data is reserved by the first message that
+// needs it; so a /dev/shm too small for it fails there, with an error
+// naming the pair, not with a SIGBUS, and small messages still pass.
+func TestFullDevShmFailsAtFirstLargeSend(t *testing.T) {
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1M,mode=0700"); err != nil {
 		t.Skipf("cannot mount a small tmpfs to simulate a full /dev/shm (%v); needs root or CAP_SYS_ADMIN", err)
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
-	_, err := Create("full", 0, 2, []int{1}, Config{SlotSize: 1 << 20, SlotCount: 4, Dir: dir})
-	if err == nil || !strings.Contains(err.Error(), "not enough space") {
-		t.Fatalf("Create on a full tmpfs: %v", err)
+	for _, sub := range []string{"big", "small"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Log(err)
-	if _, err := AllocIn(dir, "full", 0, 2<<20); err == nil || !strings.Contains(err.Error(), "not enough space") {
-		t.Fatalf("Alloc on a full tmpfs: %v", err)
+	big := world(t, 2, Config{SlotSize: 1 << 20, SlotCount: 4, Dir: filepath.Join(dir, "big")})
+	if err := send(big[0], 1, []byte("small"), 1); err != nil {
+		t.Fatalf("a message in a slot's line on a full tmpfs: %v", err)
 	}
-	if names := dirEntries(t, dir); len(names) != 0 {
-		t.Fatalf("failed Create left %v", names)
-	}
-	// What fits still works.
-	mb, err := Create("full", 0, 2, []int{1}, Config{SlotSize: 4096, SlotCount: 4, Dir: dir})
+	s, err := big[0].Sender(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb.Close()
+	_, _, err = s.TryReserve(1 << 20) // a full slot, more than the tmpfs has left
+	var pe *transport.PeerError
+	if err == nil || !strings.Contains(err.Error(), "not enough space") || !errors.As(err, &pe) || pe.Peer != 1 ||
+		!strings.Contains(err.Error(), "rank 0 to rank 1") {
+		t.Fatalf("first large message on a full tmpfs: %v", err)
+	}
+	t.Log(err)
+	buf := make([]byte, 64)
+	if n, _, err := recv(big[1], 0, buf); err != nil || string(buf[:n]) != "small" {
+		t.Fatalf("rank 1 received %q, %v", buf[:n], err)
+	}
+	if _, err := AllocIn(dir, "full", 0, 2<<20); err == nil || !strings.Contains(err.Error(), "not enough space") {
+		t.Fatalf("Alloc on a full tmpfs: %v", err)
+	}
+	// What fits still works.
+	small := world(t, 2, Config{SlotSize: 4096, SlotCount: 4, Dir: filepath.Join(dir, "small")})
+	if err := send(small[0], 1, make([]byte, 4096), 1); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestUnlinkLeavesNoFiles(t *testing.T) {
@@ -838,51 +857,54 @@ func TestGeometry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.slotStride != 1024 || g.dataOff != pageSize || g.ringStride != 2*pageSize || g.headerSize != pageSize || g.total != 5*pageSize {
+	if g.slotStride != 1024 || g.dataOff != pageSize || g.ringStride != 2*pageSize || g.headerSize != pageSize || g.size(2) != 5*pageSize {
 		t.Fatalf("%+v", g)
 	}
 	if g.ringOff(1) != 3*pageSize {
 		t.Fatalf("ring 1 at %d", g.ringOff(1))
 	}
-	// Many peers grow the ring table beyond the first page.
-	if g, _ := newGeometry(64, 2, 1000); g.headerSize != 2*pageSize {
-		t.Fatalf("header of 1000 rings: %d", g.headerSize)
+	// A large job grows the ring table beyond the first page.
+	if g, _ := newGeometry(64, 2, 1000); g.headerSize != 3*pageSize {
+		t.Fatalf("header of a job of 1000 ranks: %d", g.headerSize)
 	}
 }
 
-// TestPeerWithLargerHeader: a rank with many local peers has a ring table
-// longer than a page; a peer with few must still find its ring in it.
+// TestPeerWithLargerHeader: in a large job the ring table spans several
+// pages; two ranks still find each other's rings in it, both ways.
 func TestPeerWithLargerHeader(t *testing.T) {
 	dir := testDir(t)
 	cfg := Config{SlotSize: 64, SlotCount: 2, Dir: dir}
-	var many []int
-	for p := 1; p <= 1100; p++ {
-		many = append(many, p)
+	const size = 1101
+	var mbs [2]*Mailbox
+	for r := range mbs {
+		mb, err := Create("hdr", r*1000, size, []int{1000 - r*1000}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mbs[r] = mb
 	}
-	big, err := Create("hdr", 0, 1101, many, cfg)
-	if err != nil {
-		t.Fatal(err)
+	if mbs[0].geo.headerSize <= pageSize {
+		t.Fatalf("header of %d bytes; the test needs more than a page", mbs[0].geo.headerSize)
 	}
-	defer big.Close()
-	if big.geo.headerSize <= pageSize {
-		t.Fatalf("header of %d bytes; the test needs more than a page", big.geo.headerSize)
+	var eps [2]*Endpoint
+	for r, mb := range mbs {
+		ep, err := mb.Connect(context.Background(), map[int]Peer{1000 - r*1000: {Name: mbs[1-r].Name(), Pid: os.Getpid()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		eps[r] = ep
 	}
-	small, err := Create("hdr", 1, 1101, []int{0}, cfg)
-	if err != nil {
-		t.Fatal(err)
+	for r, ep := range eps {
+		if err := send(ep, 1000-r*1000, []byte("hello"), transport.Tag(7+r)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ep, err := small.Connect(context.Background(), map[int]Peer{0: {Name: big.Name(), Pid: os.Getpid()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
-	if err := send(ep, 0, []byte("hello"), 7); err != nil {
-		t.Fatal(err)
-	}
-	// Rank 0 cannot connect without its 1100 peers: read its ring for
-	// rank 1 (the first in its table) directly.
-	_, metas, _ := ringParts(big.seg, big.geo.ringOff(0), big.geo)
-	if m := &metas[0]; m.seq.Load() != 1 || m.len != 5 || m.tag != 7 || string(m.inline[:5]) != "hello" {
-		t.Fatalf("rank 0's ring from rank 1: seq %d len %d tag %d", m.seq.Load(), m.len, m.tag)
+	buf := make([]byte, 64)
+	for r, ep := range eps {
+		n, tag, err := recv(ep, 1000-r*1000, buf)
+		if err != nil || string(buf[:n]) != "hello" || tag != transport.Tag(8-r) {
+			t.Fatalf("rank %d received %q tag %d: %v", r*1000, buf[:n], tag, err)
+		}
 	}
 }

@@ -1,0 +1,120 @@
+package shm
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gccl/gccl/transport"
+)
+
+// TestMemoryGrowsWithPeersUsed: a rank's mailbox holds its header and,
+// per peer it sent to, a ring's counters and slot lines, plus of each
+// slot's data the pages its longest message covered; whatever the size of
+// the job. The file on /dev/shm holds exactly that much memory.
+func TestMemoryGrowsWithPeersUsed(t *testing.T) {
+	const n = 8
+	cfg := Config{SlotSize: 3 * pageSize, SlotCount: 4}
+	eps := world(t, n, cfg)
+	g, err := newGeometry(cfg.SlotSize, cfg.SlotCount, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, want []int64) {
+		t.Helper()
+		for r, ep := range eps {
+			if got := ep.mb.Bytes(); got != want[r] {
+				t.Errorf("%s: rank %d holds %d bytes, want %d", when, r, got, want[r])
+			}
+		}
+	}
+	hdr, lines, page := int64(g.headerSize), int64(g.dataOff), int64(pageSize)
+	check("after Connect", []int64{hdr, hdr, hdr, hdr, hdr, hdr, hdr, hdr})
+	// Rank 0 sends small messages to 1 and 2; rank 1 answers 0; the others
+	// only exist.
+	for _, p := range []int{1, 2} {
+		if err := send(eps[0], p, []byte("x"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := send(eps[1], 0, []byte("y"), 2); err != nil {
+		t.Fatal(err)
+	}
+	// Receivers make nothing; a second Sender to the same peer neither.
+	if _, err := eps[3].Receiver(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eps[0].Sender(1); err != nil {
+		t.Fatal(err)
+	}
+	check("after small messages", []int64{hdr + 2*lines, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	// A message too large for a slot's line reserves the pages of its
+	// slot's data that it covers: the second message to rank 2 lands in
+	// slot 1 and takes its first page, the third, in slot 2, all three.
+	for _, m := range []int{inlineMax + 1, 3 * pageSize} {
+		if err := send(eps[0], 2, make([]byte, m), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after large messages", []int64{hdr + 2*lines + 4*page, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	buf := make([]byte, 3*pageSize)
+	for _, c := range []struct{ to, from, n int }{{1, 0, 1}, {2, 0, 1}, {2, 0, inlineMax + 1}, {2, 0, 3 * pageSize}, {0, 1, 1}} {
+		if n, _, err := recv(eps[c.to], c.from, buf); err != nil || n != c.n {
+			t.Fatalf("rank %d from %d: %d bytes, %v", c.to, c.from, n, err)
+		}
+	}
+}
+
+// TestReceiverBeforeSender: a rank that waits for a peer which has not sent
+// yet (so has made no ring) wakes when the ring appears with its message.
+func TestReceiverBeforeSender(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 256, SlotCount: 2})
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 256)
+		n, tag, err := recv(eps[1], 0, buf)
+		if err == nil && (string(buf[:n]) != "late" || tag != 5) {
+			err = errors.New("wrong message: " + string(buf[:n]))
+		}
+		got <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // let the receiver sleep on its bell
+	if err := send(eps[0], 1, []byte("late"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSendThenCloseBeforeReceiverExists: what a rank sent before it closed
+// is read by a peer that asks for its receiver only afterwards, and the
+// close comes after it.
+func TestSendThenCloseBeforeReceiverExists(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		eps := world(t, 2, Config{SlotSize: 256, SlotCount: 4})
+		if early {
+			if _, err := eps[1].Receiver(0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, m := range []string{"a", "bb"} {
+			if err := send(eps[0], 1, []byte(m), transport.Tag(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eps[0].Close()
+		buf := make([]byte, 256)
+		for i, m := range []string{"a", "bb"} {
+			n, tag, err := recv(eps[1], 0, buf)
+			if err != nil || string(buf[:n]) != m || tag != transport.Tag(i) {
+				t.Fatalf("early receiver %v: message %d: %q tag %d %v", early, i, buf[:n], tag, err)
+			}
+		}
+		_, _, err := recv(eps[1], 0, buf)
+		var pe *transport.PeerError
+		if !errors.Is(err, transport.ErrPeerClosed) || !errors.As(err, &pe) || pe.Peer != 0 {
+			t.Fatalf("early receiver %v: after the drain: %v", early, err)
+		}
+	}
+}
