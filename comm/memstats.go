@@ -7,8 +7,9 @@ import "github.com/gccl/gccl/transport"
 // the device engine's own memory is its (gpu).
 type MemStats struct {
 	// The transports' slot rings, by where they live: process memory
-	// (in-process and socket rings), shared memory mapped into this
-	// process (this rank's shm mailbox and its local peers'), and memory
+	// (in-process and socket rings), shared memory this rank holds in
+	// /dev/shm (its shm mailbox: the rings it sends on, made at its first
+	// message to each peer), and memory
 	// registered with an RDMA device (ibverbs). In-process rings are
 	// counted at their receiver, as they are made (on first use).
 	RingHeap, RingShared, RingRegistered int64

@@ -4,8 +4,9 @@ package transport
 type MemStats struct {
 	// Heap is process memory: in-process rings, socket staging rings.
 	Heap int64
-	// Shared is shared memory mapped into this process: the rank's own
-	// mailbox and its local peers' (shm).
+	// Shared is shared memory the endpoint holds in /dev/shm: for shm, its
+	// own mailbox (the rings it sends on); the rings it reads count at
+	// their owners, so a host's ranks sum to what /dev/shm holds.
 	Shared int64
 	// Registered is memory registered with an RDMA device (ibverbs).
 	Registered int64

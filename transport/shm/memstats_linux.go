@@ -2,19 +2,16 @@ package shm
 
 import "github.com/gccl/gccl/transport"
 
-// MemStats counts the shared memory mapped for the rings: this rank's
-// mailbox (the rings from its local peers) and each local peer's (the
-// rings this rank writes into), as mapped; segments that Close or Abort
-// released no longer count.
+// MemStats counts the shared memory this rank's endpoint holds in
+// /dev/shm: its mailbox, whose rings carry its messages to the peers it
+// sent to (the blocks the file occupies). The rings it reads are its
+// peers' and count there, so summing over a host's ranks counts each byte
+// once. A closed endpoint holds nothing.
 func (e *Endpoint) MemStats() transport.MemStats {
-	var n int64
-	if s := e.mb.seg; s != nil && !s.dropped.Load() {
-		n += int64(s.size)
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() || e.mb.seg.dropped.Load() {
+		return transport.MemStats{}
 	}
-	for _, l := range e.linkList {
-		if s := l.seg; s != nil && !s.dropped.Load() {
-			n += int64(s.size)
-		}
-	}
-	return transport.MemStats{Shared: n}
+	return transport.MemStats{Shared: e.mb.Bytes()}
 }

@@ -1,61 +1,32 @@
 package shm
 
-import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
-	"testing"
-)
+import "testing"
 
-// mappedUnder sums the sizes of this process's mappings of files under dir,
-// from /proc/self/maps: what the kernel says is mapped.
-func mappedUnder(t *testing.T, dir string) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer f.Close()
-	var n int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !strings.HasPrefix(fields[5], dir+"/") {
-			continue
-		}
-		lo, hi, _ := strings.Cut(fields[0], "-")
-		a, err1 := strconv.ParseUint(lo, 16, 64)
-		b, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("/proc/self/maps: %q", sc.Text())
-		}
-		n += int64(b - a)
-	}
-	return n
-}
-
-// TestMemStatsMatchMappings: the endpoints' MemStats add up to what the
-// kernel has mapped of their mailboxes, which is n mailboxes of n-1 rings
-// of SlotCount slots, each mapped by its owner and by its n-1 peers.
-func TestMemStatsMatchMappings(t *testing.T) {
+// TestMemStatsMatchTheMailboxes: each endpoint's MemStats is what its
+// mailbox holds by the geometry: a header after Connect; after a message of
+// two pages to one peer, that ring's counters and slot lines and the two
+// pages of slot 0. A closed endpoint counts nothing.
+func TestMemStatsMatchTheMailboxes(t *testing.T) {
 	const n, slotSize, slotCount = 3, 64 << 10, 4
-	dir := testDir(t)
-	eps := world(t, n, Config{SlotSize: slotSize, SlotCount: slotCount, Dir: dir})
-	var sum int64
-	for _, ep := range eps {
-		sum += ep.MemStats().Shared
-	}
-	if mapped := mappedUnder(t, dir); sum != mapped {
-		t.Fatalf("MemStats sum to %d bytes; %d mapped", sum, mapped)
-	}
-	g, err := newGeometry(slotSize, slotCount, n-1)
+	eps := world(t, n, Config{SlotSize: slotSize, SlotCount: slotCount})
+	g, err := newGeometry(slotSize, slotCount, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum != n*n*g.total || g.total < (n-1)*slotSize*slotCount {
-		t.Fatalf("MemStats sum to %d bytes; %d mailboxes of %d mapped %d times expected", sum, n, g.total, n)
+	check := func(when string, want ...int64) {
+		t.Helper()
+		for r, ep := range eps {
+			if got := ep.MemStats(); got.Shared != want[r] || got.Total() != want[r] {
+				t.Errorf("%s: rank %d's MemStats %+v, want %d bytes shared", when, r, got, want[r])
+			}
+		}
 	}
+	hdr := int64(g.headerSize)
+	check("after Connect", hdr, hdr, hdr)
+	if err := send(eps[0], 1, make([]byte, 2*pageSize), 1); err != nil {
+		t.Fatal(err)
+	}
+	check("after a message", hdr+int64(g.dataOff)+2*pageSize, hdr, hdr)
 	if err := eps[0].Close(); err != nil {
 		t.Fatal(err)
 	}
