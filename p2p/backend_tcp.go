@@ -21,7 +21,7 @@ import (
 // VRAM end stages it through pinned bounce buffers. A post finishes when
 // the target has acknowledged it (WRITE) or all its data has landed (READ).
 var tcpSpec = backendSpec{
-	backend: tcpBackend{}, kind: BackendTCP, name: "tcp", async: true,
+	backend: tcpBackend{}, kind: BackendTCP, name: "tcp", async: true, postInline: true, postInlineIf: tcpPostsInline,
 	cost: costModel{fixed: 40 * time.Microsecond, perPiece: 300 * time.Nanosecond, perPart: 10 * time.Microsecond, bytesPerSec: 1.5e9},
 }
 
@@ -139,6 +139,9 @@ func (r *Request) runTCP() {
 		return
 	}
 	p.lockWriter()
+	// A small post's frames never wait for the peer (see tcpConn): it may
+	// run inline, on Post's goroutine or a completion callback's.
+	p.tc.nonblock = r.bytes <= directMin && p.tc.backlog.Load() < overMax
 	var err error
 	var st stager
 	defer st.put(r.a)
@@ -176,6 +179,12 @@ func (r *Request) runTCP() {
 	}
 	if err == nil {
 		err = p.flushLocked()
+	}
+	if p.tc.nonblock {
+		p.tc.nonblock = false
+		if len(p.tc.over) > 0 {
+			p.queue(reply{op: opFlush})
+		}
 	}
 	p.wmu.Unlock()
 	var de deviceError
@@ -215,6 +224,12 @@ var zeroPad [64 << 10]byte
 func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int) error {
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
+	}
+	if s.n >= directMin && p.tc.raw != nil {
+		if err := p.flushLocked(); err != nil {
+			return err
+		}
+		return p.writeDirect(id, r, s.local.mem[s.loff:s.loff+s.n], part)
 	}
 	live := true
 	for off := uint64(0); off < s.n; {
@@ -587,7 +602,9 @@ func (p *peer) serveCommit(h header) error {
 		p.a.deliverNotif(p.name, msg)
 	}
 	if h.flags&flagAck != 0 {
-		p.queue(reply{op: opAck, req: h.req, aux: h.aux, err: why})
+		if rp := (reply{op: opAck, req: h.req, aux: h.aux, err: why}); !p.replyNow(rp) {
+			p.queue(rp)
+		}
 	}
 	return nil
 }
@@ -601,7 +618,9 @@ func (p *peer) serveReadReq(h header) {
 		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})
 		return
 	}
-	p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length})
+	if rp := (reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length}); !p.replyNow(rp) {
+		p.queue(rp)
+	}
 }
 
 // serveReadLocked sends the answer to a peer's READ (the responder, holding

@@ -30,6 +30,7 @@ type peer struct {
 
 	conn net.Conn
 	br   *bufio.Reader
+	tc   *tcpConn   // under br and bw: the socket (tcp_conn.go)
 	data recvReader // br for data payloads: bytes arriving count as life
 
 	wmu  sync.Mutex // one writer at a time on bw (lockWriter)
@@ -55,6 +56,7 @@ type peer struct {
 	respCond *sync.Cond
 	resp     []reply
 	respDone bool
+	respBusy bool // the responder is writing a batch (see replyNow)
 
 	lastRecv atomic.Int64
 	lastSend atomic.Int64
@@ -98,6 +100,7 @@ func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
 			}
 		}
 	}
+	p.startTCP()
 	p.data = recvReader{p}
 	p.respCond = sync.NewCond(&p.respMu)
 	now := monoNow()
@@ -394,7 +397,7 @@ func (p *peer) readLoop() {
 	defer p.a.wg.Done()
 	var hb [wireHeaderLen]byte
 	for {
-		if _, err := io.ReadFull(p.br, hb[:]); err != nil {
+		if err := p.readFrameHeader(hb[:]); err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 			return
 		}
@@ -533,6 +536,7 @@ func (p *peer) respond() {
 			return
 		}
 		batch, p.resp = p.resp, batch[:0]
+		p.respBusy = true
 		p.respMu.Unlock()
 		p.lockWriter()
 		var err error
@@ -549,6 +553,9 @@ func (p *peer) respond() {
 			err = p.flushLocked()
 		}
 		p.wmu.Unlock()
+		p.respMu.Lock()
+		p.respBusy = false
+		p.respMu.Unlock()
 		if err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 		}
@@ -556,6 +563,9 @@ func (p *peer) respond() {
 }
 
 func (p *peer) writeReplyLocked(r reply) error {
+	if r.op == opFlush {
+		return p.tc.flushOver() // what a nonblocking write left (tcp_conn.go)
+	}
 	h := header{op: r.op, req: r.req, aux: r.aux}
 	if r.err != "" {
 		h.flags = flagError
