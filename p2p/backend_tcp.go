@@ -225,7 +225,7 @@ func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int)
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
 	}
-	if s.n >= directMin && p.tc.raw != nil {
+	if s.n >= directMin && p.tc.raw != nil && !p.tc.nonblock {
 		if err := p.flushLocked(); err != nil {
 			return err
 		}

@@ -53,7 +53,6 @@ type tcpConn struct {
 	raw      syscall.RawConn // nil: plain reads, blocking writes
 	spinning bool
 	frames   spinGauge // the progress loop's wait for a frame
-	waits    spinGauge // Wait on this peer's small posts
 	scratch  []byte    // replyNow's frame (the reader's only)
 
 	// Under the peer's writer lock.
@@ -195,14 +194,14 @@ func (p *peer) startTCP() {
 // spinWait spins a bounded, adaptive while (tcp_spin.go) for a small tcp
 // post to finish before Wait sleeps on it: its answer is a round trip
 // away, less than the wake-up that sleeping costs. It reports whether the
-// post finished meanwhile.
+// post finished meanwhile. It reads only what the request was made with:
+// another goroutine may be posting it again.
 func (r *Request) spinWait() bool {
-	p := r.p
-	if r.spec != &tcpSpec || p == nil || r.bytes > directMin {
+	if r.spec != &tcpSpec || r.bytes > directMin {
 		return false
 	}
 	var sp spinner
-	if !sp.begin(&p.tc.waits) {
+	if !sp.begin(&tcpWaits) {
 		return false
 	}
 	for r.state.Load() == reqPosted {
@@ -213,6 +212,10 @@ func (r *Request) spinWait() bool {
 	sp.won()
 	return true
 }
+
+// tcpWaits is Wait's spin budget, one for the process: whether spinning
+// pays depends on how busy the host's cores are.
+var tcpWaits spinGauge
 
 // writeDirect sends WRITE payload mem of post id of r (part part) straight
 // from the post's memory: no copy into the connection's buffer. The caller
