@@ -139,8 +139,14 @@ func (r *Request) runTCP() {
 		return
 	}
 	p.lockWriter()
-	// A small post's frames never wait for the peer (see tcpConn): it may
-	// run inline, on Post's goroutine or a completion callback's.
+	r.sendTCP(id)
+}
+
+// sendTCP writes post id's frames (the caller holds the writer; sendTCP
+// releases it).
+func (r *Request) sendTCP(id uint64) {
+	p := r.p
+	// A small post's frames never wait for the peer (see tcpConn).
 	p.tc.nonblock = r.bytes <= directMin && p.tc.backlog.Load() < overMax
 	var err error
 	var st stager
@@ -213,14 +219,16 @@ func (p *peer) inFlight(id uint64, r *Request) bool {
 // zeroPad fills the rest of a WRITE frame whose post failed.
 var zeroPad [64 << 10]byte
 
-// writePiece writes WRITE frame h of piece s of post id of r. The bytes go
-// through the connection's buffer, copied into it under sendMu while the
-// post is in flight, never to the socket straight from the piece: a write
-// to a slow peer would then read the piece after the post timed out, when
-// its owner may be reusing the memory, and send that to the target. That
-// costs a memory copy per byte sent. The header announced the length, so
-// a post that fails midway sends zeros for the rest. The caller holds the
-// writer.
+// writePiece writes WRITE frame h of piece s of post id of r. A piece of
+// directMin bytes or more on a socket goes to it straight from the piece
+// (writeDirect: non-blocking writes, each under sendMu while the post is
+// in flight). Smaller ones, and any on a connection without a descriptor
+// (TLS), go through the connection's buffer, copied into it under sendMu
+// while the post is in flight, never written from the piece by a blocking
+// write: that write, to a slow peer, would read the piece after the post
+// timed out, when its owner may be reusing the memory. The header
+// announced the length, so a post that fails midway sends zeros for the
+// rest. The caller holds the writer.
 func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int) error {
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
@@ -520,8 +528,8 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 		done, err = true, fmt.Errorf("p2p: %s answered piece %d, expected %d", r.peer, seg, r.segsDone)
 	} else {
 		r.segsDone++
-		// The reader never writes to the socket itself: the responder
-		// sends the notifications.
+		// The reader does not write here (a notification may wait for
+		// room): the responder sends the notifications.
 		for i := int(r.partsDone.Load()); i < len(r.parts) && r.parts[i].end <= r.segsDone; i++ {
 			if ps := &r.parts[i]; ps.flag {
 				p.queue(reply{op: opNotif, payload: nonNil(ps.notif)})
@@ -540,7 +548,8 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 }
 
 // The target's side: the reader lands WRITE data and queues READ answers,
-// which the responder sends.
+// which the responder sends (acks and small READ answers the reader sends
+// itself when that cannot block: replyNow).
 
 // serveWrite lands a WRITE's data in the target region, or drains it if the
 // region does not hold it (the commit then gets a refusal).

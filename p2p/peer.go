@@ -19,9 +19,10 @@ var errBye = fmt.Errorf("%w (orderly close)", ErrRemoteDisconnect)
 
 // peer is one connection to another agent. Either side posts requests on
 // it; each side's reader goroutine serves the other's requests (the
-// target's progress engine) and completes its own. The reader never writes:
-// replies go through the responder goroutine, so two agents reading from
-// each other cannot block each other's readers.
+// target's progress engine) and completes its own. The reader never waits
+// on a write: replies go through the responder goroutine (or, when the
+// socket takes them at once, out of the reader: replyNow), so two agents
+// reading from each other cannot block each other's readers.
 type peer struct {
 	a    *Agent
 	name string

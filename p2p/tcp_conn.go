@@ -66,9 +66,18 @@ type tcpConn struct {
 const overMax = 1 << 20
 
 // tcpPostsInline: a post runs on Post's goroutine when it is small, the
-// connection is a socket and nothing waits to be sent on it.
+// connection is a socket, nothing waits to be sent on it and the writer is
+// free (else the lane takes it, in order). Inline posts may come from a
+// completion callback on the progress loop, which must not wait for a
+// writer that waits for the peer to read (a writer taken between this
+// check and the post's own is waited for, as the lane would).
 func tcpPostsInline(r *Request) bool {
-	return r.bytes <= directMin && r.p != nil && r.p.tc.raw != nil && r.p.tc.backlog.Load() == 0
+	p := r.p
+	if r.bytes > directMin || p == nil || p.tc.raw == nil || p.tc.backlog.Load() != 0 || !p.wmu.TryLock() {
+		return false
+	}
+	p.wmu.Unlock()
+	return true
 }
 
 // Write is the buffered writer's way to the socket (the caller holds the

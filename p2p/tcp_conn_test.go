@@ -298,3 +298,37 @@ func TestSpinGaugeAdapts(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPSmallPostWriterBusy: a small post finds the connection's writer
+// held (by the responder waiting for a peer that does not read, say): Post
+// does not wait for it (it may run on the progress loop, from a completion
+// callback), and the post goes out once the writer is free.
+func TestTCPSmallPostWriterBusy(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	c := fakeTargetTCP(t, a, 4096)
+	req := request4K(t, a, Write, "fake", Desc{Addr: 1 << 40, Len: 4096})
+	a.mu.RLock()
+	p := a.peers["fake"]
+	a.mu.RUnlock()
+	p.wmu.Lock()
+	posted := make(chan error, 1)
+	go func() { _, err := req.Post(); posted <- err }()
+	select {
+	case err := <-posted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		p.wmu.Unlock()
+		t.Fatal("Post of a small request waited for a busy writer")
+	}
+	p.wmu.Unlock()
+	h := readFrame(t, c)
+	if cm := readFrame(t, c); h.op != opWrite || cm.op != opCommit || cm.req != h.req {
+		t.Fatalf("frames %v, %v", h.op, cm.op)
+	}
+	c.Write(frame(header{op: opAck, req: h.req}, nil))
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
