@@ -193,6 +193,15 @@ func (r *Request) sendTCP(id uint64) {
 		}
 	}
 	p.wmu.Unlock()
+	if err != nil {
+		r.sendFailed(id, err)
+	}
+}
+
+// sendFailed ends post id after its frames failed to go out with err (out
+// of sendTCP: its error value would cost an allocation per post).
+func (r *Request) sendFailed(id uint64, err error) {
+	p := r.p
 	var de deviceError
 	if errors.As(err, &de) {
 		// The frames written so far are whole: the connection stays; the
@@ -202,10 +211,8 @@ func (r *Request) sendTCP(id uint64) {
 		}
 		return
 	}
-	if err != nil {
-		// A frame may be half written: the connection is unusable.
-		p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
-	}
+	// A frame may be half written: the connection is unusable.
+	p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
 }
 
 // inFlight reports whether post id of r is still in flight, so that its

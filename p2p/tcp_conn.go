@@ -59,6 +59,24 @@ type tcpConn struct {
 	nonblock bool
 	over     []byte
 	backlog  atomic.Int64 // len(over), for tcpPostsInline
+
+	// The raw callbacks and their arguments and results, made once: a
+	// closure per call would allocate on every frame.
+	rd     rawOp // the reader's
+	wr     rawOp // the writer's
+	dw     directWrite
+	readFn func(uintptr) bool
+	nowFn  func(uintptr) bool
+	dirFn  func(uintptr) bool
+}
+
+// rawOp is one raw read or write: its buffer, and what it did.
+type rawOp struct {
+	b    []byte
+	n    int
+	err  error
+	sp   spinner
+	spun bool
 }
 
 // overMax bounds what small posts may leave for the responder while the
@@ -112,22 +130,26 @@ func (c *tcpConn) flushOver() error {
 	return err
 }
 
-// writeNow writes what the socket takes of b without waiting.
+// writeNow writes what the socket takes of b without waiting (the caller
+// holds the peer's writer).
 func (c *tcpConn) writeNow(b []byte) (int, error) {
-	var n int
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = rawWrite(fd, b)
-			if werr != syscall.EINTR {
-				return true // EAGAIN too: no waiting here
-			}
-		}
-	})
+	c.wr = rawOp{b: b}
+	err := c.raw.Write(c.nowFn)
 	if err == nil {
-		err = werr
+		err = c.wr.err
 	}
-	return max(n, 0), err
+	n := max(c.wr.n, 0)
+	c.wr.b = nil
+	return n, err
+}
+
+func (c *tcpConn) writeNowOnce(fd uintptr) bool {
+	for {
+		c.wr.n, c.wr.err = rawWrite(fd, c.wr.b)
+		if c.wr.err != syscall.EINTR {
+			return true // EAGAIN too: no waiting here
+		}
+	}
 }
 
 func newTCPConn(c net.Conn) *tcpConn {
@@ -137,36 +159,19 @@ func newTCPConn(c net.Conn) *tcpConn {
 			s.raw = raw
 		}
 	}
+	s.readFn, s.nowFn, s.dirFn = s.readSpinning, s.writeNowOnce, s.dw.write
 	return s
 }
 
 func (s *tcpConn) Read(b []byte) (int, error) {
-	var sp spinner
-	if !s.spinning || s.raw == nil || len(b) == 0 || !sp.begin(&s.frames) {
+	r := &s.rd
+	if !s.spinning || s.raw == nil || len(b) == 0 || !r.sp.begin(&s.frames) {
 		return s.conn.Read(b)
 	}
-	var n int
-	var err error
-	spun := true
-	rerr := s.raw.Read(func(fd uintptr) bool {
-		for {
-			n, err = rawRead(fd, b)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err != syscall.EAGAIN:
-				if spun {
-					sp.won()
-				}
-				return true
-			case !spun:
-				return false // woken by the poller too early: park again
-			case !sp.again():
-				spun = false
-				return false // park until the socket is readable
-			}
-		}
-	})
+	r.b, r.n, r.err, r.spun = b, 0, nil, true
+	rerr := s.raw.Read(s.readFn)
+	n, err := r.n, r.err
+	r.b = nil
 	switch {
 	case rerr != nil:
 		return 0, rerr
@@ -176,6 +181,27 @@ func (s *tcpConn) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+func (s *tcpConn) readSpinning(fd uintptr) bool {
+	r := &s.rd
+	for {
+		r.n, r.err = rawRead(fd, r.b)
+		switch {
+		case r.err == syscall.EINTR:
+			continue
+		case r.err != syscall.EAGAIN:
+			if r.spun {
+				r.sp.won()
+			}
+			return true
+		case !r.spun:
+			return false // woken by the poller too early: park again
+		case !r.sp.again():
+			r.spun = false
+			return false // park until the socket is readable
+		}
+	}
 }
 
 // readFrameHeader reads the next frame's header, spinning a while if none
@@ -239,36 +265,14 @@ func (p *peer) writeDirect(id uint64, r *Request, mem []byte, part int) error {
 		p.werr = err
 		return err
 	}
-	off, live := 0, true
-	var werr error
-	err := p.tc.raw.Write(func(fd uintptr) bool {
-		for off < len(mem) {
-			p.sendMu.Lock()
-			if live = live && p.inFlight(id, r); !live {
-				p.sendMu.Unlock()
-				return true
-			}
-			n, e := rawWrite(fd, mem[off:min(len(mem), off+directChunk)])
-			if n > 0 {
-				r.tcpLanded[part].Add(uint64(n))
-				r.progress.Store(monoNow())
-				off += n
-			}
-			p.sendMu.Unlock()
-			switch {
-			case e == nil, e == syscall.EINTR:
-			case e == syscall.EAGAIN:
-				return false // wait for room, then go on
-			default:
-				werr = e
-				return true
-			}
-		}
-		return true
-	})
+	d := &p.tc.dw
+	*d = directWrite{p: p, id: id, r: r, mem: mem, part: part, live: true}
+	err := p.tc.raw.Write(p.tc.dirFn)
 	if err == nil {
-		err = werr
+		err = d.err
 	}
+	off := d.off
+	*d = directWrite{}
 	if err != nil {
 		p.werr = err
 		return err
@@ -283,6 +287,45 @@ func (p *peer) writeDirect(id uint64, r *Request, mem []byte, part int) error {
 		off += k
 	}
 	return nil
+}
+
+// directWrite is writeDirect's state, for its raw callback.
+type directWrite struct {
+	p    *peer
+	id   uint64
+	r    *Request
+	mem  []byte
+	part int
+	off  int
+	live bool
+	err  error
+}
+
+func (d *directWrite) write(fd uintptr) bool {
+	p, r := d.p, d.r
+	for d.off < len(d.mem) {
+		p.sendMu.Lock()
+		if d.live = d.live && p.inFlight(d.id, r); !d.live {
+			p.sendMu.Unlock()
+			return true
+		}
+		n, e := rawWrite(fd, d.mem[d.off:min(len(d.mem), d.off+directChunk)])
+		if n > 0 {
+			r.tcpLanded[d.part].Add(uint64(n))
+			r.progress.Store(monoNow())
+			d.off += n
+		}
+		p.sendMu.Unlock()
+		switch {
+		case e == nil, e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false // wait for room, then go on
+		default:
+			d.err = e
+			return true
+		}
+	}
+	return true
 }
 
 // opFlush is a reply that only has the responder flush the connection's

@@ -71,8 +71,9 @@ func bigWrite(t *testing.T, a *Agent, buf []byte, opts *RequestOptions) *Request
 // nothing more is read from that memory: the rest of its frame is zeros,
 // and its commit carries no notification.
 func TestTCPDirectWriteStopsAtTimeout(t *testing.T) {
-	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 20 * time.Second})
-	const n = 64 << 20 // more than loopback's socket buffers hold
+	// The fake target answers no pings: PeerTimeout must outlast the test.
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
+	const n = 32 << 20 // more than loopback's socket buffers hold
 	c := fakeTargetTCP(t, a, n)
 	buf := bytes.Repeat([]byte{0xaa}, n)
 	req := bigWrite(t, a, buf, &RequestOptions{Notif: []byte("done")})
@@ -118,8 +119,8 @@ func TestTCPDirectWriteStopsAtTimeout(t *testing.T) {
 // TestTCPPeerLostMidStream: a peer that goes away while a large WRITE
 // streams to it fails the post with ErrRemoteDisconnect naming the peer.
 func TestTCPPeerLostMidStream(t *testing.T) {
-	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: 20 * time.Second})
-	const n = 64 << 20
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
+	const n = 32 << 20
 	c := fakeTargetTCP(t, a, n)
 	req := bigWrite(t, a, make([]byte, n), nil)
 	req.Post()
@@ -330,5 +331,39 @@ func TestTCPSmallPostWriterBusy(t *testing.T) {
 	c.Write(frame(header{op: opAck, req: h.req}, nil))
 	if err := req.Wait(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTCPRoundTripAllocs: a small tcp WRITE or READ, posted again and
+// waited for, allocates nothing but its done channel, on either side
+// (AllocsPerRun counts every goroutine of the process: both agents').
+func TestTCPRoundTripAllocs(t *testing.T) {
+	a, b := pair(t, Config{DisableSHM: true, DisablePVM: true})
+	src, dst := make([]byte, 4096), make([]byte, 4096)
+	lr, _ := a.RegisterMem(src)
+	rr, _ := b.RegisterMem(dst)
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []Op{Write, Read} {
+		req, err := a.CreateRequest(op, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, 4096)}},
+			b.Name(), DescList{Type: DRAM, Descs: []Desc{rr.Desc(0, 4096)}}, nil)
+		if err != nil || req.Backend() != BackendTCP {
+			t.Fatalf("%v %v", req, err)
+		}
+		ctx := ctxT(t)
+		run := func() {
+			if _, err := req.Post(); err != nil {
+				t.Fatal(err)
+			}
+			if err := req.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run()
+		if allocs := testing.AllocsPerRun(200, run); allocs > 1 {
+			t.Errorf("%v: %.1f allocations per round trip, want at most 1 (the done channel)", op, allocs)
+		}
+		req.Release()
 	}
 }
