@@ -367,3 +367,86 @@ func TestTCPRoundTripAllocs(t *testing.T) {
 		req.Release()
 	}
 }
+
+// TestTCPKeepsBytesAfterHello: frames the peer sent right behind its hello,
+// already in the handshake's buffer, are served once the connection's
+// progress loop reads through its own socket reader.
+func TestTCPKeepsBytesAfterHello(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-"})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	theirs, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := ln.Accept()
+	if err != nil {
+		theirs.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ours.Close() })
+	ours.Write(append(frame(header{op: opPing, aux: 7}, nil), frame(header{op: opPing, aux: 8}, nil)...))
+	br := bufio.NewReader(theirs)
+	if _, err := br.Peek(2 * wireHeaderLen); err != nil { // both pings wait in the handshake's buffer
+		t.Fatal(err)
+	}
+	p := newPeer(a, theirs, br, &agentInfo{Name: "fake"})
+	a.mu.Lock()
+	a.conns[p] = true
+	a.peers["fake"] = p
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+	ours.Write(frame(header{op: opPing, aux: 9}, nil)) // and one through the socket reader
+	for _, want := range []uint64{7, 8, 9} {
+		if h := readFrame(t, ours); h.op != opPong || h.aux != want {
+			t.Fatalf("%v %d, want the pong of ping %d", h.op, h.aux, want)
+		}
+	}
+}
+
+// TestTCPRepliesInOrderWhenSocketFull: READ answers and acks that the
+// progress loop sends itself while the socket has room, and that the
+// responder sends once it has not, reach the peer in the order of the
+// requests, whole, however many the peer leaves unread.
+func TestTCPRepliesInOrderWhenSocketFull(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
+	c := fakeTargetTCP(t, a, 4096)
+	mem := make([]byte, directMin)
+	fill(mem, 9)
+	r, err := a.RegisterMem(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reads = 400 // 25 MiB of answers: more than the socket buffers hold
+	var out []byte
+	for i := range reads {
+		out = append(out, frame(header{op: opReadReq, region: r.ID(), req: 1, aux: uint64(i), offset: r.Addr(), length: directMin}, nil)...)
+		if i == reads/2 { // a WRITE in the middle: its ack comes between the answers
+			out = append(out, frame(header{op: opWrite, region: r.ID(), req: 2, offset: r.Addr(), length: 0}, nil)...)
+			out = append(out, frame(header{op: opCommit, req: 2, flags: flagAck}, nil)...)
+		}
+	}
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, directMin)
+	for i := range reads {
+		h := readFrame0(t, c, payload)
+		if h.op != opReadResp || h.aux != uint64(i) {
+			t.Fatalf("reply %d: %v aux %d", i, h.op, h.aux)
+		}
+		if !bytes.Equal(payload, mem) {
+			t.Fatalf("answer %d differs", i)
+		}
+		if i == reads/2 {
+			if h := readFrame(t, c); h.op != opAck || h.req != 2 {
+				t.Fatalf("after answer %d: %v req %d, want the WRITE's ack", i, h.op, h.req)
+			}
+		}
+	}
+}
