@@ -31,7 +31,7 @@ const directMin = 64 << 10
 
 // directChunk bounds one write(2) from a post's memory, so that sendMu
 // (which retire waits for) is held for a bounded kernel copy.
-const directChunk = 1 << 20
+const directChunk = 256 << 10
 
 // tcpConn is the connection under the peer's buffered reader and writer.
 //
