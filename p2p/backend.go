@@ -116,6 +116,10 @@ type backendSpec struct {
 	// it, whatever its size (unless InlineLimit < 0), and returns
 	// StatusInProgress.
 	postInline bool
+	// postInlineIf: if set, postInline holds only for the posts it
+	// accepts (tcp: small ones, whose frames never wait for the peer; a
+	// large one would hold Post while it streams).
+	postInlineIf func(*Request) bool
 	// retirer is the backend's, if it is one (set by init: complete
 	// asks on every post, without a type assertion).
 	retirer retirer

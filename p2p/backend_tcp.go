@@ -21,7 +21,7 @@ import (
 // VRAM end stages it through pinned bounce buffers. A post finishes when
 // the target has acknowledged it (WRITE) or all its data has landed (READ).
 var tcpSpec = backendSpec{
-	backend: tcpBackend{}, kind: BackendTCP, name: "tcp", async: true,
+	backend: tcpBackend{}, kind: BackendTCP, name: "tcp", async: true, postInline: true, postInlineIf: tcpPostsInline,
 	cost: costModel{fixed: 40 * time.Microsecond, perPiece: 300 * time.Nanosecond, perPart: 10 * time.Microsecond, bytesPerSec: 1.5e9},
 }
 
@@ -139,6 +139,15 @@ func (r *Request) runTCP() {
 		return
 	}
 	p.lockWriter()
+	r.sendTCP(id)
+}
+
+// sendTCP writes post id's frames (the caller holds the writer; sendTCP
+// releases it).
+func (r *Request) sendTCP(id uint64) {
+	p := r.p
+	// A small post's frames never wait for the peer (see tcpConn).
+	p.tc.nonblock = r.bytes <= directMin && p.tc.backlog.Load() < overMax
 	var err error
 	var st stager
 	defer st.put(r.a)
@@ -177,7 +186,22 @@ func (r *Request) runTCP() {
 	if err == nil {
 		err = p.flushLocked()
 	}
+	if p.tc.nonblock {
+		p.tc.nonblock = false
+		if len(p.tc.over) > 0 {
+			p.queue(reply{op: opFlush})
+		}
+	}
 	p.wmu.Unlock()
+	if err != nil {
+		r.sendFailed(id, err)
+	}
+}
+
+// sendFailed ends post id after its frames failed to go out with err (out
+// of sendTCP: its error value would cost an allocation per post).
+func (r *Request) sendFailed(id uint64, err error) {
+	p := r.p
 	var de deviceError
 	if errors.As(err, &de) {
 		// The frames written so far are whole: the connection stays; the
@@ -187,10 +211,8 @@ func (r *Request) runTCP() {
 		}
 		return
 	}
-	if err != nil {
-		// A frame may be half written: the connection is unusable.
-		p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
-	}
+	// A frame may be half written: the connection is unusable.
+	p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, r.peer, err), true)
 }
 
 // inFlight reports whether post id of r is still in flight, so that its
@@ -204,17 +226,25 @@ func (p *peer) inFlight(id uint64, r *Request) bool {
 // zeroPad fills the rest of a WRITE frame whose post failed.
 var zeroPad [64 << 10]byte
 
-// writePiece writes WRITE frame h of piece s of post id of r. The bytes go
-// through the connection's buffer, copied into it under sendMu while the
-// post is in flight, never to the socket straight from the piece: a write
-// to a slow peer would then read the piece after the post timed out, when
-// its owner may be reusing the memory, and send that to the target. That
-// costs a memory copy per byte sent. The header announced the length, so
-// a post that fails midway sends zeros for the rest. The caller holds the
-// writer.
+// writePiece writes WRITE frame h of piece s of post id of r. A piece of
+// directMin bytes or more on a socket goes to it straight from the piece
+// (writeDirect: non-blocking writes, each under sendMu while the post is
+// in flight). Smaller ones, and any on a connection without a descriptor
+// (TLS), go through the connection's buffer, copied into it under sendMu
+// while the post is in flight, never written from the piece by a blocking
+// write: that write, to a slow peer, would read the piece after the post
+// timed out, when its owner may be reusing the memory. The header
+// announced the length, so a post that fails midway sends zeros for the
+// rest. The caller holds the writer.
 func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int) error {
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
+	}
+	if s.n >= directMin && p.tc.raw != nil && !p.tc.nonblock {
+		if err := p.flushLocked(); err != nil {
+			return err
+		}
+		return p.writeDirect(id, r, s.local.mem[s.loff:s.loff+s.n], part)
 	}
 	live := true
 	for off := uint64(0); off < s.n; {
@@ -505,8 +535,8 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 		done, err = true, fmt.Errorf("p2p: %s answered piece %d, expected %d", r.peer, seg, r.segsDone)
 	} else {
 		r.segsDone++
-		// The reader never writes to the socket itself: the responder
-		// sends the notifications.
+		// The reader does not write here (a notification may wait for
+		// room): the responder sends the notifications.
 		for i := int(r.partsDone.Load()); i < len(r.parts) && r.parts[i].end <= r.segsDone; i++ {
 			if ps := &r.parts[i]; ps.flag {
 				p.queue(reply{op: opNotif, payload: nonNil(ps.notif)})
@@ -525,7 +555,8 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 }
 
 // The target's side: the reader lands WRITE data and queues READ answers,
-// which the responder sends.
+// which the responder sends (acks and small READ answers the reader sends
+// itself when that cannot block: replyNow).
 
 // serveWrite lands a WRITE's data in the target region, or drains it if the
 // region does not hold it (the commit then gets a refusal).
@@ -587,7 +618,9 @@ func (p *peer) serveCommit(h header) error {
 		p.a.deliverNotif(p.name, msg)
 	}
 	if h.flags&flagAck != 0 {
-		p.queue(reply{op: opAck, req: h.req, aux: h.aux, err: why})
+		if rp := (reply{op: opAck, req: h.req, aux: h.aux, err: why}); !p.replyNow(rp) {
+			p.queue(rp)
+		}
 	}
 	return nil
 }
@@ -601,7 +634,9 @@ func (p *peer) serveReadReq(h header) {
 		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})
 		return
 	}
-	p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length})
+	if rp := (reply{op: opReadResp, req: h.req, aux: h.aux, region: r, offset: h.offset, length: h.length}); !p.replyNow(rp) {
+		p.queue(rp)
+	}
 }
 
 // serveReadLocked sends the answer to a peer's READ (the responder, holding

@@ -20,9 +20,10 @@ var errBye = fmt.Errorf("%w (orderly close)", ErrRemoteDisconnect)
 
 // peer is one connection to another agent. Either side posts requests on
 // it; each side's reader goroutine serves the other's requests (the
-// target's progress engine) and completes its own. The reader never writes:
-// replies go through the responder goroutine, so two agents reading from
-// each other cannot block each other's readers.
+// target's progress engine) and completes its own. The reader never waits
+// on a write: replies go through the responder goroutine (or, when the
+// socket takes them at once, out of the reader: replyNow), so two agents
+// reading from each other cannot block each other's readers.
 type peer struct {
 	a    *Agent
 	name string
@@ -31,6 +32,7 @@ type peer struct {
 
 	conn net.Conn
 	br   *bufio.Reader
+	tc   *tcpConn   // under br and bw: the socket (tcp_conn.go)
 	data recvReader // br for data payloads: bytes arriving count as life
 
 	wmu  sync.Mutex // one writer at a time on bw (lockWriter)
@@ -56,6 +58,7 @@ type peer struct {
 	respCond *sync.Cond
 	resp     []reply
 	respDone bool
+	respBusy bool // the responder is writing a batch (see replyNow)
 
 	lastRecv atomic.Int64
 	lastSend atomic.Int64
@@ -99,6 +102,7 @@ func newPeer(a *Agent, conn net.Conn, br *bufio.Reader, info *agentInfo) *peer {
 			}
 		}
 	}
+	p.startTCP()
 	p.data = recvReader{p}
 	p.respCond = sync.NewCond(&p.respMu)
 	now := monoNow()
@@ -429,7 +433,7 @@ func (p *peer) readLoop() {
 	defer p.a.wg.Done()
 	var hb [wireHeaderLen]byte
 	for {
-		if _, err := io.ReadFull(p.br, hb[:]); err != nil {
+		if err := p.readFrameHeader(hb[:]); err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 			return
 		}
@@ -568,6 +572,7 @@ func (p *peer) respond() {
 			return
 		}
 		batch, p.resp = p.resp, batch[:0]
+		p.respBusy = true
 		p.respMu.Unlock()
 		p.lockWriter()
 		var err error
@@ -584,6 +589,9 @@ func (p *peer) respond() {
 			err = p.flushLocked()
 		}
 		p.wmu.Unlock()
+		p.respMu.Lock()
+		p.respBusy = false
+		p.respMu.Unlock()
 		if err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 		}
@@ -591,6 +599,9 @@ func (p *peer) respond() {
 }
 
 func (p *peer) writeReplyLocked(r reply) error {
+	if r.op == opFlush {
+		return p.tc.flushOver() // what a nonblocking write left (tcp_conn.go)
+	}
 	h := header{op: r.op, req: r.req, aux: r.aux}
 	if r.err != "" {
 		h.flags = flagError

@@ -584,7 +584,7 @@ func (r *Request) Post() (Status, error) {
 		r.complete(ErrClosed, true)
 		return StatusFailed, ErrClosed
 	}
-	if r.spec.postInline && a.cfg.InlineLimit >= 0 {
+	if r.spec.postInline && a.cfg.InlineLimit >= 0 && (r.spec.postInlineIf == nil || r.spec.postInlineIf(r)) {
 		// Posting costs the same whatever the size: on this goroutine when
 		// nothing is queued before it (no lane goroutine to start).
 		if ran, err := l.runInline(r); ran {
@@ -646,6 +646,9 @@ func (r *Request) Wait(ctx context.Context) error {
 			return err
 		case reqIdle:
 			return errors.New("p2p: request not posted")
+		}
+		if r.spinWait() {
+			continue
 		}
 		select {
 		case <-done: // read the outcome under mu: it may be a newer post's

@@ -75,6 +75,7 @@ type options struct {
 	reverse            bool
 	gpu                bool
 	dev                int
+	notif              bool
 }
 
 func main() {
@@ -120,11 +121,12 @@ func parseFlags(args []string) (*options, error) {
 	reverse := fs.Bool("reverse", true, "lay the target's descriptors out in reverse order, so that they do not merge")
 	gpu := fs.Bool("gpu", false, "measure VRAM: host<->device through the agent against raw pinned copies, cudaipc against a local device copy")
 	dev := fs.Int("dev", 0, "CUDA device for -gpu")
+	notif := fs.Bool("notif", false, "send a notification with every request (as nixlbench does)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check, reverse: *reverse,
-		gpu: *gpu, dev: *dev}
+		gpu: *gpu, dev: *dev, notif: *notif}
 	switch *op {
 	case "read":
 		o.op = p2p.Read
@@ -284,9 +286,13 @@ func run(o *options) error {
 		}
 		var prep, post, xfer []time.Duration
 		var backend p2p.Backend
+		ropts := p2p.RequestOptions{Backend: o.backend}
+		if o.notif {
+			ropts.Notif = []byte("p2pbench")
+		}
 		for it := 0; it < o.warmup+o.iters; it++ {
 			t0 := time.Now()
-			req, err := a.MakeRequest(o.op, ll, nil, rl, nil, &p2p.RequestOptions{Backend: o.backend})
+			req, err := a.MakeRequest(o.op, ll, nil, rl, nil, &ropts)
 			if err != nil {
 				return err
 			}
@@ -441,6 +447,13 @@ func target() error {
 		return err
 	}
 	fmt.Printf("TARGET %s %d\n", a.Addr(), r.Addr())
+	go func() { // -notif: take the notifications as they come, as a server would
+		for {
+			if _, err := a.WaitNotifs(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
 	io.Copy(io.Discard, os.Stdin)
 	return nil
 }

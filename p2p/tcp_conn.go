@@ -1,0 +1,392 @@
+package p2p
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+)
+
+// The tcp backend's socket I/O below the frames: how the progress loop
+// waits for the next frame, and how large WRITE payloads leave the
+// initiator. Both work on the connection's file descriptor (syscall.Conn,
+// which *net.TCPConn and *net.UnixConn are); any other net.Conn (TLS, a
+// pipe in tests) gets plain reads and the buffered, copying write path.
+//
+// Why (docs/P2P.md, "TCP backend vs NIXL"): a small request's round trip
+// crossed sleeping goroutines on both sides (the initiator's lane and
+// waiter, the target's reader and responder, the initiator's reader), each
+// a futex or epoll wake-up of tens of microseconds on a VM; and every
+// WRITE byte was copied into the connection's buffer before the kernel
+// copied it again.
+
+// directMin is the smallest WRITE piece sent straight from the post's
+// memory: below it the copy into the connection's buffer is cheaper than
+// a second system call, and lets the piece share one with its commit.
+// Posts up to this size also run inside Post (tcpSpec.postInlineMax):
+// their frames fit the socket's buffer at once.
+const directMin = 64 << 10
+
+// directChunk bounds one write(2) from a post's memory, so that sendMu
+// (which retire waits for) is held for a bounded kernel copy.
+const directChunk = 256 << 10
+
+// tcpConn is the connection under the peer's buffered reader and writer.
+//
+// Reading: while the progress loop waits for the next frame (spinning), a
+// read that finds the socket empty retries for a bounded, adaptive while
+// (tcp_spin.go) before parking the goroutine in the poller, so that a
+// reply due within a round trip is seen without a wake-up. Payload reads
+// never spin: they come while the sender streams, and a spinning receiver
+// would take the core it needs on a small machine.
+//
+// Writing: in nonblocking mode (a small post's frames, see runTCP) what
+// the socket does not take at once is kept (over) and the responder is
+// asked to send it, so that a small post never waits for the peer, even
+// when posted inline (from Post, or from a completion callback on the
+// progress loop). Every later write sends over first: the stream keeps
+// its order.
+type tcpConn struct {
+	conn     net.Conn
+	raw      syscall.RawConn // nil: plain reads, blocking writes
+	spinning bool
+	frames   spinGauge // the progress loop's wait for a frame
+	scratch  []byte    // replyNow's frame (the reader's only)
+
+	// Under the peer's writer lock.
+	nonblock bool
+	over     []byte
+	backlog  atomic.Int64 // len(over), for tcpPostsInline
+
+	// The raw callbacks and their arguments and results, made once: a
+	// closure per call would allocate on every frame.
+	rd     rawOp // the reader's
+	wr     rawOp // the writer's
+	dw     directWrite
+	readFn func(uintptr) bool
+	nowFn  func(uintptr) bool
+	dirFn  func(uintptr) bool
+}
+
+// rawOp is one raw read or write: its buffer, and what it did.
+type rawOp struct {
+	b    []byte
+	n    int
+	err  error
+	sp   spinner
+	spun bool
+}
+
+// overMax bounds what small posts may leave for the responder while the
+// peer does not read: past it they wait for the socket like large ones.
+const overMax = 1 << 20
+
+// tcpPostsInline: a post runs on Post's goroutine when it is small, the
+// connection is a socket, nothing waits to be sent on it and the writer is
+// free (else the lane takes it, in order). Inline posts may come from a
+// completion callback on the progress loop, which must not wait for a
+// writer that waits for the peer to read (a writer taken between this
+// check and the post's own is waited for, as the lane would).
+func tcpPostsInline(r *Request) bool {
+	p := r.p
+	if r.bytes > directMin || p == nil || p.tc.raw == nil || p.tc.backlog.Load() != 0 || !p.wmu.TryLock() {
+		return false
+	}
+	p.wmu.Unlock()
+	return true
+}
+
+// Write is the buffered writer's way to the socket (the caller holds the
+// peer's writer).
+func (c *tcpConn) Write(b []byte) (int, error) {
+	if !c.nonblock || c.raw == nil {
+		if err := c.flushOver(); err != nil {
+			return 0, err
+		}
+		return c.conn.Write(b)
+	}
+	n := 0
+	if len(c.over) == 0 { // else b queues behind it
+		var err error
+		if n, err = c.writeNow(b); err != nil && err != syscall.EAGAIN {
+			return n, err
+		}
+	}
+	c.over = append(c.over, b[n:]...)
+	c.backlog.Store(int64(len(c.over)))
+	return len(b), nil
+}
+
+// flushOver sends what a nonblocking write left, waiting for room.
+func (c *tcpConn) flushOver() error {
+	if len(c.over) == 0 {
+		return nil
+	}
+	_, err := c.conn.Write(c.over)
+	c.over = c.over[:0]
+	c.backlog.Store(0)
+	return err
+}
+
+// writeNow writes what the socket takes of b without waiting (the caller
+// holds the peer's writer).
+func (c *tcpConn) writeNow(b []byte) (int, error) {
+	c.wr = rawOp{b: b}
+	err := c.raw.Write(c.nowFn)
+	if err == nil {
+		err = c.wr.err
+	}
+	n := max(c.wr.n, 0)
+	c.wr.b = nil
+	return n, err
+}
+
+func (c *tcpConn) writeNowOnce(fd uintptr) bool {
+	for {
+		c.wr.n, c.wr.err = rawWrite(fd, c.wr.b)
+		if c.wr.err != syscall.EINTR {
+			return true // EAGAIN too: no waiting here
+		}
+	}
+}
+
+func newTCPConn(c net.Conn) *tcpConn {
+	s := &tcpConn{conn: c}
+	if sc, ok := c.(syscall.Conn); ok && rawIOSupported {
+		if raw, err := sc.SyscallConn(); err == nil {
+			s.raw = raw
+		}
+	}
+	s.readFn, s.nowFn, s.dirFn = s.readSpinning, s.writeNowOnce, s.dw.write
+	return s
+}
+
+func (s *tcpConn) Read(b []byte) (int, error) {
+	r := &s.rd
+	if !s.spinning || s.raw == nil || len(b) == 0 || !r.sp.begin(&s.frames) {
+		return s.conn.Read(b)
+	}
+	r.b, r.n, r.err, r.spun = b, 0, nil, true
+	rerr := s.raw.Read(s.readFn)
+	n, err := r.n, r.err
+	r.b = nil
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case err != nil:
+		return 0, err
+	case n <= 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *tcpConn) readSpinning(fd uintptr) bool {
+	r := &s.rd
+	for {
+		r.n, r.err = rawRead(fd, r.b)
+		switch {
+		case r.err == syscall.EINTR:
+			continue
+		case r.err != syscall.EAGAIN:
+			if r.spun {
+				r.sp.won()
+			}
+			return true
+		case !r.spun:
+			return false // woken by the poller too early: park again
+		case !r.sp.again():
+			r.spun = false
+			return false // park until the socket is readable
+		}
+	}
+}
+
+// readFrameHeader reads the next frame's header, spinning a while if none
+// is there yet (see tcpConn).
+func (p *peer) readFrameHeader(hb []byte) error {
+	p.tc.spinning = true
+	_, err := io.ReadFull(p.br, hb)
+	p.tc.spinning = false
+	return err
+}
+
+// startTCP puts the connection's tcpConn under br and bw, keeping what
+// the handshake left buffered in br.
+func (p *peer) startTCP() {
+	p.tc = newTCPConn(p.conn)
+	p.bw.Reset(p.tc)
+	if n := p.br.Buffered(); n > 0 {
+		pending, _ := p.br.Peek(n)
+		p.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(pending)), p.tc), connBufSize)
+		return
+	}
+	p.br.Reset(p.tc)
+}
+
+// spinWait spins a bounded, adaptive while (tcp_spin.go) for a small tcp
+// post to finish before Wait sleeps on it: its answer is a round trip
+// away, less than the wake-up that sleeping costs. It reports whether the
+// post finished meanwhile. It reads only what the request was made with:
+// another goroutine may be posting it again.
+func (r *Request) spinWait() bool {
+	if r.spec != &tcpSpec || r.bytes > directMin {
+		return false
+	}
+	var sp spinner
+	if !sp.begin(&tcpWaits) {
+		return false
+	}
+	for r.state.Load() == reqPosted {
+		if !sp.again() {
+			return false
+		}
+	}
+	sp.won()
+	return true
+}
+
+// tcpWaits is Wait's spin budget, one for the process: whether spinning
+// pays depends on how busy the host's cores are.
+var tcpWaits spinGauge
+
+// writeDirect sends WRITE payload mem of post id of r (part part) straight
+// from the post's memory: no copy into the connection's buffer. The caller
+// holds the writer, has flushed the frame's header, and found the
+// connection able to (p.tc.raw set). Each write(2) is non-blocking and
+// made under sendMu only while the post is in flight, so once the post has
+// failed (timed out) and retire has passed sendMu no later write reads its
+// memory; the rest of the frame is then zeros. Waiting for the socket to
+// drain happens outside sendMu, bounded by the writer's deadline.
+func (p *peer) writeDirect(id uint64, r *Request, mem []byte, part int) error {
+	if err := p.tc.flushOver(); err != nil {
+		p.werr = err
+		return err
+	}
+	d := &p.tc.dw
+	*d = directWrite{p: p, id: id, r: r, mem: mem, part: part, live: true}
+	err := p.tc.raw.Write(p.tc.dirFn)
+	if err == nil {
+		err = d.err
+	}
+	off := d.off
+	*d = directWrite{}
+	if err != nil {
+		p.werr = err
+		return err
+	}
+	p.lastSend.Store(monoNow())
+	for off < len(mem) { // the post failed midway: zeros for the rest
+		k := min(len(mem)-off, len(zeroPad))
+		if _, err := p.bw.Write(zeroPad[:k]); err != nil {
+			p.werr = err
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// directWrite is writeDirect's state, for its raw callback.
+type directWrite struct {
+	p    *peer
+	id   uint64
+	r    *Request
+	mem  []byte
+	part int
+	off  int
+	live bool
+	err  error
+}
+
+func (d *directWrite) write(fd uintptr) bool {
+	p, r := d.p, d.r
+	for d.off < len(d.mem) {
+		p.sendMu.Lock()
+		if d.live = d.live && p.inFlight(d.id, r); !d.live {
+			p.sendMu.Unlock()
+			return true
+		}
+		n, e := rawWrite(fd, d.mem[d.off:min(len(d.mem), d.off+directChunk)])
+		if n > 0 {
+			r.tcpLanded[d.part].Add(uint64(n))
+			r.progress.Store(monoNow())
+			d.off += n
+		}
+		p.sendMu.Unlock()
+		switch {
+		case e == nil, e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false // wait for room, then go on
+		default:
+			d.err = e
+			return true
+		}
+	}
+	return true
+}
+
+// opFlush is a reply that only has the responder flush the connection's
+// buffer (see replyNow); never on the wire.
+const opFlush op = 0
+
+// replyNow sends reply rp (an ack, or the answer to a small READ of a
+// memory region) from the progress loop itself, saving the responder's
+// wake-up, when that cannot block or reorder anything: the writer is
+// free, no earlier reply is queued or being written, and the socket takes
+// the frame without waiting. What the socket does not take at once stays
+// in the connection's buffer for the responder to flush, so the reader
+// still never blocks on a write (two agents reading from each other could
+// then deadlock). It reports whether rp was sent (else the caller queues
+// it; the region of a READ answer stays pinned either way until sent).
+func (p *peer) replyNow(rp reply) bool {
+	if p.tc.raw == nil || rp.err != "" || spinOff {
+		return false
+	}
+	var payload []byte
+	switch {
+	case rp.op == opAck:
+	case rp.op == opReadResp && rp.region != nil && rp.region.mem != nil && rp.length <= directMin &&
+		rp.region.info.Type != FILE && rp.region.info.Type != VRAM:
+		off := rp.offset - rp.region.info.Base
+		payload = rp.region.mem[off : off+rp.length]
+	default:
+		return false
+	}
+	if !p.wmu.TryLock() {
+		return false
+	}
+	defer p.wmu.Unlock()
+	p.respMu.Lock()
+	idle := len(p.resp) == 0 && !p.respBusy && !p.respDone
+	p.respMu.Unlock()
+	if !idle || p.werr != nil || p.bw.Buffered() > 0 || len(p.tc.over) > 0 {
+		return false
+	}
+	var hdr [wireHeaderLen]byte
+	frame := append(p.tc.scratch[:0], hdr[:]...)
+	putHeader(frame, header{op: rp.op, req: rp.req, aux: rp.aux, length: uint64(len(payload))})
+	frame = append(frame, payload...)
+	p.tc.scratch = frame[:0]
+	if rp.region != nil {
+		rp.region.busy.Add(-1) // copied: the region may go
+	}
+	n := 0
+	for n < len(frame) {
+		k, err := p.tc.writeNow(frame[n:])
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	if n > 0 {
+		p.lastSend.Store(monoNow())
+	}
+	if n < len(frame) {
+		p.bw.Write(frame[n:]) // fits: the buffer was empty
+		p.queue(reply{op: opFlush})
+	}
+	return true
+}
