@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gccl/gccl/comm"
@@ -60,7 +61,7 @@ func TestDeterministicCheckHasTeeth(t *testing.T) {
 	opts.Sizes = commtest.DetermSizes(cs[0], 256, 1<<12)
 	errs := determCheck(t, cs, opts)
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, comm.ErrMismatch) {
+		if err != nil && strings.Contains(err.Error(), "the rank-order fold") {
 			t.Logf("default ring: %v", err)
 			return // a value off the rank-order fold, as expected
 		}
