@@ -33,9 +33,9 @@ func TestDeterministicSimulate(t *testing.T) {
 	}
 }
 
-// The ring's all-reduce folds in another order on most ranks' blocks; the
-// rank-order check must see it, or it proves nothing.
-func TestRankOrderCatchesRing(t *testing.T) {
+// The one-exchange all-reduce folds as x2 op (x1 op x0), the operands out
+// of place; the rank-order check must see it, or it proves nothing.
+func TestRankOrderCatchesExchange(t *testing.T) {
 	plans := sim.Plans(3, func(r int) *algo.Plan { return algo.ExchangeAllReduce(3, r) })
 	err := sim.RunRankOrder(plans, sim.Options{QueueCap: 2, Chunks: 1})
 	if err == nil || !strings.Contains(err.Error(), "not in rank order") {
