@@ -62,6 +62,14 @@ type Config struct {
 	// pipeline chunk, and how many chunks may be in flight per connection.
 	// Zero means the transport's default.
 	SlotSize, SlotCount int
+	// Deterministic makes every reduction (AllReduce, Reduce,
+	// ReduceScatter, their Avg and PreMulSum included) return, for a fixed
+	// number of ranks, the bits of the rank-order fold
+	// (((x0+x1)+x2)+...) of each element, whatever the message's size, the
+	// algorithm, the transport or the buffers (the contract in full:
+	// determ.go). It costs some speed (docs/PERFORMANCE.md). False means
+	// GCCL_DETERMINISTIC decides (1 or true: on). Every rank must agree.
+	Deterministic bool
 	// Logger receives gccl's logs. Nil means GCCL_DEBUG decides.
 	Logger *slog.Logger
 	// Bootstrap describes the job for Init. Nil means the environment
@@ -259,6 +267,11 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	default:
 		return nil, invalid("unknown algorithm %q (want ring, tree or hier)", pref)
 	}
+	det, err := deterministic(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.cfg.Deterministic = det
 	c.retune(nil)
 	// Tmp holds one chunk per block; trees use two blocks.
 	c.tmp = make([]byte, 2*ep.SlotSize())

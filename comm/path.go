@@ -34,6 +34,10 @@ const (
 	// pathGroup: Send, Recv and Group (sendrecv.go; device buffers go
 	// direct or staged, sendrecv_device.go).
 	pathGroup
+	// pathDeterministic: a reduction of a Comm with Config.Deterministic,
+	// on host or staged device buffers, whatever the tuner or GCCL_ALGO
+	// say (determ.go).
+	pathDeterministic
 )
 
 // classify decides a prepared call's path. Each rank decides alone, from
@@ -45,6 +49,8 @@ func (c *Comm) classify(cl *call) path {
 		return pathGroup
 	case cl.barrier:
 		return pathBarrier
+	case c.cfg.Deterministic && cl.coll.Reducing():
+		return pathDeterministic
 	case cl.hasDevice() && c.deviceCall(cl):
 		return pathDevice
 	case cl.hasDevice():
@@ -103,6 +109,8 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 		}
 	case pathVariable:
 		err = c.runV(ctx, cl)
+	case pathDeterministic:
+		err = c.runDeterministic(ctx, cl)
 	default: // pathPlan, pathBarrier, pathSymmetric
 		err = c.runCollective(ctx, cl)
 	}
