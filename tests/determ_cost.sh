@@ -19,7 +19,6 @@ args=("$@")
 tests=${DC_TESTS:-all_reduce}
 nps=${DC_NP:-2 4}
 cd "$(dirname "$0")/.."
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/gccl-perf" ./cmd/gccl-perf

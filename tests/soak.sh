@@ -13,7 +13,6 @@ rounds=${1:-200}
 seed=${2:-$(date +%s%N)}
 # ~5 s a round at worst (a stop is noticed after the 3 s heartbeat timeout).
 limit=$((rounds * 20 + 120))
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 log=$(mktemp /tmp/gccl-soak-XXXXXX.log)
 echo "soak: $rounds rounds, GCCL_SOAK_SEED=$seed, log $log"
 start=$(date +%s)
