@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestTelemetryFilesAcrossProcesses: a 4-process job with
 // GCCL_TELEMETRY_FILE writes one file per rank (%r) holding one line per
-// operation, numbered without gaps: the ranks' files have the same number
-// of lines, and line i names the same collective, with the same sequence
-// number and job, on every rank.
+// operation, numbered without gaps: each rank's file lists exactly the
+// collectives collcheck ran, in its order and as many as it counted, and
+// line i names the same collective, with the same sequence number and
+// job, on every rank.
 func TestTelemetryFilesAcrossProcesses(t *testing.T) {
 	const np = 4
 	dir := t.TempDir()
@@ -53,8 +55,31 @@ func TestTelemetryFilesAcrossProcesses(t *testing.T) {
 		}
 		f.Close()
 	}
-	if len(files[0]) < 20 {
-		t.Fatalf("rank 0 wrote %d records", len(files[0]))
+	// What collcheck's round runs (tests/collcheck: round and agree).
+	var want []string
+	for _, count := range []int{0, 1, 7, 4097, 1<<20 + 3} {
+		want = append(want, "AllReduce", "AllReduce")
+		if count <= 4097 {
+			want = append(want, "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll")
+		}
+	}
+	for range 3 * 3 { // three counts, three ops: an all-reduce, then SameOnEveryRank's all-gather
+		want = append(want, "AllReduce", "AllGather")
+	}
+	want = append(want, "Barrier")
+	for r := range np {
+		ran := fmt.Sprintf("collcheck: rank %d of %d ok, %d collectives in 1 rounds", r, np, len(want))
+		if !strings.Contains(res.out, ran) {
+			t.Fatalf("collcheck's output lacks %q:\n%s", ran, res.out)
+		}
+		if len(files[r]) != len(want) {
+			t.Fatalf("rank %d wrote %d records for the %d collectives it ran", r, len(files[r]), len(want))
+		}
+		for i, l := range files[r] {
+			if l.Kind != want[i] {
+				t.Fatalf("rank %d record %d is a %s; collcheck's collective %d is a %s", r, i, l.Kind, i, want[i])
+			}
+		}
 	}
 	for r := 1; r < np; r++ {
 		if len(files[r]) != len(files[0]) {
