@@ -28,6 +28,7 @@ const (
 	DefaultInlineLimit    = 256 << 10
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultStallTimeout   = 10 * time.Second
+	DefaultNotifQueue     = 64 << 20
 	DefaultRDMAQPs        = 4
 	DefaultRDMAMaxMRSize  = 1 << 30
 	DefaultRDMARegCache   = 64 << 30
@@ -66,6 +67,12 @@ type Config struct {
 	// PeerTimeout drops a peer that sent nothing, keepalives included, for
 	// this long (0: DefaultPeerTimeout).
 	PeerTimeout time.Duration
+	// NotifQueue bounds the bytes of one peer's notifications waiting for
+	// GetNotifs (0: DefaultNotifQueue; each counts notifOverhead more than
+	// its length). A peer that sends past it is dropped, its requests
+	// failing with an error that names it: the agent neither holds
+	// unbounded memory for a peer nor loses a notification silently.
+	NotifQueue int
 	// FileQueueDepth is how many file blocks are in flight at once (0:
 	// DefaultFileQueueDepth); FileBlockSize the size of one (0:
 	// DefaultFileBlockSize, a multiple of 4096).
@@ -169,6 +176,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
 	}
+	if c.NotifQueue == 0 {
+		c.NotifQueue = DefaultNotifQueue
+	}
 	if c.FileQueueDepth == 0 {
 		c.FileQueueDepth = DefaultFileQueueDepth
 	}
@@ -188,6 +198,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.RequestTimeout < 0 || c.PeerTimeout < 0:
 		return c, errors.New("p2p: negative timeout")
+	case c.NotifQueue < 0:
+		return c, fmt.Errorf("p2p: negative notification queue %d", c.NotifQueue)
 	case c.FileQueueDepth < 1 || c.FileQueueDepth > 1024:
 		return c, fmt.Errorf("p2p: file queue depth %d outside [1, 1024]", c.FileQueueDepth)
 	case c.FileBlockSize < directAlign || c.FileBlockSize%directAlign != 0 || c.FileBlockSize > 1<<30:
@@ -230,10 +242,11 @@ type Agent struct {
 	handshakes map[net.Conn]bool // accepted connections before their hello
 	lanes      map[string]*lane
 
-	notifMu  sync.Mutex
-	notifs   map[string][][]byte
-	failures []PeerFailure
-	notifCh  chan struct{}
+	notifMu    sync.Mutex
+	notifs     map[string][][]byte
+	notifBytes map[string]int // per sender, what notifs holds (notifOverhead each)
+	failures   []PeerFailure
+	notifCh    chan struct{}
 
 	nextReq atomic.Uint64
 	logged  sync.Map // "peer/backend" already logged at INFO
@@ -268,7 +281,7 @@ func New(name string, cfg Config) (*Agent, error) {
 		name: name, cfg: cfg, log: cfg.Logger, host: hostIdentity(),
 		regions: map[uint32]*Region{}, cache: map[regionKey]*Region{},
 		remotes: map[string]*remoteAgent{}, peers: map[string]*peer{}, conns: map[*peer]bool{}, handshakes: map[net.Conn]bool{},
-		lanes: map[string]*lane{}, notifs: map[string][][]byte{}, notifCh: make(chan struct{}, 1),
+		lanes: map[string]*lane{}, notifs: map[string][][]byte{}, notifBytes: map[string]int{}, notifCh: make(chan struct{}, 1),
 		done: make(chan struct{}), nextRegion: 1, posts: map[*Request]struct{}{},
 	}
 	if _, err := rand.Read(a.token[:]); err != nil {
@@ -778,15 +791,30 @@ func (a *Agent) livePeersLocked() []*peer {
 	return ps
 }
 
-// deliverNotif queues a notification from peer for GetNotifs.
-func (a *Agent) deliverNotif(from string, msg []byte) {
+// notifOverhead is what one queued notification counts besides its bytes
+// (its slice header and share of the map), so that empty ones are bounded
+// too.
+const notifOverhead = 64
+
+// deliverNotif queues a notification from peer for GetNotifs, or refuses
+// it when the peer's queue would pass Config.NotifQueue: the caller then
+// drops the peer with the error.
+func (a *Agent) deliverNotif(from string, msg []byte) error {
 	a.notifMu.Lock()
+	held := a.notifBytes[from] + len(msg) + notifOverhead
+	if held > a.cfg.NotifQueue {
+		a.notifMu.Unlock()
+		return fmt.Errorf("p2p: %s: notifications waiting for GetNotifs would hold %d bytes, more than the %d allowed per peer (Config.NotifQueue)",
+			from, held, a.cfg.NotifQueue)
+	}
+	a.notifBytes[from] = held
 	a.notifs[from] = append(a.notifs[from], msg)
 	a.notifMu.Unlock()
 	select {
 	case a.notifCh <- struct{}{}:
 	default:
 	}
+	return nil
 }
 
 // GetNotifs returns the notifications received since the last call, by
@@ -800,6 +828,7 @@ func (a *Agent) GetNotifs() map[string][][]byte {
 	}
 	out := a.notifs
 	a.notifs = map[string][][]byte{}
+	clear(a.notifBytes)
 	return out
 }
 

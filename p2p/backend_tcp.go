@@ -615,7 +615,9 @@ func (p *peer) serveCommit(h header) error {
 	}
 	p.mu.Unlock()
 	if h.flags&flagNotify != 0 && !bad {
-		p.a.deliverNotif(p.name, msg)
+		if err := p.a.deliverNotif(p.name, msg); err != nil {
+			return err
+		}
 	}
 	if h.flags&flagAck != 0 {
 		if rp := (reply{op: opAck, req: h.req, aux: h.aux, err: why}); !p.replyNow(rp) {

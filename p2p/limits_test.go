@@ -163,3 +163,51 @@ func TestMetadataLimits(t *testing.T) {
 		t.Errorf("region with %d keys: %v", len(keys), err)
 	}
 }
+
+// A peer whose notifications pile up unread past Config.NotifQueue is
+// dropped with an error that names it and the limit; what was queued before
+// stays readable, and GetNotifs frees the room again.
+func TestNotificationQueueIsBounded(t *testing.T) {
+	const limit = 4 << 10
+	a := newAgent(t, "target", Config{ListenAddr: "-", NotifQueue: limit})
+	p, c := fakePeer(t, a)
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	msg := make([]byte, 1000)
+	fits := limit / (len(msg) + notifOverhead) // 3
+	for i := range fits {
+		msg[0] = byte(i)
+		if _, err := c.Write(frame(header{op: opNotif, length: uint64(len(msg))}, msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { a.notifMu.Lock(); defer a.notifMu.Unlock(); return len(a.notifs["fake"]) == fits })
+	if p.err() != nil {
+		t.Fatalf("dropped at %d notifications within the limit: %v", fits, p.err())
+	}
+	c.Write(frame(header{op: opNotif, length: uint64(len(msg))}, msg))
+	waitFor(t, func() bool { return p.err() != nil })
+	err := p.err()
+	if !errors.Is(err, ErrRemoteDisconnect) || !strings.Contains(err.Error(), "fake") || !strings.Contains(err.Error(), "NotifQueue") {
+		t.Fatalf("peer error %v: want ErrRemoteDisconnect naming peer fake and NotifQueue", err)
+	}
+	got := a.GetNotifs()["fake"]
+	if len(got) != fits {
+		t.Fatalf("%d notifications kept, want the %d queued before the limit", len(got), fits)
+	}
+	for i, m := range got {
+		if len(m) != len(msg) || m[0] != byte(i) {
+			t.Fatalf("notification %d: %d bytes, first %d", i, len(m), m[0])
+		}
+	}
+	// Room again after GetNotifs: the agent's own count starts over.
+	if err := a.deliverNotif("fake", msg); err != nil {
+		t.Fatalf("after GetNotifs: %v", err)
+	}
+}
+
+func TestNotifQueueConfig(t *testing.T) {
+	if a, err := New("neg", Config{ListenAddr: "-", NotifQueue: -1}); err == nil {
+		a.Close()
+		t.Fatal("a negative NotifQueue was accepted")
+	}
+}

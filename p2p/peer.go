@@ -473,7 +473,9 @@ func (p *peer) handle(h header) error {
 		if _, err := io.ReadFull(p.br, msg); err != nil {
 			return err
 		}
-		p.a.deliverNotif(p.name, msg)
+		if err := p.a.deliverNotif(p.name, msg); err != nil {
+			return err
+		}
 	case opPing:
 		p.queue(reply{op: opPong, aux: h.aux})
 	case opPong:

@@ -1261,7 +1261,10 @@ func (rs *rdmaResp) receive(b []byte) {
 		msg := rs.asm
 		rs.asm, rs.last = nil, seq
 		if len(msg) == total {
-			rs.a.deliverNotif(rs.p.name, msg)
+			if err := rs.a.deliverNotif(rs.p.name, msg); err != nil {
+				// Dropping the peer stops this loop: not from inside it.
+				go rs.p.fail(fmt.Errorf("%w: %v", ErrRemoteDisconnect, err), true)
+			}
 		}
 		rs.cond.Broadcast()
 	}

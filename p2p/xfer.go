@@ -730,7 +730,9 @@ func (r *Request) notifyPart(i int) error {
 	ps := &r.parts[i]
 	if ps.flag {
 		if r.self {
-			r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...))
+			if err := r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...)); err != nil {
+				return err
+			}
 		} else if err := r.p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
 			select {
 			case <-r.a.done: // Close shut the connection
