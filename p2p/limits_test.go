@@ -1,10 +1,12 @@
 package p2p
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -209,5 +211,35 @@ func TestNotifQueueConfig(t *testing.T) {
 	if a, err := New("neg", Config{ListenAddr: "-", NotifQueue: -1}); err == nil {
 		a.Close()
 		t.Fatal("a negative NotifQueue was accepted")
+	}
+}
+
+// A peer that sends pings and never reads the answers is dropped once
+// maxQueuedReplies answers wait, with an error that names it, rather than
+// making the target hold ever more replies.
+func TestUnreadRepliesAreBounded(t *testing.T) {
+	old := maxQueuedReplies
+	maxQueuedReplies = 16
+	t.Cleanup(func() { maxQueuedReplies = old })
+	a := newAgent(t, "target", Config{ListenAddr: "-"})
+	ours, theirs := net.Pipe() // unbuffered: the first answer blocks until read
+	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
+	a.mu.Lock()
+	a.conns[p] = true
+	a.wg.Add(2)
+	a.mu.Unlock()
+	go p.readLoop()
+	go p.respond()
+	t.Cleanup(func() { ours.Close() })
+	ours.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	for i := 0; i < 4*maxQueuedReplies && p.err() == nil; i++ {
+		if _, err := ours.Write(frame(header{op: opPing, aux: uint64(i + 1)}, nil)); err != nil {
+			break // the target dropped the connection
+		}
+	}
+	waitFor(t, func() bool { return p.err() != nil })
+	err := p.err()
+	if !errors.Is(err, ErrRemoteDisconnect) || !strings.Contains(err.Error(), "fake") || !strings.Contains(err.Error(), "does not read") {
+		t.Fatalf("peer error %v: want ErrRemoteDisconnect naming fake and the unread replies", err)
 	}
 }

@@ -58,7 +58,10 @@ type peer struct {
 	respCond *sync.Cond
 	resp     []reply
 	respDone bool
-	respBusy bool // the responder is writing a batch (see replyNow)
+	// overflowed: the replies for the peer passed maxQueuedReplies, and
+	// the connection is being failed.
+	overflowed atomic.Bool
+	respBusy   bool // the responder is writing a batch (see replyNow)
 
 	lastRecv atomic.Int64
 	lastSend atomic.Int64
@@ -539,12 +542,29 @@ func (r recvReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// maxQueuedReplies bounds the replies waiting for the responder: a peer
+// that keeps sending requests or pings and never reads the answers would
+// otherwise make them pile up until the write deadline. A variable for
+// tests.
+var maxQueuedReplies = 1 << 16
+
 func (p *peer) queue(r reply) {
 	p.respMu.Lock()
-	if p.respDone {
+	if p.respDone || len(p.resp) >= maxQueuedReplies {
+		n, over := len(p.resp), !p.respDone
 		p.respMu.Unlock()
 		if r.region != nil {
 			r.region.busy.Add(-1)
+		}
+		if over && p.overflowed.CompareAndSwap(false, true) {
+			// Not from the caller's goroutine, which may be the reader or
+			// hold the peer's locks.
+			p.a.wg.Add(1)
+			go func() {
+				defer p.a.wg.Done()
+				p.fail(fmt.Errorf("%w: %s: %d replies wait, which it does not read (at most %d)",
+					ErrRemoteDisconnect, p.name, n, maxQueuedReplies), true)
+			}()
 		}
 		return
 	}
