@@ -286,7 +286,7 @@ func (s *session) heartbeat() {
 				continue
 			}
 			if silent := now.Sub(time.Unix(0, lastAck.Load())); silent > s.heartbeatTimeout {
-				s.fail(NoticeRendezvousLost, -1, fmt.Errorf("%w: no heartbeat answer from the rendezvous at %s for %v", ErrRendezvousLost, s.cfg.Addr, silent.Round(time.Millisecond)))
+				s.fail(NoticeRendezvousLost, -1, fmt.Errorf("%w: no heartbeat answer from the rendezvous at %s%s for %v", ErrRendezvousLost, s.cfg.Addr, s.cfg.server(), silent.Round(time.Millisecond)))
 				return
 			}
 			beat()
@@ -341,7 +341,7 @@ func (s *session) streamEnded(which string, err error) {
 			return
 		}
 	}
-	s.fail(NoticeRendezvousLost, -1, fmt.Errorf("%w: the %s stream to the rendezvous at %s ended: %s", ErrRendezvousLost, which, s.cfg.Addr, st.Message()))
+	s.fail(NoticeRendezvousLost, -1, fmt.Errorf("%w: the %s stream to the rendezvous at %s%s ended: %s", ErrRendezvousLost, which, s.cfg.Addr, s.cfg.server(), st.Message()))
 }
 
 // fail ends the session with err (every pending and later call returns it)

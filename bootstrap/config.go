@@ -53,6 +53,10 @@ type Config struct {
 	// sets it on rank 0 unless GCCL_BOOTSTRAP_SERVE=0 (an external
 	// gccl-bootstrap serves).
 	Serve bool
+	// ServedByRank0 says, on every rank, that rank 0's process serves the
+	// rendezvous (FromEnv sets it wherever it sets rank 0's Serve), so that
+	// losing the rendezvous names rank 0 as the rank that is gone.
+	ServedByRank0 bool
 	// JobID names the job's shared resources (e.g. /dev/shm/gccl-<JobID>-*).
 	// Empty means DeriveJobID(Secret).
 	JobID string
@@ -169,4 +173,13 @@ func (cfg Config) listenAddr() string {
 		return cfg.Addr
 	}
 	return net.JoinHostPort("", port)
+}
+
+// server names who serves the rendezvous, for the errors that say it is
+// gone: ", served by rank 0," when that rank's process does.
+func (c Config) server() string {
+	if c.ServedByRank0 {
+		return ", served by rank 0,"
+	}
+	return ""
 }

@@ -105,7 +105,8 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 	if l.size == 1 {
 		return Config{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1}, false, nil
 	}
-	cfg := Config{Rank: l.rank, Size: l.size, LocalRank: l.localRank, LocalSize: l.localSize, Addr: l.addr, Serve: l.rank == 0}
+	cfg := Config{Rank: l.rank, Size: l.size, LocalRank: l.localRank, LocalSize: l.localSize, Addr: l.addr,
+		Serve: l.rank == 0, ServedByRank0: true}
 
 	// Explicit GCCL_* variables override what the launcher says.
 	if v, ok, err := e.int("GCCL_LOCAL_RANK"); err != nil {
@@ -164,6 +165,7 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 			return bad("GCCL_BOOTSTRAP_SERVE=%q is not 0 or 1", v)
 		}
 		cfg.Serve = serve && cfg.Rank == 0
+		cfg.ServedByRank0 = serve
 	}
 	for _, d := range []struct {
 		name string

@@ -21,7 +21,7 @@ func TestFromEnv(t *testing.T) {
 	derivedID := DeriveJobID(envSecret)
 	job := func(rank, size, localRank, localSize int, addr string) Config {
 		return Config{Rank: rank, Size: size, LocalRank: localRank, LocalSize: localSize, Addr: addr,
-			Secret: envSecret, JobID: derivedID, Serve: rank == 0}
+			Secret: envSecret, JobID: derivedID, Serve: rank == 0, ServedByRank0: true}
 	}
 	torchrun := []string{"RANK", "2", "WORLD_SIZE", "8", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "4", "MASTER_ADDR", "node0", "MASTER_PORT", "29400"}
 	openMPI := []string{"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2"}
@@ -125,7 +125,7 @@ func TestFromEnv(t *testing.T) {
 		{name: "GCCL_JOB_ID", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_JOB_ID", "myjob"),
 			want: func() Config { c := job(1, 2, 0, 0, "h:1"); c.JobID = "myjob"; return c }(), wantFound: true},
 		{name: "external rendezvous", env: withSecret("GCCL_RANK", "0", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_BOOTSTRAP_SERVE", "0"),
-			want: func() Config { c := job(0, 2, 0, 0, "h:1"); c.Serve = false; return c }(), wantFound: true},
+			want: func() Config { c := job(0, 2, 0, 0, "h:1"); c.Serve, c.ServedByRank0 = false, false; return c }(), wantFound: true},
 		{name: "serve only on rank 0", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_BOOTSTRAP_SERVE", "1"),
 			want: job(1, 2, 0, 0, "h:1"), wantFound: true},
 		{name: "timeouts", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_BOOTSTRAP_TIMEOUT", "90", "GCCL_HEARTBEAT_TIMEOUT", "1500ms"),

@@ -173,9 +173,9 @@ func soakRound(t *testing.T, bin string, kind soakKind, fault syscall.Signal, rn
 	namesLost := regexp.MustCompile(fmt.Sprintf(`peer rank %d\b|rank %d lost`, victim, victim))
 	if victim == 0 {
 		// Rank 0 serves the rendezvous (unless a gccl-bootstrap server
-		// does): its loss reads as the rendezvous's, with its address.
+		// does): its loss may read as the rendezvous's, which names it.
 		lost = "rank 0 (the rendezvous)"
-		namesLost = regexp.MustCompile(`peer rank 0\b|rank 0 lost|rendezvous lost`)
+		namesLost = regexp.MustCompile(`peer rank 0\b|rank 0 lost|served by rank 0\b`)
 	}
 	if kind.p2p {
 		lost = names[victim]
