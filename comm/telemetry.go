@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/records"
 )
 
 // Telemetry: every operation a Comm runs leaves a record in a ring of the
@@ -25,18 +26,10 @@ const TelemetryRing = 1024
 // LatencyBounds are the upper bounds of the latency histogram buckets of
 // OpTotals.Latency: 1 µs to about 17 s by powers of four; the last bucket
 // counts what took longer.
-var LatencyBounds = func() [LatencyBuckets - 1]time.Duration {
-	var b [LatencyBuckets - 1]time.Duration
-	d := time.Microsecond
-	for i := range b {
-		b[i] = d
-		d *= 4
-	}
-	return b
-}()
+var LatencyBounds = records.LatencyBounds
 
 // LatencyBuckets is the number of buckets of OpTotals.Latency.
-const LatencyBuckets = 14
+const LatencyBuckets = records.LatencyBuckets
 
 // OpRecord is one operation a Comm ran, as its telemetry ring keeps it.
 type OpRecord struct {
@@ -177,7 +170,7 @@ func (r *rawTotals) add(meta uint64, bytes, start, end int64) {
 	if d > 0 {
 		r.nanos += uint64(d)
 	}
-	r.latency[latencyBucket(time.Duration(d))]++
+	r.latency[records.Bucket(time.Duration(d))]++
 }
 
 // telFoldEvery is how often the op goroutine publishes its totals.
@@ -371,15 +364,6 @@ func (t *telemetry) snapshotTotals(out *[recKinds]rawTotals) {
 		}
 		// The writer lapped the ring meanwhile, and folded since: again.
 	}
-}
-
-func latencyBucket(d time.Duration) int {
-	for i, b := range LatencyBounds {
-		if d <= b {
-			return i
-		}
-	}
-	return LatencyBuckets - 1
 }
 
 // telSetLast records that rank arrived last at collective seq, if its record

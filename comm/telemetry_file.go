@@ -2,10 +2,9 @@ package comm
 
 import (
 	"math"
-	"os"
 	"strconv"
-	"strings"
-	"time"
+
+	"github.com/gccl/gccl/internal/records"
 )
 
 // The telemetry file: with Config.TelemetryFile or GCCL_TELEMETRY_FILE set,
@@ -17,51 +16,13 @@ import (
 // it fall a whole ring behind (a stalled disk), it skips what was
 // overwritten and counts it in Stats.Dropped.
 
-// telFlushEvery is how long a record may wait for the writer.
-const telFlushEvery = 100 * time.Millisecond
-
-// expandTelemetryPath replaces %r with the rank, %p with the process ID, %h
-// with the host name and %% with %, so that one setting serves every rank
-// of a job.
-func expandTelemetryPath(pattern string, rank int) string {
-	if !strings.Contains(pattern, "%") {
-		return pattern
-	}
-	var b strings.Builder
-	for i := 0; i < len(pattern); i++ {
-		if pattern[i] != '%' || i+1 == len(pattern) {
-			b.WriteByte(pattern[i])
-			continue
-		}
-		i++
-		switch pattern[i] {
-		case 'r':
-			b.WriteString(strconv.Itoa(rank))
-		case 'p':
-			b.WriteString(strconv.Itoa(os.Getpid()))
-		case 'h':
-			h, _ := os.Hostname()
-			b.WriteString(h)
-		case '%':
-			b.WriteByte('%')
-		default:
-			b.WriteByte('%')
-			b.WriteByte(pattern[i])
-		}
-	}
-	return b.String()
-}
-
-// telWriter drains a Comm's ring into its file.
+// telWriter drains a Comm's ring into its file (internal/telemetry runs
+// it).
 type telWriter struct {
-	c      *Comm
-	f      *os.File
-	wake   chan struct{}
-	stop   chan struct{}
-	exited chan struct{}
-	next   uint64 // the next record to write
-	buf    []byte
-	failed bool // a write failed: logged once, nothing more written
+	c    *Comm
+	file *records.Writer
+	next uint64 // the next record to write
+	buf  []byte
 }
 
 // telNotify is telEnd's: start the writer with the first record, and wake
@@ -74,10 +35,7 @@ func (c *Comm) telNotify(n uint64) {
 		}
 	}
 	if n%(TelemetryRing/4) == 0 {
-		select {
-		case w.wake <- struct{}{}:
-		default: // already awake, or about to be
-		}
+		w.file.Wake()
 	}
 }
 
@@ -91,17 +49,16 @@ func (c *Comm) telStart() *telWriter {
 	if w := t.w.Load(); w != nil || t.stopped {
 		return w
 	}
-	name := expandTelemetryPath(t.file, c.rank)
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	w := &telWriter{c: c, next: 1}
+	warn := func(msg string, err error) { c.log.Warn(msg, "subsys", "INIT", "err", err) }
+	f, err := records.Open(records.ExpandPath(t.file, strconv.Itoa(c.rank)), w.drain, warn)
 	if err != nil {
 		c.log.Warn("telemetry file not written", "subsys", "INIT", "err", err)
 		t.stopped = true
 		return nil
 	}
-	w := &telWriter{c: c, f: f, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		exited: make(chan struct{}), next: 1}
+	w.file = f
 	t.w.Store(w)
-	go w.run()
 	return w
 }
 
@@ -113,32 +70,12 @@ func (c *Comm) telClose() {
 	w := t.w.Load()
 	t.wmu.Unlock()
 	if w != nil {
-		close(w.stop)
-		<-w.exited
-	}
-}
-
-func (w *telWriter) run() {
-	defer close(w.exited)
-	tick := time.NewTicker(telFlushEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-w.stop:
-			w.drain()
-			if err := w.f.Close(); err != nil && !w.failed {
-				w.c.log.Warn("telemetry file", "subsys", "INIT", "err", err)
-			}
-			return
-		case <-w.wake:
-		case <-tick.C:
-		}
-		w.drain()
+		w.file.Close()
 	}
 }
 
 // drain writes every record published since the last drain.
-func (w *telWriter) drain() {
+func (w *telWriter) drain(f *records.Writer) {
 	t := &w.c.tel
 	var r OpRecord
 	w.buf = w.buf[:0]
@@ -156,22 +93,11 @@ func (w *telWriter) drain() {
 		w.buf = w.c.appendRecordJSON(w.buf, &r)
 		w.next++
 		if len(w.buf) >= 64<<10 {
-			w.flush()
+			f.Write(w.buf)
+			w.buf = w.buf[:0]
 		}
 	}
-	w.flush()
-}
-
-func (w *telWriter) flush() {
-	if len(w.buf) == 0 || w.failed {
-		w.buf = w.buf[:0]
-		return
-	}
-	if _, err := w.f.Write(w.buf); err != nil {
-		w.failed = true
-		w.c.log.Warn("telemetry file: writing stopped", "subsys", "INIT", "err", err)
-	}
-	w.buf = w.buf[:0]
+	f.Write(w.buf)
 }
 
 // appendRecordJSON appends r as one JSON line. The fields:

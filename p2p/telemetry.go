@@ -4,9 +4,10 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/gccl/gccl/internal/records"
 )
 
 // Telemetry: every post an agent finishes leaves a record (XferRecord) in a
@@ -21,18 +22,10 @@ const TelemetryRing = 1024
 
 // LatencyBuckets and LatencyBounds are the latency histogram of
 // BackendTotals: 1 µs to about 17 s by powers of four, then the rest.
-const LatencyBuckets = 14
+const LatencyBuckets = records.LatencyBuckets
 
 // LatencyBounds are the buckets' upper bounds.
-var LatencyBounds = func() [LatencyBuckets - 1]time.Duration {
-	var b [LatencyBuckets - 1]time.Duration
-	d := time.Microsecond
-	for i := range b {
-		b[i] = d
-		d *= 4
-	}
-	return b
-}()
+var LatencyBounds = records.LatencyBounds
 
 // XferRecord is one post of a request, finished.
 type XferRecord struct {
@@ -120,7 +113,7 @@ func (a *Agent) telRecord(r *Request, err error) {
 		}
 		d := rec.Duration()
 		tot.Time += d
-		tot.Latency[latencyBucket(d)]++
+		tot.Latency[records.Bucket(d)]++
 	}
 	n := t.n
 	w := t.w
@@ -129,20 +122,8 @@ func (a *Agent) telRecord(r *Request, err error) {
 	if start {
 		a.telStart()
 	} else if w != nil && n%(TelemetryRing/4) == 0 {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		w.file.Wake()
 	}
-}
-
-func latencyBucket(d time.Duration) int {
-	for i, b := range LatencyBounds {
-		if d <= b {
-			return i
-		}
-	}
-	return LatencyBuckets - 1
 }
 
 // Stats returns a snapshot of the agent's counters and telemetry. It is safe to call
@@ -173,51 +154,14 @@ func (a *Agent) Stats() Stats {
 	return st
 }
 
-// The telemetry file.
-
-const xferFlushEvery = 100 * time.Millisecond
+// The telemetry file (internal/records runs the writer).
 
 type xferWriter struct {
-	a      *Agent
-	f      *os.File
-	wake   chan struct{}
-	stop   chan struct{}
-	exited chan struct{}
-	next   uint64
-	recs   []XferRecord
-	buf    []byte
-	failed bool
-}
-
-// expandTelemetryPath replaces %p with the process ID, %h with the host
-// name, %r with the agent's name (an agent has no rank) and %% with %.
-func expandTelemetryPath(pattern, name string) string {
-	if !strings.Contains(pattern, "%") {
-		return pattern
-	}
-	var b strings.Builder
-	for i := 0; i < len(pattern); i++ {
-		if pattern[i] != '%' || i+1 == len(pattern) {
-			b.WriteByte(pattern[i])
-			continue
-		}
-		i++
-		switch pattern[i] {
-		case 'r':
-			b.WriteString(name)
-		case 'p':
-			b.WriteString(strconv.Itoa(os.Getpid()))
-		case 'h':
-			h, _ := os.Hostname()
-			b.WriteString(h)
-		case '%':
-			b.WriteByte('%')
-		default:
-			b.WriteByte('%')
-			b.WriteByte(pattern[i])
-		}
-	}
-	return b.String()
+	a    *Agent
+	file *records.Writer
+	next uint64
+	recs []XferRecord
+	buf  []byte
 }
 
 func (a *Agent) telStart() {
@@ -227,15 +171,16 @@ func (a *Agent) telStart() {
 	if t.w != nil || t.stopped {
 		return
 	}
-	f, err := os.OpenFile(expandTelemetryPath(t.file, a.name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	w := &xferWriter{a: a, next: 1}
+	warn := func(msg string, err error) { a.log.Warn("p2p "+msg, "err", err) }
+	f, err := records.Open(records.ExpandPath(t.file, a.name), w.drain, warn)
 	if err != nil {
 		a.log.Warn("p2p telemetry file not written", "err", err)
 		t.stopped = true
 		return
 	}
-	w := &xferWriter{a: a, f: f, wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}), next: 1}
+	w.file = f
 	t.w = w
-	go w.run()
 }
 
 // telClose writes what is left and closes the file (Close).
@@ -246,32 +191,12 @@ func (a *Agent) telClose() {
 	w := t.w
 	t.mu.Unlock()
 	if w != nil {
-		close(w.stop)
-		<-w.exited
-	}
-}
-
-func (w *xferWriter) run() {
-	defer close(w.exited)
-	tick := time.NewTicker(xferFlushEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-w.stop:
-			w.drain()
-			if err := w.f.Close(); err != nil && !w.failed {
-				w.a.log.Warn("p2p telemetry file", "err", err)
-			}
-			return
-		case <-w.wake:
-		case <-tick.C:
-		}
-		w.drain()
+		w.file.Close()
 	}
 }
 
 // drain copies the new records out under the lock, then writes them.
-func (w *xferWriter) drain() {
+func (w *xferWriter) drain(f *records.Writer) {
 	t := &w.a.tel
 	t.mu.Lock()
 	if t.n >= TelemetryRing && w.next < t.n-TelemetryRing+1 {
@@ -288,12 +213,7 @@ func (w *xferWriter) drain() {
 	for i := range w.recs {
 		w.buf = appendXferJSON(w.buf, w.a.name, &w.recs[i])
 	}
-	if len(w.buf) > 0 && !w.failed {
-		if _, err := w.f.Write(w.buf); err != nil {
-			w.failed = true
-			w.a.log.Warn("p2p telemetry file: writing stopped", "err", err)
-		}
-	}
+	f.Write(w.buf)
 }
 
 // appendXferJSON appends r as one JSON line: agent, n, id, op ("READ",
