@@ -1,12 +1,10 @@
 package p2p
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -222,15 +220,7 @@ func TestUnreadRepliesAreBounded(t *testing.T) {
 	maxQueuedReplies = 16
 	t.Cleanup(func() { maxQueuedReplies = old })
 	a := newAgent(t, "target", Config{ListenAddr: "-"})
-	ours, theirs := net.Pipe() // unbuffered: the first answer blocks until read
-	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
-	a.mu.Lock()
-	a.conns[p] = true
-	a.wg.Add(2)
-	a.mu.Unlock()
-	go p.readLoop()
-	go p.respond()
-	t.Cleanup(func() { ours.Close() })
+	p, ours := fakePeerNotReading(t, a)
 	ours.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	for i := 0; i < 4*maxQueuedReplies && p.err() == nil; i++ {
 		if _, err := ours.Write(frame(header{op: opPing, aux: uint64(i + 1)}, nil)); err != nil {

@@ -35,6 +35,14 @@ func TestCloseWithSilentConnection(t *testing.T) {
 
 // fakePeer connects a progress engine of a to a pipe the test writes.
 func fakePeer(t *testing.T, a *Agent) (*peer, net.Conn) {
+	p, ours := fakePeerNotReading(t, a)
+	go io.Copy(io.Discard, ours)
+	return p, ours
+}
+
+// fakePeerNotReading is fakePeer whose side reads nothing: over the
+// unbuffered pipe, the target's first write to it blocks.
+func fakePeerNotReading(t *testing.T, a *Agent) (*peer, net.Conn) {
 	ours, theirs := net.Pipe()
 	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
 	a.mu.Lock()
@@ -43,7 +51,6 @@ func fakePeer(t *testing.T, a *Agent) (*peer, net.Conn) {
 	a.mu.Unlock()
 	go p.readLoop()
 	go p.respond()
-	go io.Copy(io.Discard, ours)
 	t.Cleanup(func() { ours.Close() })
 	return p, ours
 }
