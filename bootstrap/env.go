@@ -63,6 +63,42 @@ func (e env) str(name string) (string, bool) {
 }
 
 // int reads an integer variable; ok is false when it is unset.
+// jobAndTLS sets cfg's JobID (GCCL_JOB_ID, else derived from its secret)
+// and its TLS settings (GCCL_TLS and the key files), for ranks and
+// newcomers alike.
+func (e env) jobAndTLS(cfg *Config) error {
+	cfg.JobID = DeriveJobID(cfg.Secret)
+	if v, ok := e.str("GCCL_JOB_ID"); ok {
+		cfg.JobID = v
+	}
+	useTLS, err := tlsx.Enabled(func(k string) string { v, _ := e.str(k); return v })
+	if err != nil {
+		return err
+	}
+	cfg.TLS = useTLS
+	cfg.TLSFiles.Cert, _ = e.str(tlsx.EnvCert)
+	cfg.TLSFiles.Key, _ = e.str(tlsx.EnvKey)
+	cfg.TLSFiles.CA, _ = e.str(tlsx.EnvCA)
+	return nil
+}
+
+// timeouts sets cfg's Timeout and HeartbeatTimeout from
+// GCCL_BOOTSTRAP_TIMEOUT and GCCL_HEARTBEAT_TIMEOUT where they are set.
+func (e env) timeouts(cfg *Config) error {
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+	}{{"GCCL_BOOTSTRAP_TIMEOUT", &cfg.Timeout}, {"GCCL_HEARTBEAT_TIMEOUT", &cfg.HeartbeatTimeout}} {
+		if v, ok := e.str(d.name); ok {
+			var err error
+			if *d.to, err = parseDuration(v); err != nil {
+				return fmt.Errorf("%s=%q: %v", d.name, v, err)
+			}
+		}
+	}
+	return nil
+}
+
 func (e env) int(name string) (n int, ok bool, err error) {
 	v, ok := e.str(name)
 	if !ok {
@@ -147,18 +183,9 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 		return Config{}, false, fmt.Errorf("gccl bootstrap: GCCL_SECRET: %w", err)
 	}
 	cfg.Secret = secret
-	cfg.JobID = DeriveJobID(secret)
-	if v, ok := e.str("GCCL_JOB_ID"); ok {
-		cfg.JobID = v
-	}
-	useTLS, err := tlsx.Enabled(func(k string) string { v, _ := e.str(k); return v })
-	if err != nil {
+	if err := e.jobAndTLS(&cfg); err != nil {
 		return bad("%v", err)
 	}
-	cfg.TLS = useTLS
-	cfg.TLSFiles.Cert, _ = e.str(tlsx.EnvCert)
-	cfg.TLSFiles.Key, _ = e.str(tlsx.EnvKey)
-	cfg.TLSFiles.CA, _ = e.str(tlsx.EnvCA)
 	if v, ok := e.str("GCCL_BOOTSTRAP_SERVE"); ok {
 		serve, err := strconv.ParseBool(v)
 		if err != nil {
@@ -167,15 +194,8 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 		cfg.Serve = serve && cfg.Rank == 0
 		cfg.ServedByRank0 = serve
 	}
-	for _, d := range []struct {
-		name string
-		to   *time.Duration
-	}{{"GCCL_BOOTSTRAP_TIMEOUT", &cfg.Timeout}, {"GCCL_HEARTBEAT_TIMEOUT", &cfg.HeartbeatTimeout}} {
-		if v, ok := e.str(d.name); ok {
-			if *d.to, err = parseDuration(v); err != nil {
-				return bad("%s=%q: %v", d.name, v, err)
-			}
-		}
+	if err := e.timeouts(&cfg); err != nil {
+		return bad("%v", err)
 	}
 	return cfg, true, nil
 }

@@ -5,9 +5,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
-
-	"github.com/gccl/gccl/internal/tlsx"
 )
 
 // NewcomerFromEnv returns the Config of a process that joins a running job
@@ -55,27 +52,11 @@ func newcomerFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if err := checkSecret(cfg.Secret); err != nil {
 		return Config{}, fmt.Errorf("gccl bootstrap: GCCL_SECRET: %w", err)
 	}
-	cfg.JobID = DeriveJobID(cfg.Secret)
-	if v, ok := e.str("GCCL_JOB_ID"); ok {
-		cfg.JobID = v
-	}
-	useTLS, err := tlsx.Enabled(func(k string) string { v, _ := e.str(k); return v })
-	if err != nil {
+	if err := e.jobAndTLS(&cfg); err != nil {
 		return bad("%v", err)
 	}
-	cfg.TLS = useTLS
-	cfg.TLSFiles.Cert, _ = e.str(tlsx.EnvCert)
-	cfg.TLSFiles.Key, _ = e.str(tlsx.EnvKey)
-	cfg.TLSFiles.CA, _ = e.str(tlsx.EnvCA)
-	for _, d := range []struct {
-		name string
-		to   *time.Duration
-	}{{"GCCL_BOOTSTRAP_TIMEOUT", &cfg.Timeout}, {"GCCL_HEARTBEAT_TIMEOUT", &cfg.HeartbeatTimeout}} {
-		if v, ok := e.str(d.name); ok {
-			if *d.to, err = parseDuration(v); err != nil {
-				return bad("%s=%q: %v", d.name, v, err)
-			}
-		}
+	if err := e.timeouts(&cfg); err != nil {
+		return bad("%v", err)
 	}
 	return cfg, nil
 }
