@@ -218,7 +218,12 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 // of either rank's verbs objects is left (connectWorld's cleanup counts
 // them).
 func TestCloseDrains(t *testing.T) {
-	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4}, false)
+	// Soft-RoCE under emulation drops a packet now and then; with NCCL's
+	// ACK timeout (20: 4.3 s) the close notice's retransmission would come
+	// after Close's 2 s linger (a CI run saw Close give up at 2.0 s). At
+	// 16 (268 ms) a retransmission still lands well within it.
+	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4,
+		env: map[string]string{"GCCL_IB_TIMEOUT": "16"}}, false)
 	live := verbs.Live()
 	require.Equal(t, int64(2), live.Contexts)
 	require.Equal(t, int64(2), live.CQs)
