@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"math"
 	"strconv"
 
 	"github.com/gccl/gccl/internal/records"
@@ -146,20 +145,7 @@ func (c *Comm) appendRecordJSON(b []byte, r *OpRecord) []byte {
 	}
 	b = append(b, `,"transport":`...)
 	b = strconv.AppendQuote(b, r.Transport)
-	b = append(b, `,"start_ns":`...)
-	b = strconv.AppendInt(b, r.Start.UnixNano(), 10)
-	b = append(b, `,"end_ns":`...)
-	b = strconv.AppendInt(b, r.End.UnixNano(), 10)
-	d := r.Duration()
-	b = append(b, `,"time_us":`...)
-	b = strconv.AppendFloat(b, float64(d)/1e3, 'f', 3, 64)
-	if d > 0 && r.Bytes > 0 {
-		bw := float64(r.Bytes) / d.Seconds() / 1e9
-		if !math.IsInf(bw, 0) && !math.IsNaN(bw) {
-			b = append(b, `,"algbw_gbs":`...)
-			b = strconv.AppendFloat(b, bw, 'f', 4, 64)
-		}
-	}
+	b = records.AppendTimes(b, r.Start, r.End, r.Bytes)
 	if r.Failed {
 		b = append(b, `,"failed":true`...)
 	}

@@ -1,7 +1,6 @@
 package p2p
 
 import (
-	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -238,19 +237,7 @@ func appendXferJSON(b []byte, agent string, r *XferRecord) []byte {
 	b = strconv.AppendInt(b, int64(r.Parts), 10)
 	b = append(b, `,"parts_done":`...)
 	b = strconv.AppendInt(b, int64(r.PartsDone), 10)
-	b = append(b, `,"start_ns":`...)
-	b = strconv.AppendInt(b, r.Start.UnixNano(), 10)
-	b = append(b, `,"end_ns":`...)
-	b = strconv.AppendInt(b, r.End.UnixNano(), 10)
-	d := r.Duration()
-	b = append(b, `,"time_us":`...)
-	b = strconv.AppendFloat(b, float64(d)/1e3, 'f', 3, 64)
-	if d > 0 && r.Bytes > 0 {
-		if bw := float64(r.Bytes) / d.Seconds() / 1e9; !math.IsInf(bw, 0) && !math.IsNaN(bw) {
-			b = append(b, `,"algbw_gbs":`...)
-			b = strconv.AppendFloat(b, bw, 'f', 4, 64)
-		}
-	}
+	b = records.AppendTimes(b, r.Start, r.End, int64(r.Bytes))
 	if r.Failed {
 		b = append(b, `,"failed":true`...)
 	}

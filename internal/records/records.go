@@ -5,6 +5,7 @@
 package records
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -140,4 +141,24 @@ func (w *Writer) run() {
 		}
 		w.drain(w)
 	}
+}
+
+// AppendTimes appends a record's timing fields to a JSON object being
+// built: start_ns and end_ns (ns since 1970), time_us, and algbw_gbs
+// (bytes / time in GB/s; absent for an empty or instant record).
+func AppendTimes(b []byte, start, end time.Time, bytes int64) []byte {
+	b = append(b, `,"start_ns":`...)
+	b = strconv.AppendInt(b, start.UnixNano(), 10)
+	b = append(b, `,"end_ns":`...)
+	b = strconv.AppendInt(b, end.UnixNano(), 10)
+	d := end.Sub(start)
+	b = append(b, `,"time_us":`...)
+	b = strconv.AppendFloat(b, float64(d)/1e3, 'f', 3, 64)
+	if d > 0 && bytes > 0 {
+		if bw := float64(bytes) / d.Seconds() / 1e9; !math.IsInf(bw, 0) && !math.IsNaN(bw) {
+			b = append(b, `,"algbw_gbs":`...)
+			b = strconv.AppendFloat(b, bw, 'f', 4, 64)
+		}
+	}
+	return b
 }

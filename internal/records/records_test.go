@@ -87,3 +87,15 @@ func TestWriterStopsAfterAFailedWrite(t *testing.T) {
 		t.Fatalf("warnings %q, failed %v: want one, for the write", warned, w.failed)
 	}
 }
+
+func TestAppendTimes(t *testing.T) {
+	start := time.Unix(10, 0)
+	got := string(AppendTimes(nil, start, start.Add(2*time.Millisecond), 2_000_000))
+	want := `,"start_ns":10000000000,"end_ns":10002000000,"time_us":2000.000,"algbw_gbs":1.0000`
+	if got != want {
+		t.Errorf("got %s\nwant %s", got, want)
+	}
+	if got := string(AppendTimes(nil, start, start, 8)); strings.Contains(got, "algbw") {
+		t.Errorf("an instant record has a bandwidth: %s", got)
+	}
+}
