@@ -396,7 +396,16 @@ func (p *peer) fail(err error, forget bool) {
 		forget = false // closing: the peer's end saw our goodbye first
 	default:
 	}
-	if !forget || stillConnected {
+	if !forget {
+		return
+	}
+	// Reap even while another connection to the same agent remains (both
+	// dialled at once): it broke with the process too, but its reader may
+	// see that only after the application closed this agent, and Close's
+	// own failing forgets nothing. reapSegments removes nothing of a live
+	// process.
+	p.reapIfDead()
+	if stillConnected {
 		return
 	}
 	if errors.Is(err, errBye) {
@@ -405,6 +414,12 @@ func (p *peer) fail(err error, forget bool) {
 		a.log.Warn("p2p peer lost", "peer", p.name, "err", err, "failed_requests", len(reqs))
 	}
 	a.Invalidate(p.name)
+}
+
+// reapIfDead removes the segments of a peer whose process died, in
+// the background unless the agent is closing.
+func (p *peer) reapIfDead() {
+	a := p.a
 	if len(p.segs) > 0 {
 		a.mu.Lock() // Close waits for a.wg once closed is set: add before that
 		closing := a.closed

@@ -357,3 +357,38 @@ func TestStalledPeer(t *testing.T) {
 	}
 	r.Release()
 }
+
+// TestKilledPeerTwinConnections: two connections to one agent (both ends
+// dialled at once, as agents that load each other's metadata together
+// do). The peer dies; one connection fails first and the application
+// closes its agent at once, before the other connection's reader saw the
+// end: the dead peer's segments must still be removed by the time Close
+// returns (the fault soak found them left).
+func TestKilledPeerTwinConnections(t *testing.T) {
+	c := startChild(t, 1<<20)
+	info, err := decodeMetadata(c.md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := childRegion(t, c.md)
+	if cr.SHM == "" {
+		t.Skip("the child has no shared segment (shared memory unavailable)")
+	}
+	a, err := New("parent", Config{ListenAddr: "127.0.0.1:0", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := a.dial(ctxT(t), info.Addr, info.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.dial(ctxT(t), info.Addr, info.Token); err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Process.Kill()
+	first.fail(fmt.Errorf("%w: child: notification: broken pipe", ErrRemoteDisconnect), true)
+	a.Close()
+	if _, err := os.Stat(cr.SHM); !os.IsNotExist(err) {
+		t.Fatalf("the dead peer's segment %s outlived Close: %v", cr.SHM, err)
+	}
+}
