@@ -51,9 +51,15 @@ func (d *Doorbell) Close() {
 
 // Wait sleeps until Seq differs from seen. Only one goroutine (the endpoint's
 // owner) may wait at a time.
+//
+// A second goroutine waiting while one sleeps gets ErrConcurrentWait at
+// once: a ring wakes one sleeper, so the other could sleep through the
+// event it waits for, for ever.
 func (d *Doorbell) Wait(ctx context.Context, seen uint64, deadline time.Time) error {
-	d.sleepers.Add(1)
 	defer d.sleepers.Add(-1)
+	if d.sleepers.Add(1) > 1 {
+		return ErrConcurrentWait
+	}
 	// The sleeper count is published before Seq is re-read, and Ring bumps
 	// Seq before reading the count, so a ring between the caller's check and
 	// this point is never lost.

@@ -118,6 +118,9 @@ var (
 	ErrPeerClosed = errors.New("transport: peer closed the connection")
 	// ErrTimeout is returned by Wait when the deadline passes.
 	ErrTimeout error = errs.New(errs.ErrTimeout, "transport: timed out")
+	// ErrConcurrentWait is returned by Wait when another goroutine is
+	// already waiting on the same endpoint: only its owner may wait.
+	ErrConcurrentWait error = errs.New(errs.ErrInvalidArgument, "transport: two goroutines wait on one endpoint at once (only its owner may)")
 )
 
 // PeerError reports a failure of the connection with one peer.
