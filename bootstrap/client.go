@@ -118,24 +118,12 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 			dialAddr = net.JoinHostPort(host, actual)
 		}
 	}
-	// A rendezvous with the wrong TLS key ends the Join at once.
-	joinCtx, endJoin := context.WithCancelCause(ctx)
-	defer endJoin(nil)
-	var pinErr atomic.Pointer[error]
-	creds, err := clientCredentials(&cfg, func(err error) {
-		pinErr.CompareAndSwap(nil, &err)
-		endJoin(err)
-	})
+	joinCtx, endJoin, wrongKey, err := s.connect(ctx, &cfg, dialAddr)
 	if err != nil {
 		s.shutdown(ErrClosed, false)
 		return nil, fmt.Errorf("gccl bootstrap: rank %d: %w", cfg.Rank, err)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+dialAddr, dialOptions(cfg.Secret, creds)...)
-	if err != nil {
-		s.shutdown(ErrClosed, false)
-		return nil, fmt.Errorf("gccl bootstrap: rank %d: %w: rendezvous address %q: %v", cfg.Rank, ErrInvalidArgument, dialAddr, err)
-	}
-	s.conn, s.rpc = conn, pb.NewBootstrapClient(conn)
+	defer endJoin()
 
 	host, _ := os.Hostname()
 	rctx, done, timeoutMs := s.blockingContext(joinCtx)
@@ -146,8 +134,8 @@ func Join(ctx context.Context, cfg Config) (*Client, error) {
 		Rank: s.rank, Size: int32(cfg.Size), LibraryVersion: cfg.Version, ProtocolVersion: int32(cfg.Protocol),
 		Hostname: host, Pid: int32(os.Getpid()), TimeoutMs: timeoutMs,
 	}, grpc.WaitForReady(true))
-	if pe := pinErr.Load(); err != nil && pe != nil {
-		err = fmt.Errorf("gccl bootstrap: rank %d: join %s: %w: %w; is GCCL_SECRET the same on every rank?", cfg.Rank, cfg.Addr, ErrUnauthenticated, *pe)
+	if pe := wrongKey(); err != nil && pe != nil {
+		err = fmt.Errorf("gccl bootstrap: rank %d: join %s: %w: %w; is GCCL_SECRET the same on every rank?", cfg.Rank, cfg.Addr, ErrUnauthenticated, pe)
 		s.shutdown(ErrClosed, false)
 		return nil, err
 	}
@@ -573,4 +561,33 @@ func (c *Client) describe(what string) string {
 		return fmt.Sprintf("rank %d: %s", c.rank, what)
 	}
 	return fmt.Sprintf("rank %d (rank %d of group %s): %s", c.sess.rank, c.rank, c.group, what)
+}
+
+// connect makes the session's client of the rendezvous at addr. Calls made
+// under the returned context end at once when the rendezvous shows the
+// wrong TLS key, which wrongKey then reports; end releases the context.
+func (s *session) connect(ctx context.Context, cfg *Config, addr string) (callCtx context.Context, end func(), wrongKey func() error, err error) {
+	callCtx, cancel := context.WithCancelCause(ctx)
+	var pinErr atomic.Pointer[error]
+	creds, err := clientCredentials(cfg, func(err error) {
+		pinErr.CompareAndSwap(nil, &err)
+		cancel(err)
+	})
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, dialOptions(cfg.Secret, creds)...)
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, fmt.Errorf("%w: rendezvous address %q: %v", ErrInvalidArgument, addr, err)
+	}
+	s.conn, s.rpc = conn, pb.NewBootstrapClient(conn)
+	wrongKey = func() error {
+		if p := pinErr.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}
+	return callCtx, func() { cancel(nil) }, wrongKey, nil
 }

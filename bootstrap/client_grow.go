@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -92,24 +91,12 @@ func JoinGrow(ctx context.Context, cfg Config) (*Client, string, error) {
 	s := &session{cfg: cfg, rank: -1, log: cfg.Logger, watchers: map[*Client]bool{}, goneJob: map[int32]bool{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	what := fmt.Sprintf("newcomer (rank %d of %d): join %s", cfg.Rank, cfg.Size, cfg.Addr)
-	// As Join: a rendezvous with the wrong TLS key ends the call at once.
-	joinCtx, endJoin := context.WithCancelCause(ctx)
-	defer endJoin(nil)
-	var pinErr atomic.Pointer[error]
-	creds, err := clientCredentials(&cfg, func(err error) {
-		pinErr.CompareAndSwap(nil, &err)
-		endJoin(err)
-	})
+	joinCtx, endJoin, wrongKey, err := s.connect(ctx, &cfg, cfg.Addr)
 	if err != nil {
 		s.shutdown(ErrClosed, false)
 		return nil, "", fmt.Errorf("gccl bootstrap: %s: %w", what, err)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, dialOptions(cfg.Secret, creds)...)
-	if err != nil {
-		s.shutdown(ErrClosed, false)
-		return nil, "", fmt.Errorf("gccl bootstrap: %s: %w: %v", what, ErrInvalidArgument, err)
-	}
-	s.conn, s.rpc = conn, pb.NewBootstrapClient(conn)
+	defer endJoin()
 
 	host, _ := os.Hostname()
 	rctx, done, timeoutMs := s.blockingContext(joinCtx)
@@ -118,9 +105,9 @@ func JoinGrow(ctx context.Context, cfg Config) (*Client, string, error) {
 		Rank: int32(cfg.Rank), Size: int32(cfg.Size), LibraryVersion: cfg.Version, ProtocolVersion: int32(cfg.Protocol),
 		Hostname: host, Pid: int32(os.Getpid()), TimeoutMs: timeoutMs,
 	}, grpc.WaitForReady(true))
-	if pe := pinErr.Load(); err != nil && pe != nil {
+	if pe := wrongKey(); err != nil && pe != nil {
 		s.shutdown(ErrClosed, false)
-		return nil, "", fmt.Errorf("gccl bootstrap: %s: %w: %w; is GCCL_SECRET the job's?", what, ErrUnauthenticated, *pe)
+		return nil, "", fmt.Errorf("gccl bootstrap: %s: %w: %w; is GCCL_SECRET the job's?", what, ErrUnauthenticated, pe)
 	}
 	if err != nil {
 		err = s.callError(ctx, what, err)
