@@ -28,13 +28,13 @@ for dir in $(echo "$targets" | cut -d' ' -f1 | uniq); do
 		n=$((n + 1))
 		echo "=== fuzz ./$dir $name (${secs}s)"
 		for try in 1 2; do
-			before=$(ls "$root/$dir/testdata/fuzz/$name" 2>/dev/null | wc -l)
+			before=$(ls "$root/$dir/testdata/fuzz/$name" 2>/dev/null | wc -l || true)
 			if (cd "$root/$dir" && "$exe" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="${secs}s" \
 				-test.fuzzcachedir="$bin/cache" >"$bin/log" 2>&1); then
 				break
 			fi
 			cat "$bin/log"
-			after=$(ls "$root/$dir/testdata/fuzz/$name" 2>/dev/null | wc -l)
+			after=$(ls "$root/$dir/testdata/fuzz/$name" 2>/dev/null | wc -l || true)
 			# Go 1.26's fuzzing coordinator can fail a target at the end of
 			# -fuzztime with a bare "context deadline exceeded" and no input
 			# (go.dev/issue/75804, fixed in Go 1.27): run such a target once
