@@ -50,6 +50,26 @@ func TestDeterministicContract(t *testing.T) {
 	}
 }
 
+// TestDeterministicProdMinMax: the contract is the rank-order fold of any
+// op, so Prod (whose rounding depends on the order, as a sum's does), Min
+// and Max follow it too, through the same schedules.
+func TestDeterministicProdMinMax(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		algo string
+	}{{3, "ring"}, {4, ""}} {
+		t.Run(fmt.Sprintf("n=%d/algo=%q", tc.n, tc.algo), func(t *testing.T) {
+			cs := world(t, tc.n, &comm.Config{Deterministic: true, SlotSize: 256, Algo: tc.algo})
+			opts := commtest.DetermOptions{
+				Types: []comm.DataType{comm.Float32, comm.Float64, comm.BFloat16, comm.Float16},
+				Ops:   []comm.Op{comm.Prod, comm.Min, comm.Max},
+				Sizes: []int{1, 63, 64, 65, 3*64 + 1, 1000},
+			}
+			mustAll(t, determCheck(t, cs, opts))
+		})
+	}
+}
+
 // TestDeterministicCheckHasTeeth: the same check on the default path's ring
 // (which folds block b from rank b+1 on) finds elements whose bits differ,
 // so the data can tell orders apart and the check proves something. (On

@@ -52,7 +52,7 @@ func (h hostBuf) Read(dst []byte) error { copy(dst, h.b); return nil }
 type DetermOptions struct {
 	Sizes []int           // element counts per rank (per block for ReduceScatter); nil: DetermSizes(c, 1<<12)
 	Types []comm.DataType // nil: float32, float64, bfloat16, float16
-	Ops   []comm.Op       // nil: Sum, Avg, PreMulSum(0.3)
+	Ops   []comm.Op       // nil: Sum, Avg, PreMulSum(0.3); Prod, Min and Max may be asked for
 	Mem   Mem             // nil: HostMem
 }
 
@@ -111,6 +111,7 @@ type arith struct {
 	round func(float64) float64 // to the type
 	scale func(x, s float64) float64
 	add   func(a, b float64) float64
+	mul   func(a, b float64) float64
 }
 
 func arithOf(dt comm.DataType) arith {
@@ -124,6 +125,7 @@ func arithOf(dt comm.DataType) arith {
 			round: func(x float64) float64 { return x },
 			scale: func(x, s float64) float64 { return x * s },
 			add:   func(a, b float64) float64 { return a + b },
+			mul:   func(a, b float64) float64 { return a * b },
 		}
 	case comm.Float32:
 		r = func(x float32) float32 { return x }
@@ -138,21 +140,28 @@ func arithOf(dt comm.DataType) arith {
 		round: f32(r),
 		scale: func(x, s float64) float64 { return float64(r(float32(x) * float32(s))) },
 		add:   func(a, b float64) float64 { return float64(r(float32(a) + float32(b))) },
+		mul:   func(a, b float64) float64 { return float64(r(float32(a) * float32(b))) },
 	}
 }
 
 // determRef is the rank-order fold of every pool element for dt and op.
 func determRef(dt comm.DataType, op comm.Op, n int) []float64 {
 	ar := arithOf(dt)
-	s, scaled := 0.0, false
+	s, scaled, fold := 0.0, false, ar.add
 	switch op.Kind {
 	case comm.OpAvg:
 		s, scaled = 1/float64(n), true
 	case comm.OpPreMulSum:
 		s, scaled = op.Scalar, true
 	case comm.OpSum:
+	case comm.OpProd:
+		fold = ar.mul
+	case comm.OpMin:
+		fold = math.Min // the inputs hold no NaN and no zero
+	case comm.OpMax:
+		fold = math.Max
 	default:
-		panic("commtest: the deterministic check covers sums, not " + op.String())
+		panic("commtest: the deterministic check has no reference for " + op.String())
 	}
 	ref := make([]float64, determPool)
 	for i := range ref {
@@ -165,7 +174,7 @@ func determRef(dt comm.DataType, op comm.Op, n int) []float64 {
 			if r == 0 {
 				acc = x
 			} else {
-				acc = ar.add(acc, x)
+				acc = fold(acc, x)
 			}
 		}
 		ref[i] = acc
