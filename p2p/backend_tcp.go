@@ -194,14 +194,15 @@ func (r *Request) sendTCP(id uint64) {
 	}
 	p.wmu.Unlock()
 	if err != nil {
-		r.sendFailed(id, err)
+		r.sendFailed(p, id, err)
 	}
 }
 
-// sendFailed ends post id after its frames failed to go out with err (out
-// of sendTCP: its error value would cost an allocation per post).
-func (r *Request) sendFailed(id uint64, err error) {
-	p := r.p
+// sendFailed ends post id after its frames failed to go out on p with err
+// (out of sendTCP: its error value would cost an allocation per post). p
+// is the post's connection, not r.p: the post may have failed meanwhile
+// (its peer lost) and the request been posted again, which resets r.p.
+func (r *Request) sendFailed(p *peer, id uint64, err error) {
 	var de deviceError
 	if errors.As(err, &de) {
 		// The frames written so far are whole: the connection stays; the

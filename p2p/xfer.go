@@ -733,19 +733,23 @@ func (r *Request) notifyPart(i int) error {
 			if err := r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...)); err != nil {
 				return err
 			}
-		} else if err := r.p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
-			select {
-			case <-r.a.done: // Close shut the connection
-				return ErrClosed
-			default:
+		} else if p := r.p; p == nil {
+			return fmt.Errorf("%w: %s: notification: the post has no connection", ErrRemoteDisconnect, r.peer)
+		} else {
+			if err := p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
+				select {
+				case <-r.a.done: // Close shut the connection
+					return ErrClosed
+				default:
+				}
+				err = fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
+				// The connection is broken (its writes fail from now on):
+				// drop the peer now, as its writer and reader do, so that a
+				// lost peer is reaped even if the application closes the
+				// agent before the reader sees the end of the stream.
+				p.fail(err, true)
+				return err
 			}
-			err = fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
-			// The connection is broken (its writes fail from now on): drop
-			// the peer now, as its writer and reader do, so that a lost
-			// peer is reaped even if the application closes the agent
-			// before the reader sees the end of the stream.
-			r.p.fail(err, true)
-			return err
 		}
 	}
 	r.partsDone.Add(1)
