@@ -525,12 +525,16 @@ func (r *Reducer) Wait(ctx context.Context) error {
 	r.mu.Unlock()
 	nb := len(r.buckets)
 	for r.completed <= nb {
+		// An ended ctx wins over reductions that finished too (select
+		// would pick either): the Wait returns at once and can be resumed.
+		if ctx.Err() != nil {
+			r.stats.Blocked += time.Since(start)
+			return fmt.Errorf("ddp: rank %d: step %d: Wait: %w", r.c.Rank(), r.step, ctx.Err())
+		}
 		select {
 		case <-r.done:
 			r.completed++
 		case <-ctx.Done():
-			r.stats.Blocked += time.Since(start)
-			return fmt.Errorf("ddp: rank %d: step %d: Wait: %w", r.c.Rank(), r.step, ctx.Err())
 		}
 	}
 	r.stats.Blocked += time.Since(start)
