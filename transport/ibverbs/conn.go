@@ -323,9 +323,11 @@ func (c *conn) sendCredit() {
 }
 
 // sendNotice tells the peer this side closes (reason nil: after the
-// messages it sent) or aborts (with the reason). Best effort.
+// messages it sent) or aborts (with the reason). Best effort. A peer that
+// closed first still gets it: its Close waits for this notice (drain). One
+// that aborted waits for nothing, and may have destroyed its QP already.
 func (c *conn) sendNotice(reason error) {
-	if c.err != nil || c.peerState != peerOpen || c.raddr == 0 || c.sqCtl >= c.g.ctlMax()+2 {
+	if c.err != nil || c.peerState == peerAborted || c.raddr == 0 || c.sqCtl >= c.g.ctlMax()+2 {
 		return
 	}
 	ctrl := c.g.ctrlOff()

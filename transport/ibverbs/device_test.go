@@ -218,16 +218,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 // of either rank's verbs objects is left (connectWorld's cleanup counts
 // them).
 func TestCloseDrains(t *testing.T) {
-	// Soft-RoCE under emulation drops a packet now and then; with NCCL's
-	// ACK timeout (20: 4.3 s) the close notice's retransmission would come
-	// after Close's 2 s linger (a CI run saw Close give up at 2.0 s). At
-	// 16 (268 ms) a retransmission still lands well within it. A lost ACK
-	// of rank 0's notice is worse: rank 1 has the notice, closes and
-	// destroys its QP, so rank 0's retransmissions end only when the retry
-	// count runs out, 268 ms x (1 + 7) = 2.1 s with NCCL's 7, past the
-	// linger (a later CI run: 2.007 s). Two retries end it in 0.8 s.
-	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4,
-		env: map[string]string{"GCCL_IB_TIMEOUT": "16", "GCCL_IB_RETRY_CNT": "2"}}, false)
+	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4}, false)
 	live := verbs.Live()
 	require.Equal(t, int64(2), live.Contexts)
 	require.Equal(t, int64(2), live.CQs)
@@ -260,6 +251,13 @@ func TestCloseDrains(t *testing.T) {
 	require.NoError(t, w.eps[1].Close())
 	start := time.Now()
 	require.NoError(t, <-done)
+	// Rank 1 closed second, having rank 0's notice already: it must still
+	// send its own, which rank 0's Close waits for (it used to skip it, and
+	// rank 0 waited out its whole linger, which a timing check alone could
+	// not tell from a slow run).
+	for _, c := range w.eps[0].list {
+		require.Equal(t, peerClosed, c.peerState, "rank 0 never saw rank 1's close notice")
+	}
 	require.Less(t, time.Since(start), closeLinger, "Close waited for its peer's notice in vain")
 	require.Zero(t, verbs.Live().Total(), "after Close: %v", verbs.Live())
 	// Calls after Close.
