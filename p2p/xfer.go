@@ -729,31 +729,44 @@ func (r *Request) complete(err error, releaseRemote bool) {
 func (r *Request) notifyPart(i int) error {
 	ps := &r.parts[i]
 	if ps.flag {
+		var err error
 		if r.self {
-			if err := r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...)); err != nil {
-				return err
-			}
-		} else if p := r.p; p == nil {
-			return fmt.Errorf("%w: %s: notification: the post has no connection", ErrRemoteDisconnect, r.peer)
+			err = r.a.deliverNotif(r.a.name, append([]byte(nil), ps.notif...))
 		} else {
-			if err := p.control(header{op: opNotif, length: uint64(len(ps.notif))}, nonNil(ps.notif)); err != nil {
-				select {
-				case <-r.a.done: // Close shut the connection
-					return ErrClosed
-				default:
-				}
-				err = fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
-				// The connection is broken (its writes fail from now on):
-				// drop the peer now, as its writer and reader do, so that a
-				// lost peer is reaped even if the application closes the
-				// agent before the reader sees the end of the stream.
-				p.fail(err, true)
-				return err
-			}
+			err = r.sendNotif(ps.notif)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	r.partsDone.Add(1)
 	return nil
+}
+
+// sendNotif sends a part's notification to the peer. It reads r.p once: a
+// post that timed out may be posted again while this one still runs, which
+// resets r.p.
+func (r *Request) sendNotif(notif []byte) error {
+	p := r.p
+	if p == nil {
+		return fmt.Errorf("%w: %s: notification: the post has no connection", ErrRemoteDisconnect, r.peer)
+	}
+	err := p.control(header{op: opNotif, length: uint64(len(notif))}, nonNil(notif))
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-r.a.done: // Close shut the connection
+		return ErrClosed
+	default:
+	}
+	err = fmt.Errorf("%w: %s: notification: %v", ErrRemoteDisconnect, r.peer, err)
+	// The connection is broken (its writes fail from now on): drop the peer
+	// now, as its writer and reader do, so that a lost peer is reaped even
+	// if the application closes the agent before the reader sees the end
+	// of the stream.
+	p.fail(err, true)
+	return err
 }
 
 func nonNil(b []byte) []byte {
