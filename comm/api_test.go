@@ -330,22 +330,21 @@ func TestAbortWakesPeers(t *testing.T) {
 func TestConcurrentUseDetected(t *testing.T) {
 	cs := world(t, 2, &comm.Config{Timeout: time.Second})
 	x := make([]float32, 4)
-	started := make(chan struct{})
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() {
-		close(started)
 		done <- comm.AllReduce(bg, cs[0], x, x, comm.Sum) // waits for rank 1
 	}()
-	<-started
-	var err error
-	for i := 0; i < 100; i++ {
-		y := make([]float32, 4)
-		if err = comm.AllReduce(bg, cs[0], y, y, comm.Sum); errors.Is(err, comm.ErrConcurrentUse) {
-			break
+	// Only once the first call holds the Comm: otherwise this one could
+	// become the call that waits for rank 1 (a loaded CI run saw that).
+	for !comm.Busy(cs[0]) {
+		select {
+		case err := <-done:
+			t.Fatalf("the first call ended before a second could overlap it: %v", err)
+		case <-time.After(time.Millisecond):
 		}
-		time.Sleep(time.Millisecond)
 	}
-	if !errors.Is(err, comm.ErrConcurrentUse) {
+	y := make([]float32, 4)
+	if err := comm.AllReduce(bg, cs[0], y, y, comm.Sum); !errors.Is(err, comm.ErrConcurrentUse) {
 		t.Fatalf("second concurrent call: %v", err)
 	}
 	x1 := make([]float32, 4) // rank 1's own buffer

@@ -10,6 +10,10 @@ const SymMinBytes = symMinBytes
 // SymNTMinBytes is the smallest all-reduce written with non-temporal stores.
 const SymNTMinBytes = symNTMinBytes
 
+// Busy reports whether an operation issued on the caller's goroutine runs
+// on c.
+func Busy(c *Comm) bool { return c.busy.Load() }
+
 // SymOps counts the symmetric-memory all-reduces c has run.
 func SymOps(c *Comm) uint64 { return c.symOps.Load() }
 
