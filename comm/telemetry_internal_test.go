@@ -23,3 +23,13 @@ func BenchmarkTelemetryRecord(b *testing.B) {
 		c.telEnd(false)
 	}
 }
+
+// TestEveryPathHasAName: a record of any path reads back with its name
+// (a path missing from pathNames would panic reading it).
+func TestEveryPathHasAName(t *testing.T) {
+	for p := pathPlan; p <= pathDeterministic; p++ {
+		if int(p) >= len(pathNames) || pathNames[p] == "" {
+			t.Errorf("path %d has no name in telemetry", p)
+		}
+	}
+}
