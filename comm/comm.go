@@ -155,6 +155,8 @@ type Comm struct {
 	multiHost bool
 	// dev is the device collectives' state (devexec.go).
 	dev devState
+	// cma is the single-copy path's state (cmaexec.go).
+	cma cmaState
 	// topo is the job's system graph (multi-process communicators whose
 	// hosts could describe themselves), and progressCPUs where the
 	// progress goroutine's thread is pinned (empty: not pinned).

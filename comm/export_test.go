@@ -55,3 +55,13 @@ func PendingShrinks(c *Comm) int {
 	defer g.mu.Unlock()
 	return len(g.shrinks)
 }
+
+// CMAMinBytes is the smallest all-gather or broadcast output c reads
+// straight from peers' memory.
+func CMAMinBytes(c *Comm) int { return c.cma.minBytes }
+
+// CMAOps counts the calls c ran on the single-copy path.
+func CMAOps(c *Comm) uint64 { return c.cma.ops.Load() }
+
+// SetCMAFault makes c's reads of peers' memory fail with err (nil: work).
+func SetCMAFault(c *Comm, err error) { c.cma.fault = err }

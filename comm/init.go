@@ -109,7 +109,7 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 
 	// Pass 1: who lives where. Transports need the hosts (shared memory
 	// the list of local peers) before they listen.
-	me := peerInfo{Version: Version, HostID: HostID(), Pid: os.Getpid()}
+	me := peerInfo{Version: Version, HostID: HostID(), Pid: os.Getpid(), CPUs: runtime.NumCPU()}
 	blobs, err := client.AllGather(ctx, me.marshal())
 	if err != nil {
 		return nil, err
@@ -220,11 +220,24 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
 	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
 	c.setHosts(hosts)
+	c.initCMA(hosts, crowded(infos, me.HostID, sameHost), client.Env(os.Getenv))
 	c.boot = client
 	c.rv = bootRendezvous{client}
 	c.jobID = jobID
 	go c.watchLost(client)
 	return c, nil
+}
+
+// crowded reports whether the ranks of host outnumber its CPUs, by the
+// smallest CPU count its ranks report: every rank of the host decides
+// alike.
+func crowded(infos []peerInfo, host string, ranks int) bool {
+	for _, info := range infos {
+		if info.HostID == host && info.CPUs > 0 && ranks > info.CPUs {
+			return true
+		}
+	}
+	return false
 }
 
 // initClock times the steps of connect, for the INFO line that ends Init.

@@ -38,6 +38,11 @@ const (
 	// on host or staged device buffers, whatever the tuner or GCCL_ALGO
 	// say (determ.go).
 	pathDeterministic
+	// pathCMA: a large all-gather or broadcast between processes of one
+	// host; each rank reads its peers' inputs into its output with one
+	// kernel copy (cmaexec.go), or, when the ranks find that one of them
+	// may not, runs pathPlan.
+	pathCMA
 )
 
 // classify decides a prepared call's path. Each rank decides alone, from
@@ -59,6 +64,8 @@ func (c *Comm) classify(cl *call) path {
 		return pathVariable
 	case c.symCall(cl):
 		return pathSymmetric
+	case c.cmaCall(cl):
+		return pathCMA
 	}
 	return pathPlan
 }
@@ -111,6 +118,8 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 		err = c.runV(ctx, cl)
 	case pathDeterministic:
 		err = c.runDeterministic(ctx, cl)
+	case pathCMA:
+		err = c.runCMAOrPlan(ctx, cl)
 	default: // pathPlan, pathBarrier, pathSymmetric
 		err = c.runCollective(ctx, cl)
 	}

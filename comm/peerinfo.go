@@ -34,6 +34,9 @@ type peerInfo struct {
 	Version string
 	HostID  string
 	Pid     int
+	// CPUs is how many CPUs the rank may run on (runtime.NumCPU), so that
+	// the ranks of a host agree on whether they outnumber its CPUs.
+	CPUs int
 	// Transports is the rank's transport descriptor (transport.Prepared):
 	// per transport, its address or why it is off.
 	Transports []byte
@@ -42,7 +45,7 @@ type peerInfo struct {
 	Topo []byte
 }
 
-const peerInfoMagic = "gcclPI3"
+const peerInfoMagic = "gcclPI4"
 
 // maxTopoXML bounds a descriptor's topology document (the largest published
 // NCCL dumps are tens of KiB).
@@ -59,6 +62,7 @@ func (p *peerInfo) marshal() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, uint64(p.Pid))
+	b = binary.AppendUvarint(b, uint64(p.CPUs))
 	b = binary.AppendUvarint(b, uint64(len(p.Transports)))
 	b = append(b, p.Transports...)
 	b = binary.AppendUvarint(b, uint64(len(p.Topo)))
@@ -84,12 +88,19 @@ func unmarshalPeerInfo(b []byte) (peerInfo, error) {
 		b = b[k+int(n):]
 	}
 	pid, k := binary.Uvarint(b)
+	var n uint64
 	if k <= 0 || pid > 1<<31 {
 		return p, fmt.Errorf("%w: bad pid", errBadPeerInfo)
 	}
 	p.Pid = int(pid)
 	b = b[k:]
-	n, k := binary.Uvarint(b)
+	cpus, k := binary.Uvarint(b)
+	if k <= 0 || cpus > 1<<20 {
+		return p, fmt.Errorf("%w: bad CPU count", errBadPeerInfo)
+	}
+	p.CPUs = int(cpus)
+	b = b[k:]
+	n, k = binary.Uvarint(b)
 	if k <= 0 || n > maxTransportDesc || n > uint64(len(b)-k) {
 		return p, fmt.Errorf("%w: bad transport field", errBadPeerInfo)
 	}

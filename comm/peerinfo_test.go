@@ -8,7 +8,7 @@ import (
 )
 
 func TestPeerInfoRoundTrip(t *testing.T) {
-	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, Transports: []byte("gcclTD1\x00"),
+	p := peerInfo{Version: Version, HostID: "h-1", Pid: 4242, CPUs: 96, Transports: []byte("gcclTD1\x00"),
 		Topo: []byte(`<system version="1"><cpu numaid="0"/></system>`)}
 	for _, p := range []peerInfo{p, {Version: Version, HostID: "h-2", Pid: 1}} {
 		q, err := unmarshalPeerInfo(p.marshal())
@@ -75,6 +75,21 @@ func TestEnvBytes(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%q: %v is not ErrInvalidArgument", tc.v, err)
+		}
+	}
+}
+
+// TestCrowded: a host is crowded when its ranks outnumber the CPUs of any
+// of its ranks; other hosts and unknown counts do not count.
+func TestCrowded(t *testing.T) {
+	infos := []peerInfo{{HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 8}, {HostID: "b", CPUs: 1}, {HostID: "a"}}
+	for _, tc := range []struct {
+		host  string
+		ranks int
+		want  bool
+	}{{"a", 2, false}, {"a", 3, true}, {"b", 1, false}, {"b", 2, true}, {"c", 9, false}} {
+		if got := crowded(infos, tc.host, tc.ranks); got != tc.want {
+			t.Errorf("crowded(%s, %d) = %v, want %v", tc.host, tc.ranks, got, tc.want)
 		}
 	}
 }

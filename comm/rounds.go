@@ -27,13 +27,17 @@ type roundKind uint8
 const (
 	symArrival roundKind = iota // symRecord, checked by symResolve
 	devArrival                  // devRecord, checked by devResolve
+	cmaArrival                  // cmaRecord, checked by cmaResolve
 )
 
 // check checks record rec of rank p against this rank's own (mine), and
 // keeps what it says about p's buffers.
 func (c *Comm) check(kind roundKind, p int, rec, mine []byte) error {
-	if kind == symArrival {
+	switch kind {
+	case symArrival:
 		return c.symResolve(p, rec, mine)
+	case cmaArrival:
+		return c.cmaResolve(p, rec, mine)
 	}
 	return c.devResolve(p, rec, mine)
 }
@@ -66,33 +70,61 @@ func (c *Comm) exchange(msg []byte, kind roundKind) (failed, err error) {
 	return failed, nil
 }
 
+// A rank's departure: whether it did its share.
+const (
+	departOK     byte = 0
+	departFailed byte = 1
+	// departCannot: the rank could not do its share on this path at all
+	// (the single-copy path: it may not read its peers' memory), and
+	// touched nothing of its output; the ranks then run the call another
+	// way together.
+	departCannot byte = 2
+)
+
 // depart is the departure round: it sends every peer one byte, whether
 // this rank failed its share, and waits for theirs. A peer's failure
 // fails the call.
 func (c *Comm) depart(failed bool) error {
-	x := &c.exec
-	c.departure[0] = 0
+	code := departOK
 	if failed {
-		c.departure[0] = 1
+		code = departFailed
 	}
+	err, _ := c.departWith(code)
+	return err
+}
+
+// departWith is the departure round with this rank's code. peerErr names
+// a peer that failed; cannot is the lowest rank that departed with
+// departCannot (this one included), -1 if none: every rank learns the same.
+func (c *Comm) departWith(code byte) (peerErr error, cannot int) {
+	x := &c.exec
+	c.departure[0] = code
 	if err := c.sendRound(c.departure[:]); err != nil {
-		return err
+		return err, -1
 	}
-	var peerErr error
+	cannot = -1
+	if code == departCannot {
+		cannot = c.rank
+	}
 	for i := 1; i < c.size; i++ {
 		p := (c.rank - i + c.size) % c.size
 		m, rcv, err := x.next(p, 1, x.tag)
 		if err != nil {
-			return err
+			return err, -1
 		}
-		bad := m[0] != 0
+		got := m[0]
 		rcv.Release()
-		if bad && peerErr == nil {
+		switch {
+		case got == departCannot:
+			if cannot < 0 || p < cannot {
+				cannot = p
+			}
+		case got != departOK && peerErr == nil:
 			peerErr = &OpError{Op: x.op, Rank: c.rank, Seq: x.seq, Peer: p,
 				Err: fmt.Errorf("peer rank %d could not do its share of the operation (see its error); the result is incomplete", p)}
 		}
 	}
-	return peerErr
+	return peerErr, cannot
 }
 
 // sendRound sends msg to every peer, in ring order from this rank, under

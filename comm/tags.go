@@ -19,6 +19,8 @@ const (
 	tagP2PAnswer  uint8 = 39 // the receiver's answer: p2pCopied or p2pSendData
 	tagAllToAllV  uint8 = 40 // the variable-size collectives (vcoll.go)
 	tagAllGatherV uint8 = 41
+	tagCMAArrive  uint8 = 42 // the single-copy path's rounds (cmaexec.go)
+	tagCMADepart  uint8 = 43
 )
 
 // tagKindName names a kind in errors.
@@ -32,6 +34,8 @@ func tagKindName(k uint8) string {
 		return "a collective on symmetric memory"
 	case tagDevArrive, tagDevDepart:
 		return "a collective on device buffers"
+	case tagCMAArrive, tagCMADepart:
+		return "a collective reading peers' memory"
 	case tagAllToAllV:
 		return "AllToAllV"
 	case tagAllGatherV:

@@ -129,6 +129,7 @@ func recKindName(k uint8) string {
 var pathNames = [...]string{
 	pathPlan: "plan", pathBarrier: "plan", pathSymmetric: "symmetric", pathDevice: "device",
 	pathStaged: "staged", pathVariable: "variable", pathGroup: "group", pathDeterministic: "deterministic",
+	pathCMA: "cma",
 }
 
 // telSlot is one record in the ring, in atomic words (each store costs a

@@ -27,7 +27,7 @@ func BenchmarkTelemetryRecord(b *testing.B) {
 // TestEveryPathHasAName: a record of any path reads back with its name
 // (a path missing from pathNames would panic reading it).
 func TestEveryPathHasAName(t *testing.T) {
-	for p := pathPlan; p <= pathDeterministic; p++ {
+	for p := pathPlan; p <= pathCMA; p++ {
 		if int(p) >= len(pathNames) || pathNames[p] == "" {
 			t.Errorf("path %d has no name in telemetry", p)
 		}

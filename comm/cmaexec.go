@@ -1,0 +1,301 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/cma"
+	"github.com/gccl/gccl/transport"
+)
+
+// The single-copy path for large all-gathers and broadcasts between
+// processes of one host, as Open MPI's shared-memory transport does them
+// (cross-memory attach): each rank reads what it needs straight out of the
+// peers' buffers into its own output with process_vm_readv, one kernel copy
+// per byte, where the slot ring copies every byte into a slot and out of
+// it again. It needs no shared buffers, so it serves ordinary heap memory
+// (buffers from Alloc take the symmetric path instead).
+//
+// The arrival and departure rounds of rounds.go frame it: a rank reads a
+// peer's input only after that peer's arrival (its pid, where its input
+// is, and what it runs, checked against this rank's), and returns only
+// when every peer has departed, so no peer still reads its input. Each rank
+// writes only its own output, so in-place calls are safe.
+//
+// Whether one process may read another's memory depends on the system
+// (ptrace rules: the same user and Yama's ptrace_scope, or CAP_SYS_PTRACE;
+// seccomp filters; containers), and a pid names a process only in its own
+// pid namespace. So a rank first reads each peer's token (a random word
+// whose address and value the peer's arrival carries) and trusts the pid
+// only if it finds that value there. A rank that may not read its peers
+// says so in its departure; every rank then sees the same departures, runs
+// that call through the slots, and never takes this path again on that
+// communicator, with one WARN naming the rank and why.
+
+// cmaMinBytes is the smallest all-gather or broadcast output that takes
+// the single-copy path: below it the two rounds cost more than the copies
+// through the slots that they save. Where a host's ranks outnumber its
+// CPUs, every message of the rounds may wait for a peer's time slice, and
+// the slots' pipeline stays ahead up to cmaMinBytesCrowded (4 processes on
+// 2 CPUs: 64 KiB took 35-52 µs reading peers' memory against 23-26 µs
+// through the slots, 256 KiB 68-82 µs against 86-97 µs; docs/PERFORMANCE.md).
+const (
+	cmaMinBytes        = 64 << 10
+	cmaMinBytesCrowded = 256 << 10
+)
+
+// cmaState is a communicator's single-copy path.
+type cmaState struct {
+	// usable: every rank is a process of this host reached over shared
+	// memory, the system has process_vm_readv, and GCCL_CMA_DISABLE is not
+	// set (decided at Init, alike on every rank of a job).
+	usable bool
+	// minBytes: the smallest output that takes the path here.
+	minBytes int
+	// off: the ranks agreed that one of them cannot read its peers'
+	// memory (decided after a departure round, alike on every rank).
+	off bool
+
+	token   *uint64 // this rank's token, the word peers read to check its pid
+	checked []bool  // peers whose token this rank has found at their pid
+	peers   []cmaPeer
+	msg     [cmaRecordLen]byte
+	rd      cma.Reader
+	ops     atomic.Uint64 // calls run on this path (tests, debugging)
+	// fault, when set (tests), fails this rank's reads of peers' memory.
+	fault error
+}
+
+// cmaPeer is what a peer's arrival record says about it.
+type cmaPeer struct {
+	pid       int
+	in        uintptr // its input (0: none: a non-root of a broadcast)
+	tokenAddr uintptr
+	token     uint64
+}
+
+// cmaRecord is what a rank announces on arrival.
+type cmaRecord struct {
+	pid           uint32
+	token         uint64
+	tokenAddr, in uint64
+	inLen, outLen uint64
+	count         uint64
+	dt, coll      uint8
+	root          uint32
+}
+
+const cmaRecordLen = 58
+
+func (r *cmaRecord) put(b []byte) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], r.pid)
+	le.PutUint64(b[4:], r.token)
+	le.PutUint64(b[12:], r.tokenAddr)
+	le.PutUint64(b[20:], r.in)
+	le.PutUint64(b[28:], r.inLen)
+	le.PutUint64(b[36:], r.outLen)
+	le.PutUint64(b[44:], r.count)
+	b[52], b[53] = r.dt, r.coll
+	le.PutUint32(b[54:], r.root)
+}
+
+func (r *cmaRecord) get(b []byte) {
+	le := binary.LittleEndian
+	r.pid = le.Uint32(b[0:])
+	r.token = le.Uint64(b[4:])
+	r.tokenAddr = le.Uint64(b[12:])
+	r.in = le.Uint64(b[20:])
+	r.inLen = le.Uint64(b[28:])
+	r.outLen = le.Uint64(b[36:])
+	r.count = le.Uint64(b[44:])
+	r.dt, r.coll = b[52], b[53]
+	r.root = le.Uint32(b[54:])
+}
+
+// initCMA decides at Init whether the single-copy path may run: every rank
+// on this host, every peer reached over shared memory.
+func (c *Comm) initCMA(hosts []string, crowded bool, getenv func(string) string) {
+	s := &c.cma
+	s.usable = false
+	if !cma.Supported || c.size < 2 || getenv("GCCL_CMA_DISABLE") == "1" {
+		return
+	}
+	for p := range c.size {
+		if hosts[p] != hosts[c.rank] || p != c.rank && transport.Via(c.ep, p) != "SHM" {
+			return
+		}
+	}
+	s.usable = true
+	s.minBytes = cmaMinBytes
+	if crowded {
+		s.minBytes = cmaMinBytesCrowded
+	}
+	s.token = new(uint64)
+	*s.token = rand.Uint64() | 1
+	s.checked = make([]bool, c.size)
+	s.peers = make([]cmaPeer, c.size)
+	c.log.Info(fmt.Sprintf("all-gathers and broadcasts of %d bytes or more read peers' buffers directly (process_vm_readv; GCCL_CMA_DISABLE=1 turns it off)", s.minBytes), "subsys", "COLL")
+}
+
+// cmaCall reports whether a prepared call takes the single-copy path. It
+// depends only on what every rank decides alike: the communicator, the
+// collective and its size.
+func (c *Comm) cmaCall(cl *call) bool {
+	if !c.cma.usable || c.cma.off || c.algoPref != 0 {
+		return false
+	}
+	switch cl.coll {
+	case algo.AllGather, algo.Broadcast:
+		return len(cl.out.b) >= c.cma.minBytes
+	}
+	return false
+}
+
+// runCMAOrPlan runs a call classified pathCMA, through the slots when the
+// ranks find at arrival or departure that one of them cannot read its
+// peers' memory.
+func (c *Comm) runCMAOrPlan(ctx context.Context, cl *call) error {
+	handled, err := c.runCMA(ctx, cl)
+	if handled {
+		return c.opErr(cl, err)
+	}
+	return c.runCollective(ctx, cl)
+}
+
+// runCMA runs a call on the single-copy path. handled is false when the
+// ranks agreed to run it through the slots instead (nothing was written).
+func (c *Comm) runCMA(ctx context.Context, cl *call) (handled bool, err error) {
+	s := &c.cma
+	me := cmaRecord{
+		pid: uint32(os.Getpid()), token: *s.token, tokenAddr: uint64(uintptr(unsafe.Pointer(s.token))),
+		outLen: uint64(len(cl.out.b)), dt: uint8(cl.dtype()), coll: uint8(cl.coll), root: uint32(cl.root),
+	}
+	me.count = uint64(len(cl.out.b) / cl.dtype().Size())
+	if cl.coll == algo.AllGather || cl.root == c.rank {
+		me.in, me.inLen = uint64(addrOf(cl.in.b)), uint64(len(cl.in.b))
+	}
+	x := &c.exec
+	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagCMAArrive, cl.seq))
+	me.put(s.msg[:])
+	failed, err := c.exchange(s.msg[:], cmaArrival)
+	if err != nil {
+		return true, err // the transport failed: the Comm aborts
+	}
+	code := departOK
+	if failed != nil {
+		code = departFailed
+	} else if peer, err := c.cmaWork(cl); err != nil {
+		if cma.Refused(err) {
+			code = departCannot
+			c.log.Warn(fmt.Sprintf("cannot read the memory of rank %d (%v): all-gathers and broadcasts go through shared-memory slots", peer, err), "subsys", "COLL")
+		} else {
+			code = departFailed
+			failed = &OpError{Op: x.op, Rank: c.rank, Seq: cl.seq, Peer: peer, Err: err}
+		}
+	}
+	// Every rank that arrived departs, failed or not (rounds.go).
+	x.tag = transport.MakeTag(tagCMADepart, cl.seq)
+	peerErr, cannot := c.departWith(code)
+	switch {
+	case failed != nil:
+		return true, failed
+	case peerErr != nil:
+		return true, peerErr
+	case cannot >= 0:
+		s.off = true
+		if code != departCannot {
+			c.log.Warn(fmt.Sprintf("rank %d cannot read its peers' memory: all-gathers and broadcasts go through shared-memory slots", cannot), "subsys", "COLL")
+		}
+		return false, nil
+	}
+	s.ops.Add(1)
+	return true, nil
+}
+
+// cmaResolve checks peer p's arrival record against this rank's and keeps
+// where p's input is.
+func (c *Comm) cmaResolve(p int, msg, mine []byte) error {
+	var me, rec cmaRecord
+	me.get(mine)
+	if p == c.rank {
+		return nil
+	}
+	rec.get(msg)
+	if rec.count != me.count || rec.dt != me.dt || rec.coll != me.coll || rec.root != me.root || rec.outLen != me.outLen {
+		return fmt.Errorf("%w: peer runs %v of %d %v (root %d) reading peers' memory, this rank %v of %d %v (root %d)",
+			ErrMismatch, algo.Collective(rec.coll), rec.count, DataType(rec.dt), int32(rec.root),
+			algo.Collective(me.coll), me.count, DataType(me.dt), int32(me.root))
+	}
+	want := me.outLen / uint64(c.size) // an all-gather's block
+	if algo.Collective(me.coll) == algo.Broadcast {
+		want = 0
+		if int(me.root) == p {
+			want = me.outLen
+		}
+	}
+	if rec.inLen != want || (want > 0) != (rec.in != 0) {
+		return fmt.Errorf("%w: peer's input holds %d bytes at %#x, this rank expects %d", ErrMismatch, rec.inLen, rec.in, want)
+	}
+	c.cma.peers[p] = cmaPeer{pid: int(rec.pid), in: uintptr(rec.in), tokenAddr: uintptr(rec.tokenAddr), token: rec.token}
+	return nil
+}
+
+// cmaWork does this rank's share: it fills its own output. On failure it
+// returns the peer whose memory it could not read (-1: none).
+func (c *Comm) cmaWork(cl *call) (peer int, err error) {
+	in, out := cl.in.b, cl.out.b
+	nt := len(out) >= symNTMinBytes
+	switch cl.coll {
+	case algo.AllGather:
+		blk := len(in)
+		at := c.rank * blk
+		if !sameMem(in, out[at:at+blk]) {
+			ntCopy(out[at:at+blk], in, nt)
+		}
+		for i := 1; i < c.size; i++ {
+			p := (c.rank + i) % c.size // spread the readers over the sources
+			if err := c.cmaRead(p, out[p*blk:(p+1)*blk]); err != nil {
+				return p, err
+			}
+		}
+	case algo.Broadcast:
+		if c.rank == cl.root {
+			if !sameMem(in, out) {
+				ntCopy(out, in, nt)
+			}
+			return -1, nil
+		}
+		if err := c.cmaRead(cl.root, out); err != nil {
+			return cl.root, err
+		}
+	}
+	return -1, nil
+}
+
+// cmaRead fills dst from peer p's input, after checking, the first time,
+// that p's pid is p.
+func (c *Comm) cmaRead(p int, dst []byte) error {
+	s := &c.cma
+	pe := &s.peers[p]
+	if s.fault != nil {
+		return s.fault
+	}
+	if !s.checked[p] {
+		w, err := s.rd.ReadWord(pe.pid, pe.tokenAddr)
+		if err != nil {
+			return err
+		}
+		if w != pe.token {
+			return fmt.Errorf("%w: pid %d is not rank %d's process here (another pid namespace?)", cma.ErrRefused, pe.pid, p)
+		}
+		s.checked[p] = true
+	}
+	return s.rd.Read(pe.pid, dst, pe.in)
+}
