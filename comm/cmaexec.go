@@ -184,9 +184,15 @@ func (c *Comm) runCMA(ctx context.Context, cl *call) (handled bool, err error) {
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagCMAArrive, cl.seq))
 	me.put(s.msg[:])
-	failed, err := c.exchange(s.msg[:], cmaArrival)
-	if err != nil {
+	if err := c.announce(s.msg[:], cmaArrival); err != nil {
 		return true, err // the transport failed: the Comm aborts
+	}
+	// This rank's own share of its output needs no peer: it is copied
+	// while the peers' records travel.
+	c.cmaOwn(cl)
+	failed, err := c.gatherArrivals(s.msg[:], cmaArrival)
+	if err != nil {
+		return true, err
 	}
 	code := departOK
 	if failed != nil {
@@ -247,18 +253,30 @@ func (c *Comm) cmaResolve(p int, msg, mine []byte) error {
 	return nil
 }
 
-// cmaWork does this rank's share: it fills its own output. On failure it
-// returns the peer whose memory it could not read (-1: none).
-func (c *Comm) cmaWork(cl *call) (peer int, err error) {
+// cmaOwn copies this rank's own input into its output where the call
+// needs it (out of place: an all-gather's own block, the root's broadcast).
+func (c *Comm) cmaOwn(cl *call) {
 	in, out := cl.in.b, cl.out.b
 	nt := len(out) >= symNTMinBytes
+	switch {
+	case cl.coll == algo.AllGather:
+		at := c.rank * len(in)
+		if !sameMem(in, out[at:at+len(in)]) {
+			ntCopy(out[at:at+len(in)], in, nt)
+		}
+	case c.rank == cl.root && !sameMem(in, out):
+		ntCopy(out, in, nt)
+	}
+}
+
+// cmaWork does the rest of this rank's share: it reads its peers' parts of
+// its output. On failure it returns the peer whose memory it could not
+// read (-1: none).
+func (c *Comm) cmaWork(cl *call) (peer int, err error) {
+	in, out := cl.in.b, cl.out.b
 	switch cl.coll {
 	case algo.AllGather:
 		blk := len(in)
-		at := c.rank * blk
-		if !sameMem(in, out[at:at+blk]) {
-			ntCopy(out[at:at+blk], in, nt)
-		}
 		for i := 1; i < c.size; i++ {
 			p := (c.rank + i) % c.size // spread the readers over the sources
 			if err := c.cmaRead(p, out[p*blk:(p+1)*blk]); err != nil {
@@ -267,9 +285,6 @@ func (c *Comm) cmaWork(cl *call) (peer int, err error) {
 		}
 	case algo.Broadcast:
 		if c.rank == cl.root {
-			if !sameMem(in, out) {
-				ntCopy(out, in, nt)
-			}
 			return -1, nil
 		}
 		if err := c.cmaRead(cl.root, out); err != nil {

@@ -48,13 +48,26 @@ func (c *Comm) check(kind roundKind, p int, rec, mine []byte) error {
 // *OpError naming the peer; err is the transport's error, or the own
 // record's.
 func (c *Comm) exchange(msg []byte, kind roundKind) (failed, err error) {
-	x := &c.exec
+	if err := c.announce(msg, kind); err != nil {
+		return nil, err
+	}
+	return c.gatherArrivals(msg, kind)
+}
+
+// announce is exchange's first half: it checks this rank's own record
+// and sends it to every peer. Work on this rank's own buffers may run
+// before the second half, gatherArrivals, while the peers' records travel.
+func (c *Comm) announce(msg []byte, kind roundKind) error {
 	if err := c.check(kind, c.rank, msg, msg); err != nil {
-		return nil, err
+		return err
 	}
-	if err := c.sendRound(msg); err != nil {
-		return nil, err
-	}
+	return c.sendRound(msg)
+}
+
+// gatherArrivals is exchange's second half: it receives and checks every
+// peer's record.
+func (c *Comm) gatherArrivals(msg []byte, kind roundKind) (failed, err error) {
+	x := &c.exec
 	for i := 1; i < c.size; i++ {
 		p := (c.rank - i + c.size) % c.size
 		m, rcv, err := x.next(p, len(msg), x.tag)
