@@ -10,16 +10,29 @@ import "runtime"
 // The budget, measured on a Sapphire Rapids VM where PAUSE takes ~20 ns and
 // runtime.Gosched ~170 ns: about 2 µs of spinning, one PAUSE per check so a
 // peer's write is noticed within tens of nanoseconds, catches a peer running
-// on another core; then about 80 µs of yielding lets a peer that shares this
-// core (more ranks than cores) run, and costs little when there is none;
-// only then does the waiter sleep, paying the tens of microseconds a wake-up
-// costs on a VM.
+// on another core; then about 80 µs of yielding to the process's other
+// goroutines costs little; only then does the waiter sleep, paying the tens
+// of microseconds a wake-up costs on a VM. More ranks than cores take the
+// crowded budget below.
 const (
 	// PauseRounds is how many pause bursts a waiter spins before yielding.
 	PauseRounds = 100
 	// YieldRounds is how many times it then yields before sleeping.
 	YieldRounds   = 500
 	pausePerRound = 1
+)
+
+// Where ranks outnumber cores (OSYield), the peer a waiter waits for is
+// often on the waiter's own core, and cannot run while the waiter spins;
+// and each round's poll costs a system call over TCP. There a waiter spins
+// only briefly, for a peer on the other core, yields a few rounds, and
+// then sleeps, giving the core away. Measured with 3, 4 and 8 processes on
+// 2 vCPUs (docs/PERFORMANCE.md, "Against Open MPI"): 8 B all-reduce over
+// TCP 136-144 -> 35-45 µs, 240-290 -> 48-80 µs, 967-987 -> 295-298 µs;
+// over shared memory no slower (4 ranks 7.7-14.8 -> 4.2-7.6 µs).
+const (
+	CrowdedPauseRounds = 10
+	CrowdedYieldRounds = 50
 )
 
 // Backoff is the state of one wait; the zero value starts spinning.
@@ -38,16 +51,23 @@ func (b *Backoff) Reset() { b.n = 0 }
 // Spin waits a little and reports false once the caller should sleep instead.
 func (b *Backoff) Spin() bool {
 	b.n++
+	if b.OSYield {
+		switch {
+		case b.n <= CrowdedPauseRounds:
+			Pause(pausePerRound)
+			return true
+		case b.n <= CrowdedPauseRounds+CrowdedYieldRounds:
+			osYield()
+			return true
+		}
+		return false
+	}
 	switch {
 	case b.n <= PauseRounds:
 		Pause(pausePerRound)
 		return true
 	case b.n <= PauseRounds+YieldRounds:
-		if b.OSYield {
-			osYield()
-		} else {
-			runtime.Gosched()
-		}
+		runtime.Gosched()
 		return true
 	}
 	return false

@@ -23,6 +23,22 @@ func TestBackoffEndsSpinning(t *testing.T) {
 	}
 }
 
+// TestCrowdedBackoffSleepsSooner: with OSYield (more ranks than cores) the
+// waiter gives up its core after the shorter crowded budget.
+func TestCrowdedBackoffSleepsSooner(t *testing.T) {
+	b := Backoff{OSYield: true}
+	n := 0
+	for b.Spin() {
+		n++
+		if n > PauseRounds+YieldRounds {
+			t.Fatal("crowded backoff spins as long as the uncrowded one")
+		}
+	}
+	if n != CrowdedPauseRounds+CrowdedYieldRounds {
+		t.Fatalf("spun %d rounds, want %d", n, CrowdedPauseRounds+CrowdedYieldRounds)
+	}
+}
+
 func TestPauseAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { Pause(10) }); a != 0 {
 		t.Fatalf("Pause allocates %v", a)
@@ -40,16 +56,5 @@ func TestPauseReturns(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("Pause(%d) did not return", n)
 		}
-	}
-}
-
-func TestOSYieldBackoffEndsSpinning(t *testing.T) {
-	b := Backoff{OSYield: true}
-	n := 0
-	for b.Spin() {
-		n++
-	}
-	if n != PauseRounds+YieldRounds {
-		t.Fatalf("spun %d rounds, want %d", n, PauseRounds+YieldRounds)
 	}
 }
