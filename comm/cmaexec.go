@@ -62,11 +62,12 @@ type cmaState struct {
 	// memory (decided after a departure round, alike on every rank).
 	off bool
 
-	token   *uint64 // this rank's token, the word peers read to check its pid
+	token   *uint32 // this rank's token, the word peers read to check its pid
 	checked []bool  // peers whose token this rank has found at their pid
 	peers   []cmaPeer
 	msg     [cmaRecordLen]byte
 	rd      cma.Reader
+	word    [4]byte       // a peer's token, read back
 	ops     atomic.Uint64 // calls run on this path (tests, debugging)
 	// fault, when set (tests), fails this rank's reads of peers' memory.
 	fault error
@@ -77,46 +78,43 @@ type cmaPeer struct {
 	pid       int
 	in        uintptr // its input (0: none: a non-root of a broadcast)
 	tokenAddr uintptr
-	token     uint64
+	token     uint32
 }
 
-// cmaRecord is what a rank announces on arrival.
+// cmaRecord is what a rank announces on arrival. It fits the 40 bytes a
+// shared-memory slot carries in its first cache line, so the rounds move
+// one line per peer: the lengths follow from the count, type, collective
+// and root, which every rank checks alike.
 type cmaRecord struct {
-	pid           uint32
-	token         uint64
+	pid, token    uint32
 	tokenAddr, in uint64
-	inLen, outLen uint64
-	count         uint64
+	count         uint64 // elements of the output
 	dt, coll      uint8
 	root          uint32
 }
 
-const cmaRecordLen = 58
+const cmaRecordLen = 38
 
 func (r *cmaRecord) put(b []byte) {
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], r.pid)
-	le.PutUint64(b[4:], r.token)
-	le.PutUint64(b[12:], r.tokenAddr)
-	le.PutUint64(b[20:], r.in)
-	le.PutUint64(b[28:], r.inLen)
-	le.PutUint64(b[36:], r.outLen)
-	le.PutUint64(b[44:], r.count)
-	b[52], b[53] = r.dt, r.coll
-	le.PutUint32(b[54:], r.root)
+	le.PutUint32(b[4:], r.token)
+	le.PutUint64(b[8:], r.tokenAddr)
+	le.PutUint64(b[16:], r.in)
+	le.PutUint64(b[24:], r.count)
+	b[32], b[33] = r.dt, r.coll
+	le.PutUint32(b[34:], r.root)
 }
 
 func (r *cmaRecord) get(b []byte) {
 	le := binary.LittleEndian
 	r.pid = le.Uint32(b[0:])
-	r.token = le.Uint64(b[4:])
-	r.tokenAddr = le.Uint64(b[12:])
-	r.in = le.Uint64(b[20:])
-	r.inLen = le.Uint64(b[28:])
-	r.outLen = le.Uint64(b[36:])
-	r.count = le.Uint64(b[44:])
-	r.dt, r.coll = b[52], b[53]
-	r.root = le.Uint32(b[54:])
+	r.token = le.Uint32(b[4:])
+	r.tokenAddr = le.Uint64(b[8:])
+	r.in = le.Uint64(b[16:])
+	r.count = le.Uint64(b[24:])
+	r.dt, r.coll = b[32], b[33]
+	r.root = le.Uint32(b[34:])
 }
 
 // initCMA decides at Init whether the single-copy path may run: every rank
@@ -137,8 +135,8 @@ func (c *Comm) initCMA(hosts []string, crowded bool, getenv func(string) string)
 	if crowded {
 		s.minBytes = cmaMinBytesCrowded
 	}
-	s.token = new(uint64)
-	*s.token = rand.Uint64() | 1
+	s.token = new(uint32)
+	*s.token = rand.Uint32() | 1
 	s.checked = make([]bool, c.size)
 	s.peers = make([]cmaPeer, c.size)
 	c.log.Info(fmt.Sprintf("all-gathers and broadcasts of %d bytes or more read peers' buffers directly (process_vm_readv; GCCL_CMA_DISABLE=1 turns it off)", s.minBytes), "subsys", "COLL")
@@ -175,11 +173,10 @@ func (c *Comm) runCMA(ctx context.Context, cl *call) (handled bool, err error) {
 	s := &c.cma
 	me := cmaRecord{
 		pid: uint32(os.Getpid()), token: *s.token, tokenAddr: uint64(uintptr(unsafe.Pointer(s.token))),
-		outLen: uint64(len(cl.out.b)), dt: uint8(cl.dtype()), coll: uint8(cl.coll), root: uint32(cl.root),
+		count: uint64(len(cl.out.b) / cl.dtype().Size()), dt: uint8(cl.dtype()), coll: uint8(cl.coll), root: uint32(cl.root),
 	}
-	me.count = uint64(len(cl.out.b) / cl.dtype().Size())
 	if cl.coll == algo.AllGather || cl.root == c.rank {
-		me.in, me.inLen = uint64(addrOf(cl.in.b)), uint64(len(cl.in.b))
+		me.in = uint64(addrOf(cl.in.b))
 	}
 	x := &c.exec
 	x.begin(ctx, cl.name(), cl.seq, transport.MakeTag(tagCMAArrive, cl.seq))
@@ -226,7 +223,9 @@ func (c *Comm) runCMA(ctx context.Context, cl *call) (handled bool, err error) {
 }
 
 // cmaResolve checks peer p's arrival record against this rank's and keeps
-// where p's input is.
+// where p's input is. Agreeing on the count, type, collective and root is
+// agreeing on every length: each rank's own arguments were checked
+// against them when the call was prepared.
 func (c *Comm) cmaResolve(p int, msg, mine []byte) error {
 	var me, rec cmaRecord
 	me.get(mine)
@@ -234,20 +233,14 @@ func (c *Comm) cmaResolve(p int, msg, mine []byte) error {
 		return nil
 	}
 	rec.get(msg)
-	if rec.count != me.count || rec.dt != me.dt || rec.coll != me.coll || rec.root != me.root || rec.outLen != me.outLen {
+	if rec.count != me.count || rec.dt != me.dt || rec.coll != me.coll || rec.root != me.root {
 		return fmt.Errorf("%w: peer runs %v of %d %v (root %d) reading peers' memory, this rank %v of %d %v (root %d)",
 			ErrMismatch, algo.Collective(rec.coll), rec.count, DataType(rec.dt), int32(rec.root),
 			algo.Collective(me.coll), me.count, DataType(me.dt), int32(me.root))
 	}
-	want := me.outLen / uint64(c.size) // an all-gather's block
-	if algo.Collective(me.coll) == algo.Broadcast {
-		want = 0
-		if int(me.root) == p {
-			want = me.outLen
-		}
-	}
-	if rec.inLen != want || (want > 0) != (rec.in != 0) {
-		return fmt.Errorf("%w: peer's input holds %d bytes at %#x, this rank expects %d", ErrMismatch, rec.inLen, rec.in, want)
+	hasIn := algo.Collective(me.coll) == algo.AllGather || int(me.root) == p
+	if hasIn != (rec.in != 0) {
+		return fmt.Errorf("%w: peer's input is at %#x, this rank expects %s", ErrMismatch, rec.in, map[bool]string{true: "one", false: "none"}[hasIn])
 	}
 	c.cma.peers[p] = cmaPeer{pid: int(rec.pid), in: uintptr(rec.in), tokenAddr: uintptr(rec.tokenAddr), token: rec.token}
 	return nil
@@ -303,11 +296,10 @@ func (c *Comm) cmaRead(p int, dst []byte) error {
 		return s.fault
 	}
 	if !s.checked[p] {
-		w, err := s.rd.ReadWord(pe.pid, pe.tokenAddr)
-		if err != nil {
+		if err := s.rd.Read(pe.pid, s.word[:], pe.tokenAddr); err != nil {
 			return err
 		}
-		if w != pe.token {
+		if *(*uint32)(unsafe.Pointer(&s.word[0])) != pe.token {
 			return fmt.Errorf("%w: pid %d is not rank %d's process here (another pid namespace?)", cma.ErrRefused, pe.pid, p)
 		}
 		s.checked[p] = true

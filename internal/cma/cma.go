@@ -43,16 +43,6 @@ func (r *Reader) Read(pid int, dst []byte, addr uintptr) error {
 	return r.r.read(pid, dst, addr)
 }
 
-// ReadWord reads the 8-byte word at addr of process pid, in this host's
-// byte order.
-func (r *Reader) ReadWord(pid int, addr uintptr) (uint64, error) {
-	var b [8]byte
-	if err := r.Read(pid, b[:], addr); err != nil {
-		return 0, err
-	}
-	return nativeWord(b), nil
-}
-
 // Refused reports whether err says that this process may not read the
 // other's memory at all (permission, the system call missing or filtered),
 // as opposed to a process that is gone (ESRCH) or an address it does not

@@ -2,7 +2,6 @@ package cma
 
 import (
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,8 +32,6 @@ func (r *reader) read(pid int, dst []byte, addr uintptr) error {
 	}
 	return nil
 }
-
-func nativeWord(b [8]byte) uint64 { return *(*uint64)(unsafe.Pointer(&b[0])) }
 
 // Supported: the system call exists on this kernel (a sandbox may still
 // refuse it for some processes: see Refused).
