@@ -5,26 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/gccl/gccl/comm"
 )
 
-// onJob runs f on every rank of cs at once and returns their errors.
-func onJob(cs []*comm.Comm, f func(c *comm.Comm) error) []error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(c)
-		}()
+// mustGatherOnSlots runs gatherAndBroadcast and fails unless every call
+// worked and none read peers' memory (why: what the ranks should have
+// agreed).
+func mustGatherOnSlots(t *testing.T, cs []*comm.Comm, blk, root int, inPlace bool, salt int, why string) {
+	t.Helper()
+	for r, err := range gatherAndBroadcast(t, cs, blk, root, inPlace, salt) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
 	}
-	wg.Wait()
-	return errs
+	for r, k := range cmaCounts(cs) {
+		if k != 0 {
+			t.Fatalf("rank %d ran %d calls reading peers' memory: %s", r, k, why)
+		}
+	}
 }
 
 // cmaCounts reports each rank's count of single-copy calls.
@@ -39,10 +40,10 @@ func cmaCounts(cs []*comm.Comm) []uint64 {
 // gatherAndBroadcast runs an all-gather of blk uint32s per rank and a
 // broadcast of n*blk from root on every rank, in or out of place, and
 // checks every element.
-func gatherAndBroadcast(cs []*comm.Comm, blk, root int, inPlace bool, salt int) []error {
+func gatherAndBroadcast(t *testing.T, cs []*comm.Comm, blk, root int, inPlace bool, salt int) []error {
 	n := len(cs)
 	val := func(r, i int) uint32 { return uint32(r*7919 + i*31 + salt) }
-	return onJob(cs, func(c *comm.Comm) error {
+	return onAll(t, cs, func(c *comm.Comm) error {
 		r := c.Rank()
 		out := make([]uint32, n*blk)
 		for i := range out {
@@ -110,7 +111,7 @@ func TestCMACollectives(t *testing.T) {
 				for _, inPlace := range []bool{false, true} {
 					for root := range n {
 						before := cmaCounts(cs)
-						for r, err := range gatherAndBroadcast(cs, tc.blk, root, inPlace, root+tc.blk) {
+						for r, err := range gatherAndBroadcast(t, cs, tc.blk, root, inPlace, root+tc.blk) {
 							if err != nil {
 								t.Fatalf("%s, in place %v, rank %d: %v", tc.name, inPlace, r, err)
 							}
@@ -149,28 +150,10 @@ func TestCMARefusedFallsBack(t *testing.T) {
 	comm.SetCMAFault(cs[1], fmt.Errorf("process_vm_readv: %w", syscall.EPERM))
 	blk := min0 / 4
 	for round := range 2 {
-		for r, err := range gatherAndBroadcast(cs, blk, 0, round == 1, round) {
-			if err != nil {
-				t.Fatalf("round %d, rank %d: %v", round, r, err)
-			}
-		}
-		for r, k := range cmaCounts(cs) {
-			if k != 0 {
-				t.Fatalf("round %d: rank %d ran %d calls reading peers' memory after rank 1 could not", round, r, k)
-			}
-		}
+		mustGatherOnSlots(t, cs, blk, 0, round == 1, round, "rank 1 could not read")
 	}
 	comm.SetCMAFault(cs[1], nil)
-	for r, err := range gatherAndBroadcast(cs, blk, 2, false, 9) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, k := range cmaCounts(cs) {
-		if k != 0 {
-			t.Fatalf("rank %d read peers' memory again on a communicator whose ranks agreed not to", r)
-		}
-	}
+	mustGatherOnSlots(t, cs, blk, 2, false, 9, "the ranks had agreed not to, for good")
 }
 
 // TestCMAReadFailsEveryRank: a read that fails for another reason than a
@@ -183,7 +166,7 @@ func TestCMAReadFailsEveryRank(t *testing.T) {
 	defer closeAll(cs)
 	min0 := comm.CMAMinBytes(cs[0])
 	comm.SetCMAFault(cs[0], fmt.Errorf("process_vm_readv: %w", syscall.EFAULT))
-	errs := onJob(cs, func(c *comm.Comm) error {
+	errs := onAll(t, cs, func(c *comm.Comm) error {
 		in := make([]float32, min0/4)
 		return comm.AllGather(context.Background(), c, in, make([]float32, n*len(in)))
 	})
@@ -207,7 +190,7 @@ func TestCMAMismatchedSizes(t *testing.T) {
 		if half {
 			small = min0 / 8 // only rank 0's does
 		}
-		errs := onJob(cs, func(c *comm.Comm) error {
+		errs := onAll(t, cs, func(c *comm.Comm) error {
 			blk := min0
 			if c.Rank() == 1 {
 				blk = small
@@ -230,17 +213,7 @@ func TestCMADisabled(t *testing.T) {
 	cs, stop := initJobOver(t, 2)
 	defer stop()
 	defer closeAll(cs)
-	min0 := comm.CMAMinBytes(cs[0])
-	for r, err := range gatherAndBroadcast(cs, min0/4, 1, false, 3) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, k := range cmaCounts(cs) {
-		if k != 0 {
-			t.Fatalf("rank %d read peers' memory with GCCL_CMA_DISABLE=1", r)
-		}
-	}
+	mustGatherOnSlots(t, cs, comm.CMAMinBytes(cs[0])/4, 1, false, 3, "GCCL_CMA_DISABLE=1")
 }
 
 // TestCMASteadyStateAllocations: a blocking single-copy all-gather
