@@ -38,15 +38,21 @@ import (
 // that call through the slots, and never takes this path again on that
 // communicator, with one WARN naming the rank and why.
 
-// cmaMinBytes is the smallest all-gather or broadcast output that takes
-// the single-copy path: below it the two rounds cost more than the copies
-// through the slots that they save. Where a host's ranks outnumber its
-// CPUs, every message of the rounds may wait for a peer's time slice, and
-// the slots' pipeline stays ahead up to cmaMinBytesCrowded (4 processes on
-// 2 CPUs: 64 KiB took 35-52 µs reading peers' memory against 23-26 µs
-// through the slots, 256 KiB 68-82 µs against 86-97 µs; docs/PERFORMANCE.md).
+// cmaMinBytes is the smallest broadcast output, and cmaMinGatherBytes
+// the smallest all-gather output, that take the single-copy path: below
+// them the two rounds cost more than the copies through the slots that
+// they save (2 processes, 3 alternating runs of gccl-perf -z 1: all-gather
+// 16 KiB 2.4-3.1 µs reading peers' memory against 3.7-4.0 through the
+// slots, 4 KiB 2.8-3.6 against 1.7-2.2; broadcast still behind at 32 KiB,
+// where only one rank copies through the slots' pipeline). Where a host's
+// ranks outnumber its CPUs, every message of the rounds may wait for a
+// peer's time slice, and the slots' pipeline stays ahead up to
+// cmaMinBytesCrowded (4 processes on 2 CPUs: 64 KiB took 35-52 µs reading
+// peers' memory against 23-26 µs through the slots, 256 KiB 68-82 µs
+// against 86-97 µs; docs/PERFORMANCE.md).
 const (
 	cmaMinBytes        = 64 << 10
+	cmaMinGatherBytes  = 16 << 10
 	cmaMinBytesCrowded = 256 << 10
 )
 
@@ -56,8 +62,9 @@ type cmaState struct {
 	// memory, the system has process_vm_readv, and GCCL_CMA_DISABLE is not
 	// set (decided at Init, alike on every rank of a job).
 	usable bool
-	// minBytes: the smallest output that takes the path here.
-	minBytes int
+	// minBytes and minGather: the smallest broadcast and all-gather
+	// outputs that take the path here.
+	minBytes, minGather int
 	// off: the ranks agreed that one of them cannot read its peers'
 	// memory (decided after a departure round, alike on every rank).
 	off bool
@@ -131,15 +138,15 @@ func (c *Comm) initCMA(hosts []string, crowded bool, getenv func(string) string)
 		}
 	}
 	s.usable = true
-	s.minBytes = cmaMinBytes
+	s.minBytes, s.minGather = cmaMinBytes, cmaMinGatherBytes
 	if crowded {
-		s.minBytes = cmaMinBytesCrowded
+		s.minBytes, s.minGather = cmaMinBytesCrowded, cmaMinBytesCrowded
 	}
 	s.token = new(uint32)
 	*s.token = rand.Uint32() | 1
 	s.checked = make([]bool, c.size)
 	s.peers = make([]cmaPeer, c.size)
-	c.log.Info(fmt.Sprintf("all-gathers and broadcasts of %d bytes or more read peers' buffers directly (process_vm_readv; GCCL_CMA_DISABLE=1 turns it off)", s.minBytes), "subsys", "COLL")
+	c.log.Info(fmt.Sprintf("all-gathers of %d bytes or more and broadcasts of %d or more read peers' buffers directly (process_vm_readv; GCCL_CMA_DISABLE=1 turns it off)", s.minGather, s.minBytes), "subsys", "COLL")
 }
 
 // cmaCall reports whether a prepared call takes the single-copy path. It
@@ -150,7 +157,9 @@ func (c *Comm) cmaCall(cl *call) bool {
 		return false
 	}
 	switch cl.coll {
-	case algo.AllGather, algo.Broadcast:
+	case algo.AllGather:
+		return len(cl.out.b) >= c.cma.minGather
+	case algo.Broadcast:
 		return len(cl.out.b) >= c.cma.minBytes
 	}
 	return false

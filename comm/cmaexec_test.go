@@ -96,14 +96,16 @@ func TestCMACollectives(t *testing.T) {
 			cs, stop := initJobOver(t, n)
 			defer stop()
 			defer closeAll(cs)
-			min0 := comm.CMAMinBytes(cs[0])
-			minBlk := min0 / 4 / n // uint32s per rank at the threshold
+			min0, minAG := comm.CMAMinBytes(cs[0]), comm.CMAMinGatherBytes(cs[0])
+			minBlk := min0 / 4 / n // uint32s per rank at the broadcast's threshold
 			for _, tc := range []struct {
 				blk  int
 				cma  bool
 				name string
 			}{
-				{minBlk - 8, false, "below"},
+				{minAG/4/n - 8, false, "below both"},
+				{minAG/4/n + 1, true, "at the all-gather's, odd"},
+				{minBlk - 8, true, "below the broadcast's"},
 				{minBlk + 1, true, "at, odd"},
 				{1<<20/4/n + 3, true, "1 MiB"},
 				{9<<20/4/n + 5, true, "9 MiB, non-temporal"},
@@ -117,9 +119,12 @@ func TestCMACollectives(t *testing.T) {
 							}
 						}
 						for r, k := range cmaCounts(cs) {
-							want := uint64(0)
+							want := uint64(0) // one per collective above its threshold
+							if tc.cma && n*tc.blk*4 >= minAG {
+								want++
+							}
 							if tc.cma && n*tc.blk*4 >= min0 {
-								want = 2
+								want++
 							}
 							if k-before[r] != want {
 								t.Fatalf("%s, in place %v: rank %d ran %d calls reading peers' memory, want %d", tc.name, inPlace, r, k-before[r], want)
@@ -188,7 +193,7 @@ func TestCMAMismatchedSizes(t *testing.T) {
 		min0 := comm.CMAMinBytes(cs[0])
 		small := min0/2 + 64 // both sizes read peers' memory
 		if half {
-			small = min0 / 8 // only rank 0's does
+			small = comm.CMAMinGatherBytes(cs[0]) / 4 // only rank 0's does
 		}
 		errs := onAll(t, cs, func(c *comm.Comm) error {
 			blk := min0

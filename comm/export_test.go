@@ -56,9 +56,11 @@ func PendingShrinks(c *Comm) int {
 	return len(g.shrinks)
 }
 
-// CMAMinBytes is the smallest all-gather or broadcast output c reads
-// straight from peers' memory.
-func CMAMinBytes(c *Comm) int { return c.cma.minBytes }
+// CMAMinBytes is the smallest broadcast output, and CMAMinGatherBytes the
+// smallest all-gather output, c reads straight from peers' memory (the
+// first is the larger).
+func CMAMinBytes(c *Comm) int       { return c.cma.minBytes }
+func CMAMinGatherBytes(c *Comm) int { return c.cma.minGather }
 
 // CMAOps counts the calls c ran on the single-copy path.
 func CMAOps(c *Comm) uint64 { return c.cma.ops.Load() }
