@@ -308,7 +308,7 @@ func (c *Comm) cmaRead(p int, dst []byte) error {
 		if err := s.rd.Read(pe.pid, s.word[:], pe.tokenAddr); err != nil {
 			return err
 		}
-		if *(*uint32)(unsafe.Pointer(&s.word[0])) != pe.token {
+		if binary.NativeEndian.Uint32(s.word[:]) != pe.token {
 			return fmt.Errorf("%w: pid %d is not rank %d's process here (another pid namespace?)", cma.ErrRefused, pe.pid, p)
 		}
 		s.checked[p] = true

@@ -218,9 +218,10 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// otherwise the rank with work waits for a time slice (8 B all-reduce,
 	// 4 ranks on 2 cores: 458 µs with Gosched, 45 µs with sched_yield). With
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
-	c.exec.bo.OSYield = sameHost > runtime.NumCPU()
+	crowd := crowded(infos, me.HostID, sameHost)
+	c.exec.bo.OSYield = crowd
 	c.setHosts(hosts)
-	c.initCMA(hosts, crowded(infos, me.HostID, sameHost), client.Env(os.Getenv))
+	c.initCMA(hosts, crowd, client.Env(os.Getenv))
 	c.boot = client
 	c.rv = bootRendezvous{client}
 	c.jobID = jobID

@@ -7,8 +7,8 @@
 // sandboxes that let the system call through; Refused tells those
 // failures from a peer that is gone or an address that is not mapped. A
 // pid names a process only in its own pid namespace: callers check that a
-// pid is the process they mean (ReadWord of a value the process published)
-// before trusting it.
+// pid is the process they mean (by reading back a value the process
+// published) before trusting it.
 package cma
 
 import (
