@@ -800,6 +800,17 @@ const notifOverhead = 64
 // it when the peer's queue would pass Config.NotifQueue: the caller then
 // drops the peer with the error.
 func (a *Agent) deliverNotif(from string, msg []byte) error {
+	if err := a.queueNotif(from, msg); err != nil {
+		return err
+	}
+	a.signalNotif()
+	return nil
+}
+
+// queueNotif makes msg from peer from visible to GetNotifs, without waking
+// a WaitNotifs (signalNotif does): the tcp target queues a notification
+// before it acknowledges the write, and wakes the consumer after.
+func (a *Agent) queueNotif(from string, msg []byte) error {
 	a.notifMu.Lock()
 	held := a.notifBytes[from] + len(msg) + notifOverhead
 	if held > a.cfg.NotifQueue {
@@ -810,11 +821,15 @@ func (a *Agent) deliverNotif(from string, msg []byte) error {
 	a.notifBytes[from] = held
 	a.notifs[from] = append(a.notifs[from], msg)
 	a.notifMu.Unlock()
+	return nil
+}
+
+// signalNotif wakes a WaitNotifs.
+func (a *Agent) signalNotif() {
 	select {
 	case a.notifCh <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // GetNotifs returns the notifications received since the last call, by

@@ -615,8 +615,12 @@ func (p *peer) serveCommit(h header) error {
 		delete(p.refused, h.req)
 	}
 	p.mu.Unlock()
-	if h.flags&flagNotify != 0 && !bad {
-		if err := p.a.deliverNotif(p.name, msg); err != nil {
+	// The notification is queued before the ack goes out (once Wait
+	// returns, GetNotifs on the target shows it), but its consumer is
+	// woken after: that wake-up costs more than the ack's whole trip.
+	notified := h.flags&flagNotify != 0 && !bad
+	if notified {
+		if err := p.a.queueNotif(p.name, msg); err != nil {
 			return err
 		}
 	}
@@ -624,6 +628,9 @@ func (p *peer) serveCommit(h header) error {
 		if rp := (reply{op: opAck, req: h.req, aux: h.aux, err: why}); !p.replyNow(rp) {
 			p.queue(rp)
 		}
+	}
+	if notified {
+		p.a.signalNotif()
 	}
 	return nil
 }

@@ -450,8 +450,17 @@ func (p *peer) err() error {
 func (p *peer) readLoop() {
 	defer p.a.wg.Done()
 	var hb [wireHeaderLen]byte
+	held := p.tc.raw != nil && p.tc.reading.CompareAndSwap(false, true)
 	for {
-		if err := p.readFrameHeader(hb[:]); err != nil {
+		var err error
+		if p.tc.raw != nil {
+			err = p.awaitFrame(held)
+			held = true
+		}
+		if err == nil {
+			_, err = io.ReadFull(p.br, hb[:])
+		}
+		if err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 			return
 		}

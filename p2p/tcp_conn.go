@@ -3,10 +3,14 @@ package p2p
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // The tcp backend's socket I/O below the frames: how the progress loop
@@ -35,10 +39,10 @@ const directChunk = 256 << 10
 
 // tcpConn is the connection under the peer's buffered reader and writer.
 //
-// Reading: while the progress loop waits for the next frame (spinning), a
-// read that finds the socket empty retries for a bounded, adaptive while
-// (tcp_spin.go) before parking the goroutine in the poller, so that a
-// reply due within a round trip is seen without a wake-up. Payload reads
+// Reading: frames are read by whoever holds the reading role
+// (tcp_progress.go): the reader goroutine, which polls for a bounded,
+// adaptive while (tcp_spin.go) before parking in the poller, or a goroutine
+// waiting for a small post, which reads its answer itself. Payload reads
 // never spin: they come while the sender streams, and a spinning receiver
 // would take the core it needs on a small machine.
 //
@@ -49,11 +53,16 @@ const directChunk = 256 << 10
 // progress loop). Every later write sends over first: the stream keeps
 // its order.
 type tcpConn struct {
-	conn     net.Conn
-	raw      syscall.RawConn // nil: plain reads, blocking writes
-	spinning bool
-	frames   spinGauge // the progress loop's wait for a frame
-	scratch  []byte    // replyNow's frame (the reader's only)
+	conn    net.Conn
+	raw     syscall.RawConn // nil: plain reads, blocking writes
+	frames  spinGauge       // the progress loop's wait for a frame
+	scratch []byte          // replyNow's frame (the reader's only)
+
+	// Who reads frames (tcp_progress.go): the reader goroutine, or a
+	// goroutine waiting for a small post; want counts the waiters asking.
+	reading atomic.Bool
+	want    atomic.Int32
+	poll    bool // Read makes one nonblocking attempt (the role's holder sets it)
 
 	// Under the peer's writer lock.
 	nonblock bool
@@ -62,21 +71,23 @@ type tcpConn struct {
 
 	// The raw callbacks and their arguments and results, made once: a
 	// closure per call would allocate on every frame.
-	rd     rawOp // the reader's
+	rd     rawOp // the role holder's
 	wr     rawOp // the writer's
 	dw     directWrite
-	readFn func(uintptr) bool
+	pollFn func(uintptr)
+	peekFn func(uintptr)
+	takeFn func(uintptr) bool
 	nowFn  func(uintptr) bool
 	dirFn  func(uintptr) bool
+	peekMu sync.Mutex // socketHasBytes may be asked by any waiter
+	peeked bool
 }
 
 // rawOp is one raw read or write: its buffer, and what it did.
 type rawOp struct {
-	b    []byte
-	n    int
-	err  error
-	sp   spinner
-	spun bool
+	b   []byte
+	n   int
+	err error
 }
 
 // overMax bounds what small posts may leave for the responder while the
@@ -159,22 +170,49 @@ func newTCPConn(c net.Conn) *tcpConn {
 			s.raw = raw
 		}
 	}
-	s.readFn, s.nowFn, s.dirFn = s.readSpinning, s.writeNowOnce, s.dw.write
+	s.pollFn, s.peekFn, s.nowFn, s.dirFn = s.pollOnce, s.peekOnce, s.writeNowOnce, s.dw.write
 	return s
 }
 
+// Read is the buffered reader's way to the socket: a blocking read, or,
+// with poll set, one nonblocking attempt (errNoBytes when the socket is
+// empty).
 func (s *tcpConn) Read(b []byte) (int, error) {
-	r := &s.rd
-	if !s.spinning || s.raw == nil || len(b) == 0 || !r.sp.begin(&s.frames) {
-		return s.conn.Read(b)
+	if s.poll {
+		return s.pollRead(b)
 	}
-	r.b, r.n, r.err, r.spun = b, 0, nil, true
-	rerr := s.raw.Read(s.readFn)
+	for {
+		n, err := s.conn.Read(b)
+		if err != nil && s.raw != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A nudge (tcp_progress.go) that found the role held: no read
+			// deadline is set on a connection after its handshake.
+			s.conn.SetReadDeadline(time.Time{})
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+// errNoBytes: a poll found the socket empty.
+var errNoBytes = errors.New("p2p: no bytes waiting")
+
+func (s *tcpConn) pollRead(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	r := &s.rd
+	r.b, r.n, r.err = b, 0, nil
+	cerr := s.raw.Control(s.pollFn)
 	n, err := r.n, r.err
 	r.b = nil
 	switch {
-	case rerr != nil:
-		return 0, rerr
+	case cerr != nil:
+		return 0, cerr
+	case err == syscall.EAGAIN:
+		return 0, errNoBytes
 	case err != nil:
 		return 0, err
 	case n <= 0:
@@ -183,40 +221,20 @@ func (s *tcpConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-func (s *tcpConn) readSpinning(fd uintptr) bool {
+func (s *tcpConn) pollOnce(fd uintptr) {
 	r := &s.rd
 	for {
-		r.n, r.err = rawRead(fd, r.b)
-		switch {
-		case r.err == syscall.EINTR:
-			continue
-		case r.err != syscall.EAGAIN:
-			if r.spun {
-				r.sp.won()
-			}
-			return true
-		case !r.spun:
-			return false // woken by the poller too early: park again
-		case !r.sp.again():
-			r.spun = false
-			return false // park until the socket is readable
+		if r.n, r.err = rawRead(fd, r.b); r.err != syscall.EINTR {
+			return
 		}
 	}
-}
-
-// readFrameHeader reads the next frame's header, spinning a while if none
-// is there yet (see tcpConn).
-func (p *peer) readFrameHeader(hb []byte) error {
-	p.tc.spinning = true
-	_, err := io.ReadFull(p.br, hb)
-	p.tc.spinning = false
-	return err
 }
 
 // startTCP puts the connection's tcpConn under br and bw, keeping what
 // the handshake left buffered in br.
 func (p *peer) startTCP() {
 	p.tc = newTCPConn(p.conn)
+	p.tc.takeFn = p.takeIfReadable
 	p.bw.Reset(p.tc)
 	if n := p.br.Buffered(); n > 0 {
 		pending, _ := p.br.Peek(n)
@@ -225,32 +243,6 @@ func (p *peer) startTCP() {
 	}
 	p.br.Reset(p.tc)
 }
-
-// spinWait spins a bounded, adaptive while (tcp_spin.go) for a small tcp
-// post to finish before Wait sleeps on it: its answer is a round trip
-// away, less than the wake-up that sleeping costs. It reports whether the
-// post finished meanwhile. It reads only what the request was made with:
-// another goroutine may be posting it again.
-func (r *Request) spinWait() bool {
-	if r.spec != &tcpSpec || r.bytes > directMin {
-		return false
-	}
-	var sp spinner
-	if !sp.begin(&tcpWaits) {
-		return false
-	}
-	for r.state.Load() == reqPosted {
-		if !sp.again() {
-			return false
-		}
-	}
-	sp.won()
-	return true
-}
-
-// tcpWaits is Wait's spin budget, one for the process: whether spinning
-// pays depends on how busy the host's cores are.
-var tcpWaits spinGauge
 
 // writeDirect sends WRITE payload mem of post id of r (part part) straight
 // from the post's memory: no copy into the connection's buffer. The caller

@@ -11,3 +11,5 @@ const rawIOSupported = false
 func rawRead(uintptr, []byte) (int, error) { return 0, syscall.EINVAL }
 
 func rawWrite(uintptr, []byte) (int, error) { return 0, syscall.EINVAL }
+
+func rawPeek(uintptr) bool { return true }

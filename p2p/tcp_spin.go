@@ -2,27 +2,38 @@ package p2p
 
 import (
 	"os"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/gccl/gccl/internal/spin"
 )
 
 // Bounded, adaptive spinning for the tcp backend's two waits on a round
-// trip: the initiator's Wait on a small post, and a progress loop waiting
-// for the next frame. Each round is the collectives' (internal/spin: a
-// pause, then yields), but the whole spin is cut off by a time budget that
-// follows whether spinning paid: a wait that ended within its budget keeps
-// (and doubles) it, one that ran out halves it, and at zero only every
-// spinProbeEvery-th wait spins, briefly, to find out whether it pays again.
-// So on an idle machine a reply due within a round trip is caught without
-// a wake-up, and on an oversubscribed one (more runnable threads than
-// cores, where a spinner only delays the peer it waits for) the waits go
-// back to sleeping at once: an agent never burns a core for long.
+// trip: the initiator's Wait on a small post (which reads the answer
+// itself: tcp_progress.go), and a progress loop waiting for the next
+// frame. A spin polls the socket between CPU pause hints and never yields
+// to the Go scheduler: runtime.Gosched wakes an idle P's thread on every
+// call (a futex wake-up, and another thread wanting a core), which on a
+// 2-vCPU VM cost more than the spin saved. The whole spin is cut off by a
+// time budget that follows whether spinning paid: a wait that ended within
+// its budget keeps (and doubles) it, one that ran out halves it, and a
+// wait that slept but ended soon after restores it (restore). Without that last rule the two sides of a round trip locked
+// each other out of spinning: one side sleeping makes the other's spins
+// lose, which makes it sleep too, and short probes (every
+// spinProbeEvery-th wait at zero spins spinMinNs) never caught a reply a
+// round trip away. So on an idle machine a reply due within a round trip
+// is caught without a wake-up, and on an oversubscribed one (more runnable
+// threads than cores, where a spinner only delays the peer it waits for,
+// and replies come late) the waits go back to sleeping: an agent never
+// burns a core for long.
 const (
 	spinMaxNs      = 64_000 // about a blocking loopback round trip on a VM
 	spinMinNs      = 2_000
 	spinProbeEvery = 64
+	// spinRestoreNs: a wait that slept and ended within it restores the
+	// full budget. Longer than the budget: while the other side of a round
+	// trip sleeps, this side's answers come late, and the two would
+	// otherwise never start spinning together.
+	spinRestoreNs = 4 * spinMaxNs
 )
 
 // spinGauge is one wait's budget, shared by the goroutines that wait the
@@ -62,17 +73,23 @@ func (g *spinGauge) report(b int64, won bool) {
 	g.cut.Store(spinMaxNs - b)
 }
 
+// restore gives back the full budget after a wait that slept for less
+// than spinRestoreNs.
+func (g *spinGauge) restore() {
+	if g.cut.Load() != 0 {
+		g.cut.Store(0)
+	}
+}
+
 // spinner is one wait in progress.
 type spinner struct {
 	g     *spinGauge
 	b     int64
 	start int64
-	bo    spin.Backoff
 }
 
 func (s *spinner) begin(g *spinGauge) bool {
 	s.g, s.b, s.start = g, g.budget(), monoNow()
-	s.bo.Reset()
 	return s.b > 0
 }
 
@@ -83,11 +100,14 @@ func (s *spinner) again() bool {
 		s.g.report(s.b, false)
 		return false
 	}
-	if !s.bo.Spin() { // the rounds ran out first: yield from now on
-		runtime.Gosched()
-	}
+	spin.Pause(spinPauses)
 	return true
 }
+
+// spinPauses is the CPU pause hints between two polls of a spin (each poll
+// is a system call, so a few suffice to leave the sibling hyperthread and
+// the memory bus alone).
+const spinPauses = 8
 
 // won tells the gauge that the wait ended while spinning.
 func (s *spinner) won() { s.g.report(s.b, true) }

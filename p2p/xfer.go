@@ -637,6 +637,7 @@ func (r *Request) Status() (Status, error) {
 // goes on). If another goroutine posts the request again meanwhile, Wait
 // reports on that post, the last one.
 func (r *Request) Wait(ctx context.Context) error {
+	since := monoNow()
 	for {
 		st, err, done := r.outcome()
 		switch st {
@@ -647,11 +648,12 @@ func (r *Request) Wait(ctx context.Context) error {
 		case reqIdle:
 			return errors.New("p2p: request not posted")
 		}
-		if r.spinWait() {
+		if r.progressWait() {
 			continue
 		}
 		select {
 		case <-done: // read the outcome under mu: it may be a newer post's
+			r.sleptTCP(since)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
