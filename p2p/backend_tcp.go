@@ -132,6 +132,7 @@ func (r *Request) runTCP() {
 	p.inflight[id] = r
 	r.progress.Store(monoNow())
 	p.mu.Unlock()
+	p.tc.bulk.Store(r.bytes > directMin)
 	if r.stop.why.Load() != 0 { // cancelled before it went out
 		if p.take(id) == r {
 			r.finish(r.halted())
@@ -536,11 +537,14 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 		done, err = true, fmt.Errorf("p2p: %s answered piece %d, expected %d", r.peer, seg, r.segsDone)
 	} else {
 		r.segsDone++
-		// The reader does not write here (a notification may wait for
-		// room): the responder sends the notifications.
+		// The reader does not wait to write here (a notification may wait
+		// for room): the notification goes out now only if the socket
+		// takes it at once (replyNow), else the responder sends it.
 		for i := int(r.partsDone.Load()); i < len(r.parts) && r.parts[i].end <= r.segsDone; i++ {
 			if ps := &r.parts[i]; ps.flag {
-				p.queue(reply{op: opNotif, payload: nonNil(ps.notif)})
+				if rp := (reply{op: opNotif, payload: nonNil(ps.notif)}); !p.replyNow(rp) {
+					p.queue(rp)
+				}
 			}
 			r.partsDone.Add(1)
 		}
@@ -562,6 +566,7 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 // serveWrite lands a WRITE's data in the target region, or drains it if the
 // region does not hold it (the commit then gets a refusal).
 func (p *peer) serveWrite(h header) error {
+	p.tc.bulk.Store(h.length > directMin)
 	r, err := p.a.pinRegion(h.region, h.offset, h.length)
 	if err != nil {
 		p.refuse(h.req, err)
@@ -639,6 +644,7 @@ func (p *peer) serveCommit(h header) error {
 // side), or its refusal if no region of this agent holds the piece; the
 // region stays pinned until the responder has sent it.
 func (p *peer) serveReadReq(h header) {
+	p.tc.bulk.Store(h.length > directMin)
 	r, err := p.a.pinRegion(h.region, h.offset, h.length)
 	if err != nil {
 		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})

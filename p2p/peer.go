@@ -62,6 +62,9 @@ type peer struct {
 	// the connection is being failed.
 	overflowed atomic.Bool
 	respBusy   bool // the responder is writing a batch (see replyNow)
+	// respWork counts the replies queued and not yet written: while there
+	// are any the reader does not spin (the responder needs a core).
+	respWork atomic.Int32
 
 	lastRecv atomic.Int64
 	lastSend atomic.Int64
@@ -593,6 +596,7 @@ func (p *peer) queue(r reply) {
 		return
 	}
 	p.resp = append(p.resp, r)
+	p.respWork.Add(1)
 	p.respCond.Signal()
 	p.respMu.Unlock()
 }
@@ -618,6 +622,7 @@ func (p *peer) respond() {
 			return
 		}
 		batch, p.resp = p.resp, batch[:0]
+		queued := int32(len(batch))
 		p.respBusy = true
 		p.respMu.Unlock()
 		p.lockWriter()
@@ -638,6 +643,7 @@ func (p *peer) respond() {
 		p.respMu.Lock()
 		p.respBusy = false
 		p.respMu.Unlock()
+		p.respWork.Add(-queued)
 		if err != nil {
 			p.fail(fmt.Errorf("%w: %s: %v", ErrRemoteDisconnect, p.name, err), true)
 		}

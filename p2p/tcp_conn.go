@@ -56,13 +56,16 @@ type tcpConn struct {
 	conn    net.Conn
 	raw     syscall.RawConn // nil: plain reads, blocking writes
 	frames  spinGauge       // the progress loop's wait for a frame
-	scratch []byte          // replyNow's frame (the reader's only)
+	scratch []byte          // replyNow's frame (under the writer lock)
 
 	// Who reads frames (tcp_progress.go): the reader goroutine, or a
 	// goroutine waiting for a small post; want counts the waiters asking.
 	reading atomic.Bool
 	want    atomic.Int32
-	poll    bool // Read makes one nonblocking attempt (the role's holder sets it)
+	// bulk: the last request either way moved pieces of directMin or
+	// more; the reader does not spin then (tcp_progress.go).
+	bulk atomic.Bool
+	poll bool // Read makes one nonblocking attempt (the role's holder sets it)
 
 	// Under the peer's writer lock.
 	nonblock bool
@@ -324,9 +327,10 @@ func (d *directWrite) write(fd uintptr) bool {
 // buffer (see replyNow); never on the wire.
 const opFlush op = 0
 
-// replyNow sends reply rp (an ack, or the answer to a small READ of a
-// memory region) from the progress loop itself, saving the responder's
-// wake-up, when that cannot block or reorder anything: the writer is
+// replyNow sends reply rp (an ack, a READ's notification, or the answer
+// to a small READ of a memory region) from the progress loop itself (or a
+// waiter reading for it), saving the responder's wake-up, when that cannot
+// block or reorder anything: the writer is
 // free, no earlier reply is queued or being written, and the socket takes
 // the frame without waiting. What the socket does not take at once stays
 // in the connection's buffer for the responder to flush, so the reader
@@ -340,6 +344,8 @@ func (p *peer) replyNow(rp reply) bool {
 	var payload []byte
 	switch {
 	case rp.op == opAck:
+	case rp.op == opNotif && len(rp.payload) <= directMin:
+		payload = rp.payload
 	case rp.op == opReadResp && rp.region != nil && rp.region.mem != nil && rp.length <= directMin &&
 		rp.region.info.Type != FILE && rp.region.info.Type != VRAM:
 		off := rp.offset - rp.region.info.Base

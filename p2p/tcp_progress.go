@@ -45,9 +45,15 @@ func (p *peer) awaitFrame(held bool) error {
 			if p.br.Buffered() > 0 {
 				return nil
 			}
+			// No spinning while bytes stream or replies wait to go out: on
+			// a small host the copies and the responder need the cores.
 			var sp spinner
-			spinning := sp.begin(&tc.frames)
-			since = sp.start
+			quiet := !tc.bulk.Load() && p.respWork.Load() == 0
+			spinning := quiet && sp.begin(&tc.frames)
+			since = 0
+			if quiet {
+				since = monoNow()
+			}
 			for {
 				got, err := p.pollFrames()
 				if err != nil {
@@ -61,6 +67,10 @@ func (p *peer) awaitFrame(held bool) error {
 				}
 				if tc.want.Load() > 0 {
 					since = 0 // a waiter reads: the wait below says nothing
+					break
+				}
+				if spinning && p.respWork.Load() > 0 {
+					since = 0
 					break
 				}
 				if !spinning || !sp.again() {
@@ -114,10 +124,14 @@ func (s *tcpConn) socketHasBytes() bool {
 }
 
 // pollFrames reads what the socket holds into br without waiting (the
-// caller holds the role), and reports whether br holds anything.
+// caller holds the role), and reports whether it read anything.
 func (p *peer) pollFrames() (bool, error) {
+	n := p.br.Buffered()
+	if n == p.br.Size() {
+		return false, nil // full: the frame at its head is larger
+	}
 	p.tc.poll = true
-	_, err := p.br.Peek(1)
+	_, err := p.br.Peek(n + 1) // reads from the socket only past what is buffered
 	p.tc.poll = false
 	switch {
 	case err == nil:

@@ -26,14 +26,20 @@ import (
 // and replies come late) the waits go back to sleeping: an agent never
 // burns a core for long.
 const (
-	spinMaxNs      = 64_000 // about a blocking loopback round trip on a VM
+	// spinMaxNs is a few loopback round trips of a VM whose threads sleep
+	// (31 µs here): a spin long enough to outlast the other side's
+	// wake-up, when it slept, still ends sooner than sleeping would have.
+	// 64 µs left one 4 KiB round trip in four or five sleeping, 256 µs
+	// one in ten or fewer (docs/P2P.md, "TCP backend vs NIXL").
+	spinMaxNs      = 256_000
 	spinMinNs      = 2_000
 	spinProbeEvery = 64
 	// spinRestoreNs: a wait that slept and ended within it restores the
-	// full budget. Longer than the budget: while the other side of a round
+	// full budget. As long as the budget: while the other side of a round
 	// trip sleeps, this side's answers come late, and the two would
-	// otherwise never start spinning together.
-	spinRestoreNs = 4 * spinMaxNs
+	// otherwise never start spinning together; on a loaded host answers
+	// come later still, and the budgets stay down.
+	spinRestoreNs = spinMaxNs
 )
 
 // spinGauge is one wait's budget, shared by the goroutines that wait the
