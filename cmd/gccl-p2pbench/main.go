@@ -1,8 +1,8 @@
 // Command gccl-p2pbench measures the p2p agent the way nixlbench measures
 // NIXL: block-size and batch-size sweeps of READ or WRITE requests, from
 // DRAM to DRAM (a second process on this host, started by the tool) or to a
-// FILE, reporting bandwidth and the average and p99 latency of preparing,
-// posting and completing a request.
+// FILE, reporting bandwidth, the average and p99 latency of preparing and
+// posting a request, and the average, median and p99 of completing it.
 //
 // -backend rdma moves the bytes with RDMA READ/WRITE between the two
 // processes through this host's RDMA device (as between hosts; shared
@@ -257,7 +257,7 @@ func run(o *options) error {
 		}
 		fmt.Printf("# RDMA device %s\n", dev)
 	}
-	fmt.Printf("# %10s %6s %12s %8s %9s %9s %9s %9s %9s %9s  %s\n", "block", "batch", "bytes", "GB/s", "prep_avg", "prep_p99", "post_avg", "post_p99", "xfer_avg", "xfer_p99", "backend")
+	fmt.Printf("# %10s %6s %12s %8s %9s %9s %9s %9s %9s %9s %9s  %s\n", "block", "batch", "bytes", "GB/s", "prep_avg", "prep_p99", "post_avg", "post_p99", "xfer_avg", "xfer_p50", "xfer_p99", "backend")
 	ctx := context.Background()
 	for _, pt := range o.points() {
 		blk, batch := pt[0], pt[1]
@@ -320,8 +320,8 @@ func run(o *options) error {
 		ll.Release()
 		rl.Release()
 		bytes := float64(blk * batch)
-		fmt.Printf("  %10d %6d %12d %8.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f  %v\n", blk, batch, blk*batch,
-			bytes/avg(xfer).Seconds()/1e9, us(avg(prep)), us(p99(prep)), us(avg(post)), us(p99(post)), us(avg(xfer)), us(p99(xfer)), backend)
+		fmt.Printf("  %10d %6d %12d %8.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f  %v\n", blk, batch, blk*batch,
+			bytes/avg(xfer).Seconds()/1e9, us(avg(prep)), us(p99(prep)), us(avg(post)), us(p99(post)), us(avg(xfer)), us(pct(xfer, 50)), us(pct(xfer, 99)), backend)
 	}
 	return nil
 }
@@ -466,10 +466,13 @@ func avg(d []time.Duration) time.Duration {
 	return s / time.Duration(len(d))
 }
 
-func p99(d []time.Duration) time.Duration {
+func p99(d []time.Duration) time.Duration { return pct(d, 99) }
+
+// pct is the q-th percentile of d (q in [0, 100]).
+func pct(d []time.Duration, q int) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*99/100)]
+	return s[min(len(s)-1, len(s)*q/100)]
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
