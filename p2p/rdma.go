@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/gccl/gccl/internal/cuda"
 	"github.com/gccl/gccl/internal/verbs"
@@ -186,7 +185,7 @@ func (d *rdmaDevice) registerDmabuf(dev int, addr, n uint64) (mrHandle, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer syscall.Close(fd)
+	defer os.NewFile(uintptr(fd), "dma-buf").Close() // portable: a Handle on Windows
 	return d.pd.RegisterDmabuf(addr-base, int(n), addr, fd, verbs.AccessAll)
 }
 
