@@ -67,3 +67,13 @@ func CMAOps(c *Comm) uint64 { return c.cma.ops.Load() }
 
 // SetCMAFault makes c's reads of peers' memory fail with err (nil: work).
 func SetCMAFault(c *Comm, err error) { c.cma.fault = err }
+
+// SetRanHook runs f after the work of every operation of this process, before
+// its outcome is decided (nil: nothing).
+func SetRanHook(f func(*Comm)) {
+	if f == nil {
+		testHookRan.Store(nil)
+		return
+	}
+	testHookRan.Store(&f)
+}

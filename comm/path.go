@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/gccl/gccl/algo"
 )
@@ -123,11 +124,39 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	default: // pathPlan, pathBarrier, pathSymmetric
 		err = c.runCollective(ctx, cl)
 	}
+	c.ranHook()
+	if err == nil {
+		err = c.abortedDuring(cl.name(), cl.seq)
+	}
 	c.telEnd(err != nil)
 	if err != nil {
 		c.fail(err)
 	}
 	return err
+}
+
+// abortedDuring is the error of an operation that finished while the Comm
+// aborted, nil if it did not abort. Abort replaces the shared-memory slots
+// with zero pages (transport/shm: so that a late access is harmless), so a
+// message being copied out of a slot as the Comm aborted may have been read
+// as zeros: such an operation's result cannot be trusted, and it fails
+// rather than return it. (Seen once in tests.TestShrinkUnderGcclRun: a
+// Broadcast returned nil with its output zero from element 20 on.)
+func (c *Comm) abortedDuring(op string, seq uint64) error {
+	if c.state.Load() != stateAborted {
+		return nil
+	}
+	return &OpError{Op: op, Rank: c.rank, Seq: seq, Peer: -1, Err: c.closedErr()}
+}
+
+// testHookRan, when set by a test, runs after an operation's work and
+// before its outcome is decided.
+var testHookRan atomic.Pointer[func(*Comm)]
+
+func (c *Comm) ranHook() {
+	if h := testHookRan.Load(); h != nil {
+		(*h)(c)
+	}
 }
 
 // opErr makes err, if not nil, an *OpError of cl unless it is one.

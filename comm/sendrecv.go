@@ -81,6 +81,10 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	}
 	c.telBeginGroup(ops)
 	err := c.runGroup(ctx, "Group", 0, ops, false, false)
+	c.ranHook()
+	if err == nil {
+		err = c.abortedDuring("Group", 0)
+	}
 	c.telEnd(err != nil)
 	if err != nil {
 		var oe *OpError
