@@ -132,7 +132,7 @@ func (r *Request) runTCP() {
 	p.inflight[id] = r
 	r.progress.Store(monoNow())
 	p.mu.Unlock()
-	p.tc.bulk.Store(r.bytes > directMin)
+	p.tc.noteSize(r.bytes)
 	if r.stop.why.Load() != 0 { // cancelled before it went out
 		if p.take(id) == r {
 			r.finish(r.halted())
@@ -566,7 +566,7 @@ func (p *peer) segDone(id uint64, r *Request, seg int) {
 // serveWrite lands a WRITE's data in the target region, or drains it if the
 // region does not hold it (the commit then gets a refusal).
 func (p *peer) serveWrite(h header) error {
-	p.tc.bulk.Store(h.length > directMin)
+	p.tc.noteSize(h.length)
 	r, err := p.a.pinRegion(h.region, h.offset, h.length)
 	if err != nil {
 		p.refuse(h.req, err)
@@ -644,7 +644,7 @@ func (p *peer) serveCommit(h header) error {
 // side), or its refusal if no region of this agent holds the piece; the
 // region stays pinned until the responder has sent it.
 func (p *peer) serveReadReq(h header) {
-	p.tc.bulk.Store(h.length > directMin)
+	p.tc.noteSize(h.length)
 	r, err := p.a.pinRegion(h.region, h.offset, h.length)
 	if err != nil {
 		p.queue(reply{op: opReadResp, req: h.req, aux: h.aux, err: err.Error()})

@@ -65,8 +65,8 @@ type tcpConn struct {
 	// goroutine waiting for a small post; want counts the waiters asking.
 	reading atomic.Bool
 	want    atomic.Int32
-	// bulk: the last request either way moved pieces larger than
-	// directMin; the reader does not spin then (tcp_progress.go).
+	// bulk: the last request either way moved more than directMin in a
+	// piece (noteSize); the reader does not spin then (tcp_progress.go).
 	bulk atomic.Bool
 	poll bool // Read makes one nonblocking attempt (the role's holder sets it)
 
@@ -114,6 +114,11 @@ func tcpPostsInline(r *Request) bool {
 	p.wmu.Unlock()
 	return true
 }
+
+// noteSize records the size of a request just posted or served, one rule
+// for both sides: transfers above directMin stream, and a reader spinning
+// through them would take the copy's core.
+func (c *tcpConn) noteSize(n uint64) { c.bulk.Store(n > directMin) }
 
 // Write is the buffered writer's way to the socket (the caller holds the
 // peer's writer).

@@ -158,10 +158,7 @@ func (p *peer) releaseReading() {
 // only what the request was made with: another goroutine may be posting it
 // again.
 func (r *Request) progressWait() bool {
-	if r.spec != &tcpSpec || r.bytes > directMin {
-		return false
-	}
-	if r.self {
+	if !r.waitsOnTCP() {
 		return false
 	}
 	r.a.mu.RLock()
@@ -206,6 +203,12 @@ func (r *Request) progressWait() bool {
 	}
 	sp.won()
 	return true
+}
+
+// waitsOnTCP: a post small enough that its waiter reads the answer itself
+// (progressWait); larger ones are paced by the lane and the socket.
+func (r *Request) waitsOnTCP() bool {
+	return r.spec == &tcpSpec && r.bytes <= directMin && !r.self
 }
 
 // tcpWaits is the waiters' spin budget, one for the process: whether
@@ -266,9 +269,6 @@ func waiterMayHandle(h header) bool {
 // its post finished: an answer that came soon after the Wait's start
 // restores the spin budget (tcp_spin.go).
 func (r *Request) sleptTCP(since int64) {
-	if r.spec != &tcpSpec || r.bytes > directMin {
-		return
-	}
 	if at := r.progress.Load(); at-since <= spinRestoreNs {
 		tcpWaits.restore()
 	}

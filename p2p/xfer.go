@@ -637,7 +637,10 @@ func (r *Request) Status() (Status, error) {
 // goes on). If another goroutine posts the request again meanwhile, Wait
 // reports on that post, the last one.
 func (r *Request) Wait(ctx context.Context) error {
-	since := monoNow()
+	var since int64 // for the tcp spin budget only: other backends skip the clock
+	if r.waitsOnTCP() {
+		since = monoNow()
+	}
 	for {
 		st, err, done := r.outcome()
 		switch st {
@@ -653,7 +656,9 @@ func (r *Request) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-done: // read the outcome under mu: it may be a newer post's
-			r.sleptTCP(since)
+			if since != 0 {
+				r.sleptTCP(since)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
