@@ -374,6 +374,7 @@ func (s *session) shutdown(cause error, waitForOthers bool) {
 	s.wg.Wait()
 	if s.conn != nil {
 		s.conn.Close()
+		untrackSession(s)
 	}
 	s.mu.Lock()
 	for c := range s.watchers {
@@ -583,6 +584,7 @@ func (s *session) connect(ctx context.Context, cfg *Config, addr string) (callCt
 		return nil, nil, nil, fmt.Errorf("%w: rendezvous address %q: %v", ErrInvalidArgument, addr, err)
 	}
 	s.conn, s.rpc = conn, pb.NewBootstrapClient(conn)
+	trackSession(s, addr)
 	wrongKey = func() error {
 		if p := pinErr.Load(); p != nil {
 			return *p

@@ -320,10 +320,12 @@ func TestOneConnectionPerRank(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer sub.Close()
 		subsub, err := sub.Split(ctx, 0, 0)
 		if err != nil {
 			return err
 		}
+		defer subsub.Close()
 		for _, g := range []*Client{cl, sub, subsub} {
 			if _, err := g.AllGather(ctx, []byte("d")); err != nil {
 				return err

@@ -164,8 +164,13 @@ func TestGrowSizesMustAgree(t *testing.T) {
 	// A newcomer that asks for another size than the open grow's is
 	// refused at once, naming both.
 	done := make(chan error, 2)
+	grown := make([]*Client, len(c))
 	for i := range c {
-		go func() { _, err := c[i].Grow(context.Background(), 3, "n"); done <- err }()
+		go func() {
+			var err error
+			grown[i], err = c[i].Grow(context.Background(), 3, "n")
+			done <- err
+		}()
 	}
 	waitOpenGrow(t, srv)
 	_, _, err := JoinGrow(context.Background(), newcomerConfig(srv.Addr(), secret, AnyRank, 5))
@@ -185,7 +190,7 @@ func TestGrowSizesMustAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nc.Close()
+	closeAll(t, append(grown, nc))
 }
 
 // waitOpenGrow waits until a member opened a grow on srv.
