@@ -589,7 +589,12 @@ func (p *peer) serveWrite(h header) error {
 		return err
 	}
 	off := h.offset - r.info.Base
+	// A streamed payload is polled for between segments (tcpConn.spinRead);
+	// a small one, whose initiator spins in Wait, is not: two spinners on
+	// a small host take each other's cores.
+	p.tc.spinRead = h.length > directMin
 	_, err = io.ReadFull(p.data, r.mem[off:off+h.length])
+	p.tc.spinRead = false
 	return err
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gccl/gccl/internal/spin"
 )
 
 // The tcp backend's socket I/O below the frames: how the progress loop
@@ -69,6 +71,9 @@ type tcpConn struct {
 	// piece (noteSize); the reader does not spin then (tcp_progress.go).
 	bulk atomic.Bool
 	poll bool // Read makes one nonblocking attempt (the role's holder sets it)
+	// spinRead: Read polls a while before sleeping (the role's holder sets
+	// it while it reads a WRITE's payload into memory).
+	spinRead bool
 
 	// Under the peer's writer lock.
 	nonblock bool
@@ -192,6 +197,11 @@ func (s *tcpConn) Read(b []byte) (int, error) {
 	if s.poll {
 		return s.pollRead(b)
 	}
+	if s.spinRead && s.raw != nil && !spinOff {
+		if n, got, err := s.spinPoll(b); got {
+			return n, err
+		}
+	}
 	for {
 		n, err := s.conn.Read(b)
 		if err != nil && s.raw != nil && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -204,6 +214,31 @@ func (s *tcpConn) Read(b []byte) (int, error) {
 			err = nil
 		}
 		return n, err
+	}
+}
+
+// payloadSpinNs bounds each poll for the next bytes of a WRITE's payload
+// on the target (spinRead) before the reader sleeps in the poller. While
+// the initiator streams, the next segment is microseconds away and
+// sleeping costs a wake-up per gap; a longer gap means the sender is not
+// running, and spinning through it would take the core it needs (200 µs
+// did worse than 50 here: docs/P2P.md, "A WRITE's payload is polled" in
+// "Issue 31's tcp rows on a quiet day").
+const payloadSpinNs = 50_000
+
+// spinPoll polls for bytes for at most payloadSpinNs; got reports whether
+// the socket answered (bytes, end of stream or an error) in that time.
+func (s *tcpConn) spinPoll(b []byte) (n int, got bool, err error) {
+	end := monoNow() + payloadSpinNs
+	for {
+		n, err := s.pollRead(b)
+		if err != errNoBytes {
+			return n, true, err
+		}
+		if monoNow() > end {
+			return 0, false, nil
+		}
+		spin.Pause(spinPauses)
 	}
 }
 

@@ -450,3 +450,68 @@ func TestTCPRepliesInOrderWhenSocketFull(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPPayloadSpinRead: with spinRead set (the target reading a WRITE's
+// payload), Read polls for the next bytes a while, then sleeps in the
+// poller as before: data sent in pieces, with gaps inside and beyond the
+// poll window, arrives whole and in order, and the end of the stream is
+// reported.
+func TestTCPPayloadSpinRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sender, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tc := newTCPConn(conn)
+	if tc.raw == nil {
+		t.Fatal("a TCP connection without raw socket access")
+	}
+	tc.spinRead = true
+
+	const size = 3 << 20
+	want := make([]byte, size)
+	fill(want, 7)
+	for i := range want {
+		want[i] += byte(i / 4093)
+	}
+	gaps := []time.Duration{0, 10 * time.Microsecond, 5 * payloadSpinNs, 0, 20 * time.Millisecond}
+	sent := make(chan error, 1)
+	go func() {
+		piece := size / len(gaps)
+		for i, gap := range gaps {
+			time.Sleep(gap)
+			end := (i + 1) * piece
+			if i == len(gaps)-1 {
+				end = size
+			}
+			if _, err := sender.Write(want[i*piece : end]); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- sender.(*net.TCPConn).CloseWrite()
+	}()
+	got := make([]byte, size)
+	if _, err := io.ReadFull(tc, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the payload read by polling differs from what was sent")
+	}
+	if n, err := tc.Read(got[:1]); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the sender closed: %d, %v; want 0, EOF", n, err)
+	}
+}
