@@ -147,8 +147,8 @@ func (r *Request) runTCP() {
 // releases it).
 func (r *Request) sendTCP(id uint64) {
 	p := r.p
-	// A small post's frames never wait for the peer (see tcpConn).
-	p.tc.nonblock = r.bytes <= directMin && p.tc.backlog.Load() < overMax
+	// A small or inline post's frames never wait for the peer (see tcpConn).
+	p.tc.nonblock = (r.bytes <= directMin || r.postedInline.Load()) && p.tc.backlog.Load() < overMax
 	var err error
 	var st stager
 	defer st.put(r.a)
@@ -242,9 +242,16 @@ func (p *peer) writePiece(h header, id uint64, r *Request, s *segment, part int)
 	if err := p.frameLocked(h, nil); err != nil {
 		return err
 	}
-	if s.n >= directMin && p.tc.raw != nil && !p.tc.nonblock {
+	// Direct: straight from the post's memory, after the frame's header.
+	// A small post's piece goes through the buffer with its header, in one
+	// write(2): a header sent alone wakes the target for nothing (64 KiB
+	// WRITEs fell from 1.6 to 0.9 GB/s that way).
+	if direct := s.n >= directMin && p.tc.raw != nil; direct && (!p.tc.nonblock || s.n > directMin) {
 		if err := p.flushLocked(); err != nil {
 			return err
+		}
+		if p.tc.nonblock {
+			return p.writeDirectNow(id, r, s.local.mem[s.loff:s.loff+s.n], part)
 		}
 		return p.writeDirect(id, r, s.local.mem[s.loff:s.loff+s.n], part)
 	}

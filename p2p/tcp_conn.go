@@ -105,15 +105,27 @@ type rawOp struct {
 // peer does not read: past it they wait for the socket like large ones.
 const overMax = 1 << 20
 
-// tcpPostsInline: a post runs on Post's goroutine when it is small, the
-// connection is a socket, nothing waits to be sent on it and the writer is
-// free (else the lane takes it, in order). Inline posts may come from a
+// inlineMax is the largest WRITE posted inline (tcpPostsInline): one
+// direct write's worth. A larger one goes to the lane, which waits for the
+// socket rather than copy what it does not take.
+const inlineMax = directChunk
+
+// tcpPostsInline: a post runs on Post's goroutine when it is small (or a
+// WRITE of host memory of at most inlineMax), the connection is a socket,
+// nothing waits to be sent on it and the writer is free (else the lane
+// takes it, in order). Its frames never wait for the peer: what the socket
+// does not take at once is kept and sent by the responder (nonblock). So
+// Post costs the copy into the socket, as UCX's tcp transport's does, and
+// no hand-off to the lane goroutine. Inline posts may come from a
 // completion callback on the progress loop, which must not wait for a
 // writer that waits for the peer to read (a writer taken between this
 // check and the post's own is waited for, as the lane would).
 func tcpPostsInline(r *Request) bool {
 	p := r.p
-	if r.bytes > directMin || p == nil || p.tc.raw == nil || p.tc.backlog.Load() != 0 || !p.wmu.TryLock() {
+	if r.bytes > directMin && (r.bytes > inlineMax || r.op != Write || r.local.typ != DRAM) {
+		return false
+	}
+	if p == nil || p.tc.raw == nil || p.tc.backlog.Load() != 0 || !p.wmu.TryLock() {
 		return false
 	}
 	p.wmu.Unlock()
@@ -314,6 +326,55 @@ func (p *peer) writeDirect(id uint64, r *Request, mem []byte, part int) error {
 	if err != nil {
 		p.werr = err
 		return err
+	}
+	p.lastSend.Store(monoNow())
+	for off < len(mem) { // the post failed midway: zeros for the rest
+		k := min(len(mem)-off, len(zeroPad))
+		if _, err := p.bw.Write(zeroPad[:k]); err != nil {
+			p.werr = err
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// writeDirectNow is writeDirect for a post whose frames never wait for
+// the peer (tcpConn.nonblock, the caller holding the writer): it writes
+// what the socket takes of mem at once, straight from the post's memory,
+// and keeps a copy of the rest for the responder to send (at most
+// inlineMax: the post would not be inline otherwise). Like writeDirect it
+// reads mem only under sendMu while the post is in flight.
+func (p *peer) writeDirectNow(id uint64, r *Request, mem []byte, part int) error {
+	tc := p.tc
+	off := 0
+	for off < len(mem) {
+		p.sendMu.Lock()
+		if !p.inFlight(id, r) {
+			p.sendMu.Unlock()
+			break
+		}
+		var n int
+		var err error
+		if len(tc.over) == 0 {
+			n, err = tc.writeNow(mem[off:min(len(mem), off+directChunk)])
+		}
+		if n == 0 && (err == nil || err == syscall.EAGAIN) {
+			// The socket is full, or earlier bytes wait: keep the rest.
+			tc.over = append(tc.over, mem[off:]...)
+			tc.backlog.Store(int64(len(tc.over)))
+			n, err = len(mem)-off, nil
+		}
+		if n > 0 {
+			r.tcpLanded[part].Add(uint64(n))
+			r.progress.Store(monoNow())
+			off += n
+		}
+		p.sendMu.Unlock()
+		if err != nil && err != syscall.EAGAIN {
+			p.werr = err
+			return err
+		}
 	}
 	p.lastSend.Store(monoNow())
 	for off < len(mem) { // the post failed midway: zeros for the rest

@@ -515,3 +515,65 @@ func TestTCPPayloadSpinRead(t *testing.T) {
 		t.Fatalf("Read after the sender closed: %d, %v; want 0, EOF", n, err)
 	}
 }
+
+// TestTCPInlineWriteKeepsWhatTheSocketRefuses: a WRITE of up to inlineMax
+// of host memory is written by Post itself, straight from its memory, and
+// never waits for the peer: with the socket's buffers small and the peer
+// not reading, Post returns at once with the rest of the data kept for the
+// responder, which sends it, in order, once the peer reads.
+func TestTCPInlineWriteKeepsWhatTheSocketRefuses(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
+	const size = inlineMax
+	c := fakeTargetTCP(t, a, size)
+	a.mu.RLock()
+	p := a.peers["fake"]
+	a.mu.RUnlock()
+	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	fill(buf, 5)
+	req := bigWrite(t, a, buf, &RequestOptions{Notif: []byte("kept")})
+	posted := make(chan error, 1)
+	go func() {
+		_, err := req.Post()
+		posted <- err
+	}()
+	select {
+	case err := <-posted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second): // far below RequestTimeout
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		t.Fatal("an inline WRITE's Post waited for a peer that does not read")
+	}
+	if !req.postedInline.Load() {
+		t.Fatal("a 1 MiB WRITE of host memory to an idle connection was not posted inline")
+	}
+	if p.tc.backlog.Load() == 0 {
+		t.Fatal("the socket took 1 MiB through 64 KiB buffers: nothing was kept, the test shows nothing")
+	}
+	// The data arrives whole and in order (the responder sends what was
+	// kept), then the commit with the notification.
+	payload := make([]byte, size)
+	h := readFrame0(t, c, payload)
+	if h.op != opWrite || h.length != size {
+		t.Fatalf("%v of %d bytes, want the WRITE", h.op, h.length)
+	}
+	if !bytes.Equal(payload, buf) {
+		t.Fatal("the data arrived changed")
+	}
+	note := make([]byte, len("kept"))
+	cm := readFrame0(t, c, note)
+	if cm.op != opCommit || cm.req != h.req || cm.flags&flagNotify == 0 || string(note) != "kept" {
+		t.Fatalf("%v req %d flags %#x payload %q after the data, want its commit with the notification", cm.op, cm.req, cm.flags, note)
+	}
+	c.Write(frame(header{op: opAck, req: h.req}, nil))
+	if err := req.Wait(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -169,7 +169,7 @@ func (r *Request) progressWait() bool {
 	}
 	tc := p.tc
 	var sp spinner
-	if !sp.begin(&tcpWaits) {
+	if !sp.begin(r.waitGauge()) {
 		return false
 	}
 	tc.want.Add(1)
@@ -205,15 +205,27 @@ func (r *Request) progressWait() bool {
 	return true
 }
 
-// waitsOnTCP: a post small enough that its waiter reads the answer itself
-// (progressWait); larger ones are paced by the lane and the socket.
+// waitsOnTCP: a post whose waiter reads the answer itself (progressWait):
+// a small one, or one whose bytes Post put in the socket itself (inline),
+// so that only the target's reading and the ack remain. A larger one is
+// still being written by the lane while Wait runs: a waiter spinning
+// through that copy on a small host would take the core it needs.
 func (r *Request) waitsOnTCP() bool {
-	return r.spec == &tcpSpec && r.bytes <= directMin && !r.self
+	return r.spec == &tcpSpec && !r.self && (r.bytes <= directMin || r.postedInline.Load())
 }
 
-// tcpWaits is the waiters' spin budget, one for the process: whether
-// spinning pays depends on how busy the host's cores are.
-var tcpWaits spinGauge
+// tcpWaits and tcpBulkWaits are the waiters' spin budgets, one each for
+// the process (whether spinning pays depends on how busy the host's cores
+// are): a streamed inline WRITE's ack comes later than a small post's
+// answer, and its spins that run out must not cut the small posts' budget.
+var tcpWaits, tcpBulkWaits spinGauge
+
+func (r *Request) waitGauge() *spinGauge {
+	if r.bytes > directMin {
+		return &tcpBulkWaits
+	}
+	return &tcpWaits
+}
 
 // waiterFrame handles the next frame for a waiter holding the role, if it
 // arrived whole and is one a waiter may handle. It reports whether it
@@ -270,6 +282,6 @@ func waiterMayHandle(h header) bool {
 // restores the spin budget (tcp_spin.go).
 func (r *Request) sleptTCP(since int64) {
 	if at := r.progress.Load(); at-since <= spinRestoreNs {
-		tcpWaits.restore()
+		r.waitGauge().restore()
 	}
 }

@@ -226,20 +226,21 @@ type Request struct {
 	done     chan struct{}
 	released bool
 
-	finishing atomic.Bool // the current post is being finished
-	id        uint64
-	stop      stopper
-	p         *peer
-	partsDone atomic.Int32
-	segsDone  int // tcp READ, reader goroutine only
-	acks      int // tcp WRITE, reader goroutine only
-	logged    bool
-	dst, src  [][]byte // the copy backends' scratch, kept between posts
-	rd        *rdmaPlan
-	rch       *rdmaChan       // the channel of the current rdma post
-	tcpLanded []atomic.Uint64 // tcp: per part, bytes sent live (WRITE) or landed (READ)
-	progress  atomic.Int64    // tcp: monoNow of the post's last byte sent or landed, or ack (stalls)
-	postedAt  int64           // wall clock of the current Post, ns (telemetry.go)
+	finishing    atomic.Bool // the current post is being finished
+	postedInline atomic.Bool // the current post runs (ran) on Post's goroutine
+	id           uint64
+	stop         stopper
+	p            *peer
+	partsDone    atomic.Int32
+	segsDone     int // tcp READ, reader goroutine only
+	acks         int // tcp WRITE, reader goroutine only
+	logged       bool
+	dst, src     [][]byte // the copy backends' scratch, kept between posts
+	rd           *rdmaPlan
+	rch          *rdmaChan       // the channel of the current rdma post
+	tcpLanded    []atomic.Uint64 // tcp: per part, bytes sent live (WRITE) or landed (READ)
+	progress     atomic.Int64    // tcp: monoNow of the post's last byte sent or landed, or ack (stalls)
+	postedAt     int64           // wall clock of the current Post, ns (telemetry.go)
 }
 
 // stopper ends a post's copy or file I/O between blocks once its deadline
@@ -515,7 +516,11 @@ func (r *Request) EstimateCost() time.Duration {
 
 // Post starts the request. It returns StatusDone when the transfer finished
 // inside Post (small transfers to a peer on this host with nothing queued
-// before them), StatusInProgress otherwise. A request may be posted again
+// before them), StatusInProgress otherwise. Over tcp, a post of at most
+// 64 KiB, or a WRITE of at most 1 MiB of host memory, is written into the
+// socket by Post itself when nothing is queued before it; Post never waits
+// for the peer to read (what the socket does not take is sent later).
+// A request may be posted again
 // once it is no longer in progress; before that Post returns
 // ErrRequestActive, whichever goroutine calls it.
 func (r *Request) Post() (Status, error) {
@@ -541,6 +546,7 @@ func (r *Request) Post() (Status, error) {
 	// The rest is read only by the goroutines that run this post, which
 	// get it through the lane (or this goroutine, inline).
 	r.p, r.segsDone, r.acks = nil, 0, 0
+	r.postedInline.Store(false)
 	r.finishing.Store(false)
 	r.partsDone.Store(0)
 	for i := range r.tcpLanded {
@@ -587,12 +593,14 @@ func (r *Request) Post() (Status, error) {
 	if r.spec.postInline && a.cfg.InlineLimit >= 0 && (r.spec.postInlineIf == nil || r.spec.postInlineIf(r)) {
 		// Posting costs the same whatever the size: on this goroutine when
 		// nothing is queued before it (no lane goroutine to start).
+		r.postedInline.Store(true)
 		if ran, err := l.runInline(r); ran {
 			if err != nil {
 				return StatusFailed, err
 			}
 			return StatusInProgress, nil
 		}
+		r.postedInline.Store(false)
 	}
 	inline := r.spec.inline && a.cfg.InlineLimit > 0 && r.bytes <= uint64(a.cfg.InlineLimit)
 	if inline {
