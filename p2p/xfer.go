@@ -546,7 +546,9 @@ func (r *Request) Post() (Status, error) {
 	// The rest is read only by the goroutines that run this post, which
 	// get it through the lane (or this goroutine, inline).
 	r.p, r.segsDone, r.acks = nil, 0, 0
-	r.postedInline.Store(false)
+	if r.postedInline.Load() { // a store is a locked instruction: only when set
+		r.postedInline.Store(false)
+	}
 	r.finishing.Store(false)
 	r.partsDone.Store(0)
 	for i := range r.tcpLanded {
