@@ -47,16 +47,18 @@ const directChunk = 1 << 20
 // Reading: frames are read by whoever holds the reading role
 // (tcp_progress.go): the reader goroutine, which polls for a bounded,
 // adaptive while (tcp_spin.go) before parking in the poller, or a goroutine
-// waiting for a small post, which reads its answer itself. Payload reads
-// never spin: they come while the sender streams, and a spinning receiver
-// would take the core it needs on a small machine.
+// waiting for a post it made inline, which reads its answer itself.
+// Payload reads spin only on the target of a streamed WRITE, and for at
+// most payloadSpinNs per gap (spinRead): a longer gap means the sender is
+// not running, and a spinning receiver would take the core it needs on a
+// small machine.
 //
-// Writing: in nonblocking mode (a small post's frames, see runTCP) what
-// the socket does not take at once is kept (over) and the responder is
-// asked to send it, so that a small post never waits for the peer, even
-// when posted inline (from Post, or from a completion callback on the
-// progress loop). Every later write sends over first: the stream keeps
-// its order.
+// Writing: in nonblocking mode (the frames of a small or inline post, see
+// sendTCP) what the socket does not take at once is kept (over) and the
+// responder is asked to send it, so that such a post never waits for the
+// peer, even when posted from Post or from a completion callback on the
+// progress loop. Every later write sends over first: the stream keeps its
+// order.
 type tcpConn struct {
 	conn    net.Conn
 	raw     syscall.RawConn // nil: plain reads, blocking writes

@@ -9,9 +9,9 @@ import (
 
 // Who reads a tcp connection's frames. Reading is a role, held by one
 // goroutine at a time (tcpConn.reading): by default the peer's reader
-// goroutine, but a goroutine in Wait on a small post takes it while the
-// reader is only polling for the next frame, and reads the answer to its
-// post itself. Why: the answer is a round trip away, and handing it from
+// goroutine, but a goroutine in Wait on a small or inline post
+// (waitsOnTCP) takes it while the reader is only polling for the next
+// frame, and reads the answer to its post itself. Why: the answer is a round trip away, and handing it from
 // the reader goroutine to the waiter costs a wake-up of the waiter's
 // thread (a futex, then the scheduler finding it a core), which on these
 // VMs cost more than the round trip; with one polling thread per process
@@ -152,11 +152,12 @@ func (p *peer) releaseReading() {
 	}
 }
 
-// progressWait waits for a small tcp post by reading its answer on this
-// goroutine, for a bounded, adaptive while (tcp_spin.go), and reports
-// whether the post finished meanwhile (else the caller sleeps). It reads
-// only what the request was made with: another goroutine may be posting it
-// again.
+// progressWait waits for a small or inline tcp post (waitsOnTCP) by
+// reading its answer on this goroutine, for a bounded, adaptive while
+// (tcp_spin.go), and reports whether the post finished meanwhile (else the
+// caller sleeps). It reads only what the request was made with, and
+// postedInline, an atomic whose staleness costs at most a spin: another
+// goroutine may be posting the request again.
 func (r *Request) progressWait() bool {
 	if !r.waitsOnTCP() {
 		return false
