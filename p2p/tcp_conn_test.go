@@ -577,3 +577,29 @@ func TestTCPInlineWriteKeepsWhatTheSocketRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTCPInlineWritePeerLost: an inline WRITE whose rest was kept for the
+// responder fails with ErrRemoteDisconnect naming the peer when the peer
+// goes away before reading it, and Wait returns (no waiter spins on).
+func TestTCPInlineWritePeerLost(t *testing.T) {
+	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
+	c := fakeTargetTCP(t, a, inlineMax)
+	a.mu.RLock()
+	p := a.peers["fake"]
+	a.mu.RUnlock()
+	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	req := bigWrite(t, a, make([]byte, inlineMax), nil)
+	if _, err := req.Post(); err != nil {
+		t.Fatal(err)
+	}
+	if !req.postedInline.Load() || p.tc.backlog.Load() == 0 {
+		t.Fatalf("posted inline %v, %d bytes kept: the test shows nothing", req.postedInline.Load(), p.tc.backlog.Load())
+	}
+	c.Close()
+	err := req.Wait(ctxT(t))
+	if !errors.Is(err, ErrRemoteDisconnect) || !strings.Contains(err.Error(), "fake") {
+		t.Fatalf("peer lost with an inline WRITE's rest kept: %v, want ErrRemoteDisconnect naming fake", err)
+	}
+}
