@@ -330,15 +330,7 @@ func (p *peer) writeDirect(id uint64, r *Request, mem []byte, part int) error {
 		return err
 	}
 	p.lastSend.Store(monoNow())
-	for off < len(mem) { // the post failed midway: zeros for the rest
-		k := min(len(mem)-off, len(zeroPad))
-		if _, err := p.bw.Write(zeroPad[:k]); err != nil {
-			p.werr = err
-			return err
-		}
-		off += k
-	}
-	return nil
+	return p.padZeros(len(mem) - off)
 }
 
 // writeDirectNow is writeDirect for a post whose frames never wait for
@@ -379,13 +371,19 @@ func (p *peer) writeDirectNow(id uint64, r *Request, mem []byte, part int) error
 		}
 	}
 	p.lastSend.Store(monoNow())
-	for off < len(mem) { // the post failed midway: zeros for the rest
-		k := min(len(mem)-off, len(zeroPad))
+	return p.padZeros(len(mem) - off)
+}
+
+// padZeros ends a frame whose post failed midway with n zeros: the rest of
+// its memory is its owner's again.
+func (p *peer) padZeros(n int) error {
+	for n > 0 {
+		k := min(n, len(zeroPad))
 		if _, err := p.bw.Write(zeroPad[:k]); err != nil {
 			p.werr = err
 			return err
 		}
-		off += k
+		n -= k
 	}
 	return nil
 }
