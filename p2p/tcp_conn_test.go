@@ -497,6 +497,20 @@ func TestTCPPayloadSpinRead(t *testing.T) {
 	}
 }
 
+// narrowSendBuffer shrinks a's send buffer towards fakeTargetTCP's peer to
+// 64 KiB (no autotuning), so that a 1 MiB write cannot fit, and returns
+// that peer.
+func narrowSendBuffer(t *testing.T, a *Agent) *peer {
+	t.Helper()
+	a.mu.RLock()
+	p := a.peers["fake"]
+	a.mu.RUnlock()
+	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestTCPInlineWriteKeepsWhatTheSocketRefuses: a WRITE of up to inlineMax
 // of host memory is written by Post itself, straight from its memory, and
 // never waits for the peer: with the socket's buffers small and the peer
@@ -506,12 +520,7 @@ func TestTCPInlineWriteKeepsWhatTheSocketRefuses(t *testing.T) {
 	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
 	const size = inlineMax
 	c := fakeTargetTCP(t, a, size)
-	a.mu.RLock()
-	p := a.peers["fake"]
-	a.mu.RUnlock()
-	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	p := narrowSendBuffer(t, a)
 	if err := c.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
 		t.Fatal(err)
 	}
@@ -565,12 +574,7 @@ func TestTCPInlineWriteKeepsWhatTheSocketRefuses(t *testing.T) {
 func TestTCPInlineWritePeerLost(t *testing.T) {
 	a := newAgent(t, "a", Config{ListenAddr: "-", RequestTimeout: time.Minute, PeerTimeout: time.Minute})
 	c := fakeTargetTCP(t, a, inlineMax)
-	a.mu.RLock()
-	p := a.peers["fake"]
-	a.mu.RUnlock()
-	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	p := narrowSendBuffer(t, a)
 	req := bigWrite(t, a, make([]byte, inlineMax), nil)
 	if _, err := req.Post(); err != nil {
 		t.Fatal(err)
