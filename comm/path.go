@@ -124,13 +124,20 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	default: // pathPlan, pathBarrier, pathSymmetric
 		err = c.runCollective(ctx, cl)
 	}
-	c.ranHook()
-	if err == nil {
-		err = c.abortedDuring(cl.name(), cl.seq)
-	}
+	err = c.settled(cl.name(), cl.seq, err)
 	c.telEnd(err != nil)
 	if err != nil {
 		c.fail(err)
+	}
+	return err
+}
+
+// settled is the outcome of an operation whose work ended with err: the
+// collective path and Group's fast path both decide it here.
+func (c *Comm) settled(op string, seq uint64, err error) error {
+	c.ranHook()
+	if err == nil {
+		err = c.abortedDuring(op, seq)
 	}
 	return err
 }

@@ -80,11 +80,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		return &OpError{Op: "Group", Rank: c.rank, Peer: -1, Err: c.closedErr()}
 	}
 	c.telBeginGroup(ops)
-	err := c.runGroup(ctx, "Group", 0, ops, false, false)
-	c.ranHook()
-	if err == nil {
-		err = c.abortedDuring("Group", 0)
-	}
+	err := c.settled("Group", 0, c.runGroup(ctx, "Group", 0, ops, false, false))
 	c.telEnd(err != nil)
 	if err != nil {
 		var oe *OpError
