@@ -43,6 +43,7 @@ type executor struct {
 	seq      uint64 // the operation's number (the tag keeps it modulo 2^40)
 	op       string
 	bo       spin.Backoff
+	direct   direct // moving chunks without slots (directexec.go)
 }
 
 // begin prepares the executor for an operation.
@@ -136,6 +137,9 @@ func (x *executor) next(peer, n int, tag transport.Tag) ([]byte, transport.Recei
 			if err := x.check(peer, m, n, t, tag); err != nil {
 				return nil, nil, err
 			}
+			if x.direct.on {
+				x.took(peer)
+			}
 			return m, r, nil
 		}
 		if err == nil {
@@ -217,15 +221,22 @@ func (x *executor) runPlan(a *collArgs) error {
 		}
 	}
 	iters := (longest + chunk - 1) / chunk
+	if directOK(a, min(chunk, longest)*a.esz) {
+		x.planDirect(a, chunk, iters)
+	}
 	for _, phase := range p.Phases {
 		for it := 0; it < iters; it++ {
 			off := it * chunk
 			for i := range phase {
 				if err := x.step(a, &phase[i], off, chunk); err != nil {
+					x.direct.on = false
 					return err
 				}
 			}
 		}
+	}
+	if x.direct.on {
+		return x.endDirect()
 	}
 	return nil
 }
@@ -285,6 +296,11 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 		return nil
 	}
 	nb := n * a.esz
+	if x.direct.on && x.directChunk(a, s, nb) {
+		if done, err := x.directStep(a, s, off, n); done || err != nil {
+			return err
+		}
+	}
 	switch s.Prim {
 	case algo.Send:
 		slot, snd, err := x.reserve(s.SendPeer, nb)
@@ -299,7 +315,11 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 		if err != nil {
 			return err
 		}
-		copy(x.ref(a, s.Dst, off, n), m)
+		if dst := x.ref(a, s.Dst, off, n); !sameMem(dst, m) {
+			copy(dst, m)
+		} else {
+			x.direct.landed++
+		}
 		rcv.Release()
 
 	case algo.CopySend:
@@ -426,7 +446,14 @@ func (x *executor) sendRecv(a *collArgs, s *algo.Step, off, chunk int) error {
 				if err := x.check(s.RecvPeer, m, nr*a.esz, t, x.tag); err != nil {
 					return err
 				}
-				copy(x.ref(a, s.Dst, off, nr), m)
+				if x.direct.on {
+					x.took(s.RecvPeer)
+				}
+				if dst := x.ref(a, s.Dst, off, nr); !sameMem(dst, m) {
+					copy(dst, m)
+				} else {
+					x.direct.landed++
+				}
 				rcv.Release()
 				recvd, progress = true, true
 			}

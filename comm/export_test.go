@@ -77,3 +77,13 @@ func SetRanHook(f func(*Comm)) {
 	}
 	testHookRan.Store(&f)
 }
+
+// DirectCounts reports how many chunks c sent straight from the caller's
+// memory and how many it received straight into it (directexec.go).
+func DirectCounts(c *Comm) (sent, landed uint64) { return c.exec.direct.sent, c.exec.direct.landed }
+
+// DirectMin is the smallest chunk moved without slots.
+const DirectMin = directMin
+
+// DefaultSlotCount is the slots per connection when Config sets none.
+const DefaultSlotCount = defaultSlotCount

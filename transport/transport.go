@@ -82,6 +82,40 @@ type Receiver interface {
 	Release()
 }
 
+// RefSender is a Sender that can also send a message straight from the
+// caller's memory, so that a large copy-only message skips the copy into a
+// slot (transport/tcp: the kernel reads the caller's bytes).
+type RefSender interface {
+	Sender
+	// TrySendRef queues p, at most SlotSize bytes, as the next message, or
+	// reports ok == false when every slot is still in use. The transport
+	// reads p until Flushed reports true or the endpoint is aborted: the
+	// caller must neither change p nor return it to its own caller before.
+	TrySendRef(p []byte, tag Tag) (ok bool, err error)
+	// Flushed reports whether every message queued so far has left the
+	// caller's memory, trying to write what remains first. A failed
+	// connection reports its error.
+	Flushed() (bool, error)
+}
+
+// PostReceiver is a Receiver that can land a message straight in the
+// caller's memory instead of a slot.
+type PostReceiver interface {
+	Receiver
+	// Post asks that the message ahead places after the oldest unreleased
+	// one (0: that one) be read into p if it is len(p) bytes long. It
+	// reports false when it cannot take the post (ahead beyond
+	// PostWindow). A post is a hint: a message whose header arrived
+	// before its post, or whose length differs, lands in a slot as usual.
+	// TryNext returns the message where it landed, so a caller compares
+	// the address rather than trusting the post. From Post until the
+	// message is released, or the endpoint is closed or aborted, p belongs
+	// to the transport. Post each message at most once.
+	Post(ahead int, p []byte) bool
+	// PostWindow is how many messages ahead Post accepts.
+	PostWindow() int
+}
+
 // Endpoint is one rank's attachment to a set of peers.
 type Endpoint interface {
 	Rank() int

@@ -207,28 +207,54 @@ func FuzzFrameStream(f *testing.F) {
 // FuzzRoundTrip sends messages through a send ring and a receive ring
 // joined by memPipe, with partial writes, partial reads and EAGAIN at
 // scripted places: every message must arrive whole, in order, with its tag.
+// A plan byte also picks whether the message is sent from the caller's
+// memory (bit 6) and posted to a receive buffer (bit 7): a message sent
+// from memory must arrive intact though that memory is scribbled over once
+// the ring frees it, and a posted buffer must end up holding its message
+// or stay untouched.
 func FuzzRoundTrip(f *testing.F) {
 	f.Add([]byte{0, 1, 5, 4, 3}, []byte{3, 10, 200, 0}, uint8(2))
 	f.Add([]byte{5, 5, 5, 5}, []byte{255, 1}, uint8(3))
 	f.Add([]byte{2, 0, 2, 0, 1}, []byte{}, uint8(1))
+	f.Add([]byte{0xc5, 0xc4, 0x45, 0x85, 0xc3, 0xc5, 0xc5}, []byte{7, 40, 1}, uint8(2))
+	f.Add([]byte{0xc5, 0xc5, 0xc5, 0xc5, 0xc5}, []byte{}, uint8(3))
 	f.Fuzz(func(t *testing.T, plan, script []byte, streams uint8) {
 		const slotSize = stripeMin + 5*stripeAlign + 3
+		const slots = 2
 		sizes := []int{0, 1, 17, 5000, stripeMin, slotSize}
 		s := int(streams%3) + 1
 		if len(plan) > 24 {
 			plan = plan[:24]
 		}
+		size := func(k int) int { return sizes[int(plan[k]&0x3f)%len(sizes)] }
 		pipe := &memPipe{queues: make([][]byte, s), script: script}
-		tx := newTxRing(slotSize, 2, s, pipe.write)
-		rx := newRxRing(slotSize, 2, s, pipe.read)
-		sent, got := 0, 0
+		tx := newTxRing(slotSize, slots, s, pipe.write)
+		rx := newRxRing(slotSize, slots, s, pipe.read)
+		refs := make([][]byte, len(plan)) // message k's memory while the ring may read it
+		posts := make([][]byte, len(plan))
+		sent, got, posted, scrubbed := 0, 0, 0, 0
 		for step := 0; got < len(plan); step++ {
 			if step > 100000 {
 				t.Fatalf("stuck after %d of %d messages", got, len(plan))
 			}
+			for ; posted < len(plan) && posted-got < rx.postWindow(); posted++ {
+				if n := size(posted); plan[posted]&0x80 != 0 && n > 0 {
+					posts[posted] = bytes.Repeat([]byte{0xee}, n)
+					if !rx.post(posted-got, posts[posted]) {
+						t.Fatalf("post of message %d, %d ahead, refused", posted, posted-got)
+					}
+				}
+			}
 			if sent < len(plan) {
-				n := sizes[int(plan[sent])%len(sizes)]
-				if b, ok := tx.reserve(n); ok {
+				n := size(sent)
+				if plan[sent]&0x40 != 0 {
+					p := pattern(0, sent, n)
+					if tx.reserveRef(p) {
+						refs[sent] = p
+						tx.commit(transport.Tag(sent))
+						sent++
+					}
+				} else if b, ok := tx.reserve(n); ok {
 					copy(b, pattern(0, sent, n))
 					tx.commit(transport.Tag(sent))
 					sent++
@@ -237,13 +263,21 @@ func FuzzRoundTrip(f *testing.F) {
 			if _, err := tx.pass(); err != nil {
 				t.Fatal(err)
 			}
+			for ; scrubbed < int(tx.freed.Load()); scrubbed++ {
+				for i := range refs[scrubbed] {
+					refs[scrubbed][i] = 0x55 // freed: the ring must not read it again
+				}
+			}
 			if _, err := rx.pass(); err != nil {
 				t.Fatal(err)
 			}
 			if m, tag, ok := rx.peek(); ok {
-				n := sizes[int(plan[got])%len(sizes)]
+				n := size(got)
 				if tag != transport.Tag(got) || !bytes.Equal(m, pattern(0, got, n)) {
 					t.Fatalf("message %d: tag %d, %d bytes, want %d bytes", got, tag, len(m), n)
+				}
+				if p := posts[got]; p != nil && (len(m) == 0 || &m[0] != &p[0]) && !bytes.Equal(p, bytes.Repeat([]byte{0xee}, n)) {
+					t.Fatalf("message %d landed in a slot, but its posted buffer was written", got)
 				}
 				rx.release()
 				got++
@@ -258,4 +292,50 @@ func FuzzRoundTrip(f *testing.F) {
 			t.Fatalf("after close: %v", err)
 		}
 	})
+}
+
+// TestRingsMoveCallersMemory checks that a message sent from the caller's
+// memory and posted to a receive buffer crosses with no slot on either side:
+// it lands in the posted buffer, and the send slot was never written.
+func TestRingsMoveCallersMemory(t *testing.T) {
+	const slotSize = 4 * stripeMin
+	for _, streams := range []int{1, 3} {
+		pipe := &memPipe{queues: make([][]byte, streams)}
+		tx := newTxRing(slotSize, 2, streams, pipe.write)
+		rx := newRxRing(slotSize, 2, streams, pipe.read)
+		want := pattern(1, 2, slotSize)
+		dst := make([]byte, slotSize)
+		if !rx.post(0, dst) {
+			t.Fatal("post refused")
+		}
+		if rx.post(rx.postWindow(), dst) || rx.post(0, make([]byte, slotSize+1)) {
+			t.Fatal("a post beyond the window or longer than a slot was taken")
+		}
+		if !tx.reserveRef(want) {
+			t.Fatal("no slot")
+		}
+		tx.commit(7)
+		for !tx.idle() {
+			if _, err := tx.pass(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(tx.data, make([]byte, len(tx.data))) {
+			t.Fatal("a message sent from the caller's memory was copied into a slot")
+		}
+		var m []byte
+		for ok := false; !ok; {
+			if _, err := rx.pass(); err != nil {
+				t.Fatal(err)
+			}
+			m, _, ok = rx.peek()
+		}
+		if &m[0] != &dst[0] || !bytes.Equal(dst, want) {
+			t.Fatalf("%d streams: the posted message did not land in its buffer", streams)
+		}
+		if !bytes.Equal(rx.data, make([]byte, len(rx.data))) {
+			t.Fatal("a posted message was also written to a slot")
+		}
+		rx.release()
+	}
 }

@@ -329,6 +329,11 @@ func (p *peer) release() {
 type sender peer
 type receiver peer
 
+var (
+	_ transport.RefSender    = (*sender)(nil)
+	_ transport.PostReceiver = (*receiver)(nil)
+)
+
 // TryReserve returns the next staging slot. When all are still queued for
 // the wire it first tries to write them out itself.
 func (s *sender) TryReserve(n int) ([]byte, bool, error) {
@@ -362,6 +367,54 @@ func (s *sender) Commit(tag transport.Tag) {
 		p.flushTx(false)
 	}
 }
+
+// TrySendRef queues p to be written straight from the caller's memory, and
+// writes it at once if the socket has room.
+func (s *sender) TrySendRef(b []byte, tag transport.Tag) (bool, error) {
+	p := (*peer)(s)
+	if len(b) > p.tx.slotSize {
+		return false, fmt.Errorf("tcp: message of %d bytes exceeds slot size %d", len(b), p.tx.slotSize)
+	}
+	if p.ep.closed.Load() {
+		return false, transport.ErrClosed
+	}
+	if err := p.sendErr(); err != nil {
+		return false, err
+	}
+	if !p.tx.reserveRef(b) {
+		p.flushTx(false)
+		if !p.tx.reserveRef(b) {
+			return false, p.sendErr()
+		}
+	}
+	p.tx.commit(tag)
+	p.flushTx(false)
+	return true, nil
+}
+
+// Flushed reports whether every committed message is in the kernel, writing
+// what it can first.
+func (s *sender) Flushed() (bool, error) {
+	p := (*peer)(s)
+	if p.tx.idle() {
+		return true, nil
+	}
+	if p.ep.closed.Load() {
+		return false, transport.ErrClosed
+	}
+	p.flushTx(false)
+	if p.tx.idle() {
+		return true, nil
+	}
+	return false, p.sendErr()
+}
+
+// Post asks that a message land in b rather than a slot (see
+// transport.PostReceiver).
+func (v *receiver) Post(ahead int, b []byte) bool { return (*peer)(v).rx.post(ahead, b) }
+
+// PostWindow is how many messages ahead Post accepts.
+func (v *receiver) PostWindow() int { return (*peer)(v).rx.postWindow() }
 
 // TryNext returns the oldest message, reading the sockets itself when none
 // is buffered. Messages that arrived before the peer was lost are delivered

@@ -60,8 +60,9 @@ func (x *exclusive) unlock() { x.busy.Store(false) }
 type cursor struct {
 	seq    uint64 // the message the stream is moving, or will consider next
 	active bool   // the stream is in the middle of message seq
-	off    int    // next byte of data to move
-	end    int    // end of the bytes of data to move
+	buf    []byte // the message's payload: its slot, or the caller's memory
+	off    int    // next byte of buf to move
+	end    int    // end of the bytes of buf to move
 	hdr    int    // frame header bytes already written (sending stream 0)
 }
 
@@ -75,7 +76,16 @@ type rxRing struct {
 	data []byte // slotCount slots of slotSize bytes
 	lens []int
 	tags []transport.Tag
-	left []int // pieces of the slot's message still to arrive
+	left []int    // pieces of the slot's message still to arrive
+	dst  [][]byte // where the slot's message lands: its slot or a posted buffer
+
+	// Posted receive buffers, 2*slotCount of them so that the owner can post
+	// the message that will reuse a slot before it releases the slot:
+	// postBuf[k] is for message postSeq[k]-1 (0: none), k = seq mod
+	// 2*slotCount. The owner writes a post, then its stamp; a pass reads the
+	// buffer only after loading the stamp of the message it parses.
+	postSeq []atomic.Uint64
+	postBuf [][]byte
 
 	// read reads from stream j into p, returning errWouldBlock when the
 	// socket is empty and io.EOF when the peer closed it.
@@ -104,13 +114,17 @@ const rxStageSize = 8 << 10
 func newRxRing(slotSize, slotCount, streams int, read func(int, []byte) (int, error)) *rxRing {
 	r := &rxRing{
 		slotSize: slotSize, slotCount: slotCount, streams: streams,
-		data:  make([]byte, slotSize*slotCount),
-		lens:  make([]int, slotCount),
-		tags:  make([]transport.Tag, slotCount),
-		left:  make([]int, slotCount),
-		read:  read,
-		stage: make([]byte, rxStageSize),
-		cur:   make([]cursor, streams),
+		data: make([]byte, slotSize*slotCount),
+		lens: make([]int, slotCount),
+		tags: make([]transport.Tag, slotCount),
+		left: make([]int, slotCount),
+		dst:  make([][]byte, slotCount),
+		read: read,
+
+		postSeq: make([]atomic.Uint64, 2*slotCount),
+		postBuf: make([][]byte, 2*slotCount),
+		stage:   make([]byte, rxStageSize),
+		cur:     make([]cursor, streams),
 	}
 	r.want.Store(1)
 	return r
@@ -128,9 +142,37 @@ func (r *rxRing) peek() ([]byte, transport.Tag, bool) {
 		return nil, 0, false
 	}
 	i := int(h % uint64(r.slotCount))
-	off := i * r.slotSize
 	n := r.lens[i]
-	return r.data[off : off+n : off+n], r.tags[i], true
+	return r.dst[i][:n:n], r.tags[i], true
+}
+
+// postWindow is how many messages from head on the owner may post: up to
+// the one that will reuse head's slot, so that it can be posted before
+// head's release lets a pass parse it.
+func (r *rxRing) postWindow() int { return r.slotCount + 1 }
+
+// post asks that message ahead places after head be read into p. The post
+// entry's earlier message, 2*slotCount back, was released, which happens
+// after the pass that read it. Owner only; each message at most once.
+func (r *rxRing) post(ahead int, p []byte) bool {
+	if ahead < 0 || ahead >= r.postWindow() || len(p) == 0 || len(p) > r.slotSize {
+		return false
+	}
+	s := r.head.Load() + uint64(ahead)
+	k := int(s % uint64(len(r.postSeq)))
+	r.postBuf[k] = p
+	r.postSeq[k].Store(s + 1)
+	return true
+}
+
+// posted returns where message s of n bytes lands: the buffer posted for it
+// if its length matches, else its slot. Inside excl.
+func (r *rxRing) posted(s uint64, n int) []byte {
+	if k := int(s % uint64(len(r.postSeq))); r.postSeq[k].Load() == s+1 && len(r.postBuf[k]) == n {
+		return r.postBuf[k]
+	}
+	base := int(s%uint64(r.slotCount)) * r.slotSize
+	return r.data[base : base+n : base+n]
 }
 
 // release frees the oldest message's slot and reports whether stream 0 was
@@ -140,6 +182,12 @@ func (r *rxRing) release() (resume bool) {
 	h := r.head.Load()
 	if h == r.ready.Load() {
 		return false // nothing to release
+	}
+	// Drop the caller's buffer from a spent post: no pass reads it again,
+	// as the next message of this entry is 2*slotCount later.
+	if k := int(h % uint64(len(r.postSeq))); r.postSeq[k].Load() == h+1 {
+		r.postSeq[k].Store(0)
+		r.postBuf[k] = nil
 	}
 	r.head.Store(h + 1)
 	return r.stalled.Load() && r.stalled.Swap(false)
@@ -203,11 +251,11 @@ func (r *rxRing) pumpFrames() error {
 	for {
 		if c.active {
 			if r.lo < r.hi {
-				k := copy(r.data[c.off:c.end], r.stage[r.lo:r.hi])
+				k := copy(c.buf[c.off:c.end], r.stage[r.lo:r.hi])
 				r.lo += k
 				c.off += k
 			} else {
-				n, err := r.read(0, r.data[c.off:c.end])
+				n, err := r.read(0, c.buf[c.off:c.end])
 				if err == errWouldBlock {
 					return nil
 				}
@@ -271,11 +319,11 @@ func (r *rxRing) pumpFrames() error {
 		r.next++
 		i := int(s % uint64(r.slotCount))
 		r.lens[i], r.tags[i] = n, h.tag
+		r.dst[i] = r.posted(s, n)
 		parts := pieceCount(n, r.streams)
 		r.left[i] = parts
 		lo, hi := pieceRange(n, parts, 0)
-		base := i * r.slotSize
-		*c = cursor{seq: s, active: true, off: base + lo, end: base + hi}
+		*c = cursor{seq: s, active: true, buf: r.dst[i], off: lo, end: hi}
 		if lo == hi {
 			c.active = false
 			r.pieceDone(s)
@@ -325,8 +373,7 @@ func (r *rxRing) advanceStripe(j int) {
 			continue
 		}
 		lo, hi := pieceRange(n, parts, j)
-		base := i * r.slotSize
-		c.active, c.off, c.end = true, base+lo, base+hi
+		c.active, c.buf, c.off, c.end = true, r.dst[i], lo, hi
 	}
 }
 
@@ -335,7 +382,7 @@ func (r *rxRing) advanceStripe(j int) {
 func (r *rxRing) pumpStripe(j int) error {
 	c := &r.cur[j]
 	for c.active {
-		n, err := r.read(j, r.data[c.off:c.end])
+		n, err := r.read(j, c.buf[c.off:c.end])
 		if err == errWouldBlock {
 			return nil
 		}
@@ -378,7 +425,8 @@ type txRing struct {
 
 	data []byte // slotCount slots of slotSize bytes
 	lens []int
-	hdrs []byte // a frame header per slot
+	hdrs []byte   // a frame header per slot
+	refs [][]byte // the caller's memory a slot's message is sent from; nil: the slot
 
 	// write writes hdr then payload to stream j (hdr may be empty) and
 	// returns the bytes written, or errWouldBlock when the socket is full.
@@ -400,6 +448,7 @@ func newTxRing(slotSize, slotCount, streams int, write func(int, []byte, []byte)
 		data:  make([]byte, slotSize*slotCount),
 		lens:  make([]int, slotCount),
 		hdrs:  make([]byte, frameHeaderLen*slotCount),
+		refs:  make([][]byte, slotCount),
 		write: write,
 		cur:   make([]cursor, streams),
 	}
@@ -412,10 +461,32 @@ func (t *txRing) reserve(n int) ([]byte, bool) {
 		return nil, false
 	}
 	i := int(tl % uint64(t.slotCount))
-	t.lens[i] = n
+	t.lens[i], t.refs[i] = n, nil
 	t.reserved = true
 	off := i * t.slotSize
 	return t.data[off : off+n : off+n], true
+}
+
+// reserveRef takes the next slot for a message sent straight from p, which
+// the passes read until the message is freed. Owner only.
+func (t *txRing) reserveRef(p []byte) bool {
+	tl := t.tail.Load()
+	if tl-t.freed.Load() >= uint64(t.slotCount) {
+		return false
+	}
+	i := int(tl % uint64(t.slotCount))
+	t.lens[i], t.refs[i] = len(p), p
+	t.reserved = true
+	return true
+}
+
+// payload is the bytes of slot i's message.
+func (t *txRing) payload(i int) []byte {
+	if p := t.refs[i]; p != nil {
+		return p
+	}
+	off := i * t.slotSize
+	return t.data[off : off+t.lens[i]]
 }
 
 // commit queues the reserved slot for the wire. Owner only.
@@ -453,9 +524,9 @@ func (t *txRing) pass() (freed bool, err error) {
 			if c.hdr < frameHeaderLen {
 				i := int(c.seq % uint64(t.slotCount))
 				hdr := t.hdrs[i*frameHeaderLen+c.hdr : (i+1)*frameHeaderLen]
-				n, err = t.write(j, hdr, t.data[c.off:c.end])
+				n, err = t.write(j, hdr, c.buf[c.off:c.end])
 			} else {
-				n, err = t.write(j, nil, t.data[c.off:c.end])
+				n, err = t.write(j, nil, c.buf[c.off:c.end])
 			}
 			if err == errWouldBlock {
 				blocked |= 1 << j
@@ -468,7 +539,7 @@ func (t *txRing) pass() (freed bool, err error) {
 			c.hdr += h
 			c.off += n - h
 			if c.hdr == frameHeaderLen && c.off == c.end {
-				c.active = false
+				c.active, c.buf = false, nil
 				c.seq++
 			}
 		}
@@ -494,8 +565,7 @@ func (t *txRing) advance(j int, tail uint64) {
 			continue
 		}
 		lo, hi := pieceRange(n, parts, j)
-		base := i * t.slotSize
-		c.active, c.off, c.end = true, base+lo, base+hi
+		c.active, c.buf, c.off, c.end = true, t.payload(i), lo, hi
 		// Only stream 0 sends a header; other streams start past it.
 		c.hdr = frameHeaderLen
 		if j == 0 {

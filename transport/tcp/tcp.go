@@ -14,7 +14,11 @@
 // itself (non-blocking) when nothing is buffered, so a rank that spins
 // waiting for a message gets it with no goroutine or thread hop. A full set
 // of receive slots stops the reading, which pushes back on the sender
-// through TCP flow control.
+// through TCP flow control. The halves also take the caller's memory
+// (transport.RefSender, transport.PostReceiver): a message written straight
+// from it, and a posted buffer that the message's payload is read straight
+// into, so that a large copy-only chunk crosses with the kernel's two copies
+// and none of the rank's.
 //
 // After the handshake the sockets leave Go's netpoller, which would wake an
 // idle runtime thread for every arriving segment. One watcher goroutine per
