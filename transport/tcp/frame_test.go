@@ -320,8 +320,8 @@ func TestRingsMoveCallersMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if !bytes.Equal(tx.data, make([]byte, len(tx.data))) {
-			t.Fatal("a message sent from the caller's memory was copied into a slot")
+		if tx.data != nil {
+			t.Fatal("a message sent from the caller's memory took slot memory")
 		}
 		var m []byte
 		for ok := false; !ok; {
@@ -333,8 +333,8 @@ func TestRingsMoveCallersMemory(t *testing.T) {
 		if &m[0] != &dst[0] || !bytes.Equal(dst, want) {
 			t.Fatalf("%d streams: the posted message did not land in its buffer", streams)
 		}
-		if !bytes.Equal(rx.data, make([]byte, len(rx.data))) {
-			t.Fatal("a posted message was also written to a slot")
+		if rx.data != nil {
+			t.Fatal("a posted message took slot memory")
 		}
 		rx.release()
 	}

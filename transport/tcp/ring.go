@@ -73,7 +73,8 @@ type cursor struct {
 type rxRing struct {
 	slotSize, slotCount, streams int
 
-	data []byte // slotCount slots of slotSize bytes
+	data []byte       // slotCount slots of slotSize bytes, made when a message first needs one
+	held atomic.Int64 // bytes of data, for MemStats
 	lens []int
 	tags []transport.Tag
 	left []int    // pieces of the slot's message still to arrive
@@ -114,7 +115,6 @@ const rxStageSize = 8 << 10
 func newRxRing(slotSize, slotCount, streams int, read func(int, []byte) (int, error)) *rxRing {
 	r := &rxRing{
 		slotSize: slotSize, slotCount: slotCount, streams: streams,
-		data: make([]byte, slotSize*slotCount),
 		lens: make([]int, slotCount),
 		tags: make([]transport.Tag, slotCount),
 		left: make([]int, slotCount),
@@ -170,6 +170,10 @@ func (r *rxRing) post(ahead int, p []byte) bool {
 func (r *rxRing) posted(s uint64, n int) []byte {
 	if k := int(s % uint64(len(r.postSeq))); r.postSeq[k].Load() == s+1 && len(r.postBuf[k]) == n {
 		return r.postBuf[k]
+	}
+	if r.data == nil {
+		r.data = make([]byte, r.slotSize*r.slotCount)
+		r.held.Store(int64(len(r.data)))
 	}
 	base := int(s%uint64(r.slotCount)) * r.slotSize
 	return r.data[base : base+n : base+n]
@@ -423,7 +427,8 @@ func (r *rxRing) pieceDone(seq uint64) {
 type txRing struct {
 	slotSize, slotCount, streams int
 
-	data []byte // slotCount slots of slotSize bytes
+	data []byte       // slotCount slots of slotSize bytes, made at the first reserve
+	held atomic.Int64 // bytes of data, for MemStats
 	lens []int
 	hdrs []byte   // a frame header per slot
 	refs [][]byte // the caller's memory a slot's message is sent from; nil: the slot
@@ -445,7 +450,6 @@ type txRing struct {
 func newTxRing(slotSize, slotCount, streams int, write func(int, []byte, []byte) (int, error)) *txRing {
 	return &txRing{
 		slotSize: slotSize, slotCount: slotCount, streams: streams,
-		data:  make([]byte, slotSize*slotCount),
 		lens:  make([]int, slotCount),
 		hdrs:  make([]byte, frameHeaderLen*slotCount),
 		refs:  make([][]byte, slotCount),
@@ -463,6 +467,12 @@ func (t *txRing) reserve(n int) ([]byte, bool) {
 	i := int(tl % uint64(t.slotCount))
 	t.lens[i], t.refs[i] = n, nil
 	t.reserved = true
+	if t.data == nil {
+		// A connection that only ever sends from the caller's memory, or
+		// nothing, holds no slots.
+		t.data = make([]byte, t.slotSize*t.slotCount)
+		t.held.Store(int64(len(t.data)))
+	}
 	off := i * t.slotSize
 	return t.data[off : off+n : off+n], true
 }
