@@ -166,3 +166,26 @@ func benchmarkAllReduce(b *testing.B, sym bool) {
 		}
 	}
 }
+
+// BenchmarkAllReduceAsyncWait issues each 8-byte all-reduce async and
+// waits for it at once (an overlap window of nothing): against
+// BenchmarkAllReduce/n=2/bytes=8 it is the cost of the async path.
+func BenchmarkAllReduceAsyncWait(b *testing.B) {
+	const n = 2
+	cs := world(b, n, nil)
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, 2)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	mustAll(b, onAll(b, cs, func(c *comm.Comm) error {
+		x := bufs[c.Rank()]
+		for i := 0; i < b.N; i++ {
+			if err := comm.AllReduceAsync(c, x, x, comm.Sum).Wait(bg); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}

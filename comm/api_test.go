@@ -82,6 +82,45 @@ func TestAsyncCompletesInIssueOrder(t *testing.T) {
 	}))
 }
 
+// More async calls than the queue holds, waited for out of order and from
+// two goroutines at once: whoever runs the queue (the progress goroutine,
+// or a waiter that finds it idle) runs it in issue order, every result is
+// right, and a waiter whose context has ended returns at once.
+func TestAsyncWaitersRunTheQueueInOrder(t *testing.T) {
+	cs := world(t, 3, nil)
+	mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+		const k = 2500 // beyond the queue's 1024
+		bufs := make([][]int64, k)
+		reqs := make([]*comm.Request, k)
+		for i := range bufs {
+			bufs[i] = []int64{int64(i * (c.Rank() + 1))}
+			reqs[i] = comm.AllReduceAsync(c, bufs[i], bufs[i], comm.Sum)
+		}
+		done, cancel := context.WithCancel(bg)
+		cancel()
+		if err := reqs[k-1].Wait(done); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("wait with an ended context: %v", err)
+		}
+		mid := make(chan error, 1)
+		go func() { mid <- reqs[k/2].Wait(bg) }()
+		if err := reqs[k-1].Wait(bg); err != nil {
+			return err
+		}
+		if err := <-mid; err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			if err := r.Wait(bg); err != nil {
+				return fmt.Errorf("request %d: %v", i, err)
+			}
+			if bufs[i][0] != int64(i*6) {
+				return fmt.Errorf("request %d: got %d, want %d", i, bufs[i][0], i*6)
+			}
+		}
+		return nil
+	}))
+}
+
 func TestGroupNeighbourExchange(t *testing.T) {
 	// Every rank sends to and receives from both neighbours at once, with
 	// messages many slots long: this deadlocks unless the group progresses

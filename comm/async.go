@@ -12,6 +12,7 @@ type Request struct {
 	cl   call
 	done chan struct{}
 	err  error
+	c    *Comm // whose queue runs it; nil for a request done at issue
 }
 
 // Done is closed when the operation completes.
@@ -30,7 +31,22 @@ func (r *Request) Err() error {
 // Wait blocks until the operation completes and returns its error, or
 // returns ctx's error if ctx ends first. Ending the wait does not cancel the
 // operation: it still runs in order (abort the Comm to stop it).
+//
+// A Wait that finds the operation still queued, and no operation of its
+// Comm running, runs the queue itself, in order, up to this operation: the
+// waiting goroutine does the work instead of waking the progress goroutine
+// and sleeping until it is done. Its ctx is then looked at between
+// operations (each one still ends at the Comm's timeout). Where the
+// progress thread is pinned (Config.ProgressCPUs), only it runs them.
 func (r *Request) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	if r.c != nil && ctx.Err() == nil && len(r.c.progressCPUs) == 0 {
+		r.c.async.runQueued(r.c, ctx, r)
+	}
 	select {
 	case <-r.done:
 		return r.err
@@ -65,13 +81,20 @@ func doneRequest(err error) *Request {
 	return r
 }
 
-// asyncState is the Comm's progress goroutine and its queue.
+// asyncState is the Comm's queue of operations and the progress goroutine
+// that runs them. Whoever runs queued operations (the progress goroutine,
+// or a goroutine that waits for one of them) holds runner
+// while it takes them from the queue and runs them, so they run one at a
+// time, in issue order.
 type asyncState struct {
 	mu      sync.Mutex
 	queue   chan *Request
+	kick    chan struct{} // the progress goroutine should look at the queue
+	runner  sync.Mutex
 	pending atomic.Int64
 	last    *Request
 	stopped bool
+	closed  atomic.Bool // the queue is closed (after stopped)
 	exited  chan struct{}
 }
 
@@ -90,7 +113,7 @@ func (c *Comm) issueAsync(cl *call) *Request {
 	if err := c.holdStreams(cl); err != nil {
 		return doneRequest(err)
 	}
-	r := &Request{cl: cl.detach(), done: make(chan struct{})}
+	r := &Request{cl: cl.detach(), done: make(chan struct{}), c: c}
 	if !c.async.push(c, r) {
 		r.cl.releaseStreams()
 		r.err = c.closedErr()
@@ -107,6 +130,9 @@ func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
 	if !c.async.push(c, r) {
 		r.cl.releaseStreams()
 		return c.closedErr()
+	}
+	if len(c.progressCPUs) == 0 {
+		c.async.runQueued(c, ctx, r)
 	}
 	select {
 	case <-r.done:
@@ -126,13 +152,70 @@ func (a *asyncState) push(c *Comm, r *Request) bool {
 	}
 	if a.queue == nil {
 		a.queue = make(chan *Request, asyncQueueLen)
+		a.kick = make(chan struct{}, 1)
 		a.exited = make(chan struct{})
 		go a.progress(c)
 	}
 	a.pending.Add(1)
 	a.last = r
 	a.queue <- r
+	a.nudge()
 	return true
+}
+
+// nudge wakes the progress goroutine if it sleeps.
+func (a *asyncState) nudge() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runQueued runs queued operations in order on the caller's goroutine,
+// until until (nil: the queue) is done or ctx ends, unless another
+// goroutine runs them already.
+func (a *asyncState) runQueued(c *Comm, ctx context.Context, until *Request) {
+	if !a.runner.TryLock() {
+		return
+	}
+	for ctx.Err() == nil {
+		if until != nil {
+			select {
+			case <-until.done:
+				a.release()
+				return
+			default:
+			}
+		}
+		select {
+		case r, ok := <-a.queue:
+			if !ok {
+				a.release()
+				return
+			}
+			a.exec(c, r)
+			continue
+		default:
+		}
+		break
+	}
+	a.release()
+}
+
+// release lets go of the queue, and wakes the progress goroutine if
+// operations are left: it may have found the queue taken and gone back to
+// sleep.
+func (a *asyncState) release() {
+	a.runner.Unlock()
+	if len(a.queue) > 0 {
+		a.nudge()
+	}
+}
+
+func (a *asyncState) exec(c *Comm, r *Request) {
+	r.err = c.run(context.Background(), &r.cl)
+	a.pending.Add(-1)
+	close(r.done)
 }
 
 func (a *asyncState) progress(c *Comm) {
@@ -142,10 +225,19 @@ func (a *asyncState) progress(c *Comm) {
 			c.log.Warn("cannot pin the progress thread", "subsys", "INIT", "cpus", c.progressCPUs, "err", err)
 		}
 	}
-	for r := range a.queue {
-		r.err = c.run(context.Background(), &r.cl)
-		a.pending.Add(-1)
-		close(r.done)
+	bg := context.Background()
+	for range a.kick {
+		a.runQueued(c, bg, nil)
+		if a.closed.Load() {
+			// stop closed the queue: run what is left (after any helper
+			// that still runs one), then exit.
+			a.runner.Lock()
+			for r := range a.queue {
+				a.exec(c, r)
+			}
+			a.runner.Unlock()
+			return
+		}
 	}
 }
 
@@ -172,6 +264,8 @@ func (a *asyncState) stop(c *Comm) {
 	a.mu.Unlock()
 	if q != nil {
 		close(q)
+		a.closed.Store(true)
+		a.nudge()
 		<-exited
 	}
 }
