@@ -101,6 +101,17 @@ func TestAsyncWaitersRunTheQueueInOrder(t *testing.T) {
 		if err := reqs[k-1].Wait(done); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("wait with an ended context: %v", err)
 		}
+		// Done made while the queue runs: each is closed once, when its
+		// request completes (made lazily, racing the completion).
+		var watchers sync.WaitGroup
+		for i := 0; i < k; i += 97 {
+			watchers.Add(1)
+			go func() {
+				defer watchers.Done()
+				<-reqs[i].Done()
+			}()
+		}
+		defer watchers.Wait()
 		mid := make(chan error, 1)
 		go func() { mid <- reqs[k/2].Wait(bg) }()
 		if err := reqs[k-1].Wait(bg); err != nil {

@@ -9,23 +9,46 @@ import (
 // Request is an operation in flight. Operations issued async on one Comm
 // complete in issue order, like work on a CUDA stream.
 type Request struct {
-	cl   call
+	cl       call
+	err      error
+	c        *Comm // whose queue runs it; nil for a request done at issue
+	finished atomic.Bool
+	// done is made by the first Done or sleeping Wait: a request waited
+	// for by the goroutine that runs it never needs one.
+	mu   sync.Mutex
 	done chan struct{}
-	err  error
-	c    *Comm // whose queue runs it; nil for a request done at issue
 }
 
 // Done is closed when the operation completes.
-func (r *Request) Done() <-chan struct{} { return r.done }
+func (r *Request) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+		if r.finished.Load() {
+			close(r.done)
+		}
+	}
+	return r.done
+}
+
+// complete publishes the outcome of a finished operation.
+func (r *Request) complete(err error) {
+	r.err = err
+	r.mu.Lock()
+	r.finished.Store(true) // under mu: Done closes what it makes after this
+	if r.done != nil {
+		close(r.done)
+	}
+	r.mu.Unlock()
+}
 
 // Err returns the operation's error once it completed, nil before.
 func (r *Request) Err() error {
-	select {
-	case <-r.done:
+	if r.finished.Load() {
 		return r.err
-	default:
-		return nil
 	}
+	return nil
 }
 
 // Wait blocks until the operation completes and returns its error, or
@@ -39,16 +62,17 @@ func (r *Request) Err() error {
 // operations (each one still ends at the Comm's timeout). Where the
 // progress thread is pinned (Config.ProgressCPUs), only it runs them.
 func (r *Request) Wait(ctx context.Context) error {
-	select {
-	case <-r.done:
+	if r.finished.Load() {
 		return r.err
-	default:
 	}
 	if r.c != nil && ctx.Err() == nil && len(r.c.progressCPUs) == 0 {
 		r.c.async.runQueued(r.c, ctx, r)
+		if r.finished.Load() {
+			return r.err
+		}
 	}
 	select {
-	case <-r.done:
+	case <-r.Done():
 		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -76,8 +100,8 @@ func (cl *call) detach() call {
 }
 
 func doneRequest(err error) *Request {
-	r := &Request{done: make(chan struct{}), err: err}
-	close(r.done)
+	r := &Request{}
+	r.complete(err)
 	return r
 }
 
@@ -113,11 +137,10 @@ func (c *Comm) issueAsync(cl *call) *Request {
 	if err := c.holdStreams(cl); err != nil {
 		return doneRequest(err)
 	}
-	r := &Request{cl: cl.detach(), done: make(chan struct{}), c: c}
+	r := &Request{cl: cl.detach(), c: c}
 	if !c.async.push(c, r) {
 		r.cl.releaseStreams()
-		r.err = c.closedErr()
-		close(r.done)
+		r.complete(c.closedErr())
 	}
 	return r
 }
@@ -126,20 +149,23 @@ func (c *Comm) issueAsync(cl *call) *Request {
 // calls, and waits for it. A context that ends first aborts the Comm, as it
 // would for a call run in place.
 func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
-	r := &Request{cl: cl.detach(), done: make(chan struct{})}
+	r := &Request{cl: cl.detach()}
 	if !c.async.push(c, r) {
 		r.cl.releaseStreams()
 		return c.closedErr()
 	}
 	if len(c.progressCPUs) == 0 {
 		c.async.runQueued(c, ctx, r)
+		if r.finished.Load() {
+			return r.err
+		}
 	}
 	select {
-	case <-r.done:
+	case <-r.Done():
 		return r.err
 	case <-ctx.Done():
 		c.fail(ctx.Err())
-		<-r.done
+		<-r.Done()
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: ctx.Err()}
 	}
 }
@@ -180,11 +206,9 @@ func (a *asyncState) runQueued(c *Comm, ctx context.Context, until *Request) {
 	}
 	for ctx.Err() == nil {
 		if until != nil {
-			select {
-			case <-until.done:
+			if until.finished.Load() {
 				a.release()
 				return
-			default:
 			}
 		}
 		select {
@@ -213,9 +237,9 @@ func (a *asyncState) release() {
 }
 
 func (a *asyncState) exec(c *Comm, r *Request) {
-	r.err = c.run(context.Background(), &r.cl)
+	err := c.run(context.Background(), &r.cl)
 	a.pending.Add(-1)
-	close(r.done)
+	r.complete(err)
 }
 
 func (a *asyncState) progress(c *Comm) {
@@ -247,7 +271,7 @@ func (a *asyncState) drain() {
 	last := a.last
 	a.mu.Unlock()
 	if last != nil {
-		<-last.done
+		<-last.Done()
 	}
 }
 
