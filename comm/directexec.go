@@ -27,13 +27,28 @@ type direct struct {
 	sent, landed uint64
 }
 
-// directOK reports whether plan a may move its chunks straight: only
-// broadcasts and all-gathers, whose outputs are written once each and
-// whose inputs are only read, so a chunk can be read from the caller's
-// memory while later steps run and land there before its step.
+// directOK reports whether plan a may move its chunks straight: where a
+// message may land in its block of the caller's memory as soon as it
+// arrives, before its step, and a chunk may be read from the caller's
+// memory until the step that sent it flushes. Broadcasts and all-gathers
+// qualify: each output block is written only by its message, and inputs
+// are only read. So does the ring all-reduce, in place too: each Out block
+// is written by the rank's own last reduction (through a slot, at its
+// step) or by the one message carrying its final value, and that value
+// exists only after every rank's contribution to the block was read, this
+// rank's included. The tree all-reduce is left out: it keeps partial
+// reductions in Out, which no check here proves a message cannot overtake.
 func directOK(a *collArgs, chunkBytes int) bool {
-	c := a.plan.Coll
-	return (c == algo.Broadcast || c == algo.AllGather) && chunkBytes >= directMin && !a.premul
+	if chunkBytes < directMin || a.premul {
+		return false
+	}
+	switch a.plan.Coll {
+	case algo.Broadcast, algo.AllGather:
+		return true
+	case algo.AllReduce:
+		return a.plan.Algo == algo.Ring
+	}
+	return false
 }
 
 // planDirect lists, per peer, the destination of every message the plan
@@ -229,6 +244,21 @@ func (x *executor) directStep(a *collArgs, s *algo.Step, off, n int) (bool, erro
 			x.direct.landed++
 		}
 		rcv.Release()
+		return x.sendFrom(s.SendPeer, dst)
+	case algo.RecvReduceCopySend:
+		// The reduction lands in the output, which is then sent from
+		// there: the slot and the copy out of it are skipped.
+		if s.Dst.Buf == algo.Tmp || !x.canSendFrom(s.SendPeer) {
+			return false, nil
+		}
+		m, rcv, err := x.next(s.RecvPeer, n*a.esz, x.tag)
+		if err != nil {
+			return true, err
+		}
+		dst := x.ref(a, s.Dst, off, n)
+		a.combine(dst, m, x.ref(a, s.Src, off, n), s)
+		rcv.Release()
+		a.finish(dst, s.Final)
 		return x.sendFrom(s.SendPeer, dst)
 	}
 	return false, nil

@@ -12,8 +12,9 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// Broadcasts and all-gathers over TCP move their large chunks between the
-// callers' buffers and the sockets without slots (directexec.go): every
+// Broadcasts, all-gathers and ring all-reduces over TCP move
+// their large chunks between the callers' buffers and the sockets without
+// slots (directexec.go): every
 // rank must get the right bytes, in place and out of place, with blocks
 // of many chunks, a short tail and a block too small to go direct; and
 // the direct path must have run (chunks sent from the caller's memory, and
@@ -89,6 +90,34 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 						return fmt.Errorf("broadcast of %d from %d (in place %v): element %d = %v, want %v", count, root, inPlace, i, v, val(root, i))
 					}
 				}
+			}
+		}
+		for _, inPlace := range []bool{false, true} {
+			out := make([]float32, count)
+			send := out
+			if !inPlace {
+				send = make([]float32, count)
+			}
+			for i := range send {
+				send[i] = val(me, i)
+			}
+			sent, landed := comm.DirectCounts(c)
+			if err := comm.AllReduce(ctx, c, send, out, comm.Sum); err != nil {
+				return err
+			}
+			for i, v := range out {
+				var want float32
+				for r := range n {
+					want += val(r, i)
+				}
+				if v != want {
+					return fmt.Errorf("all-reduce of %d (in place %v): element %d = %v, want %v", count, inPlace, i, v, want)
+				}
+			}
+			// The ring all-reduce's large chunks go direct, in place too.
+			sent2, landed2 := comm.DirectCounts(c)
+			if direct := sent2 > sent && landed2 > landed; direct != (count/n >= comm.DirectMin/4) {
+				return fmt.Errorf("all-reduce of %d (in place %v): direct path taken %v", count, inPlace, direct)
 			}
 		}
 		for _, inPlace := range []bool{false, true} {
