@@ -5,10 +5,10 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// directMin is the smallest chunk that a broadcast or all-gather moves
-// straight between the caller's buffers and a transport that can
-// (transport.RefSender, transport.PostReceiver: TCP): below it the copy
-// through a slot costs less than the bookkeeping.
+// directMin is the smallest chunk that a broadcast, all-gather or ring
+// all-reduce moves straight between the caller's buffers and a transport
+// that can (transport.RefSender, transport.PostReceiver: TCP): below it
+// the copy through a slot costs less than the bookkeeping.
 const directMin = 64 << 10
 
 // direct is the executor's state for moving one operation's chunks without
@@ -31,8 +31,9 @@ type direct struct {
 // message may land in its block of the caller's memory as soon as it
 // arrives, before its step, and a chunk may be read from the caller's
 // memory until the step that sent it flushes. Broadcasts and all-gathers
-// qualify: each output block is written only by its message, and inputs
-// are only read. So does the ring all-reduce, in place too: each Out block
+// qualify, whatever their algorithm: every write to an output block writes
+// its final value (the root's or the owner's data), and inputs are only
+// read. So does the ring all-reduce, in place too: each Out block
 // is written by the rank's own last reduction (through a slot, at its
 // step) or by the one message carrying its final value, and that value
 // exists only after every rank's contribution to the block was read, this
