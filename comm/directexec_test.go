@@ -22,10 +22,7 @@ import (
 // later ones are posted before their headers can be parsed).
 func TestDirectChunksOverTCP(t *testing.T) {
 	const n = 3
-	unregister := transport.Register(loopTransport{}, 0)
-	defer unregister()
-	cs, stop := initJobOver(t, n)
-	defer stop()
+	cs := loopJob(t, n)
 	counts := []int{8*chunk + 5, comm.DirectMin/4 + 3, comm.DirectMin/4 - 1, 3*chunk + 7}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -49,9 +46,6 @@ func TestDirectChunksOverTCP(t *testing.T) {
 		sent, landed := comm.DirectCounts(c)
 		if sent == 0 || landed == 0 {
 			t.Errorf("rank %d: %d chunks sent from its buffers, %d landed in them; want both above 0", c.Rank(), sent, landed)
-		}
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
@@ -150,10 +144,7 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 // and is refused.
 func TestDirectChunksRefuseOtherLengths(t *testing.T) {
 	const n = 2
-	unregister := transport.Register(loopTransport{}, 0)
-	defer unregister()
-	cs, stop := initJobOver(t, n)
-	defer stop()
+	cs := loopJob(t, n)
 	const count = 4 * comm.DirectMin / 4
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -175,9 +166,6 @@ func TestDirectChunksRefuseOtherLengths(t *testing.T) {
 	if !errors.Is(errs[1], comm.ErrMismatch) {
 		t.Fatalf("receiver: %v, want ErrMismatch", errs[1])
 	}
-	for _, c := range cs {
-		c.Close()
-	}
 }
 
 // The direct path allocates nothing once warm: its per-peer lists live in
@@ -187,10 +175,7 @@ func TestDirectChunksAllocateNothing(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	const n, count = 2, 6*chunk + 3
-	unregister := transport.Register(loopTransport{}, 0)
-	defer unregister()
-	cs, stop := initJobOver(t, n)
-	defer stop()
+	cs := loopJob(t, n)
 	in, out := make([][]float32, n), make([][]float32, n)
 	for r := range n {
 		in[r], out[r] = make([]float32, count), make([]float32, n*count)
@@ -217,7 +202,22 @@ func TestDirectChunksAllocateNothing(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range cs {
-		c.Close()
-	}
+}
+
+// loopJob starts n ranks of a job whose pairs all go over TCP on loopback
+// (registry_test.go's LOOP transport), and closes them when the test ends.
+func loopJob(t *testing.T, n int) []*comm.Comm {
+	t.Helper()
+	unregister := transport.Register(loopTransport{}, 0)
+	cs, stop := initJobOver(t, n)
+	t.Cleanup(func() {
+		for _, c := range cs {
+			if err := c.Close(); err != nil {
+				t.Errorf("rank %d: Close: %v", c.Rank(), err)
+			}
+		}
+		stop()
+		unregister()
+	})
+	return cs
 }
