@@ -6,7 +6,7 @@ import (
 )
 
 // directMin is the smallest chunk that a broadcast, all-gather or ring
-// all-reduce moves straight between the caller's buffers and a transport
+// all-reduce or reduce-scatter moves straight between the caller's buffers and a transport
 // that can (transport.RefSender, transport.PostReceiver: TCP): below it
 // the copy through a slot costs less than the bookkeeping.
 const directMin = 64 << 10
@@ -39,6 +39,9 @@ type direct struct {
 // exists only after every rank's contribution to the block was read, this
 // rank's included. The tree all-reduce is left out: it keeps partial
 // reductions in Out, which no check here proves a message cannot overtake.
+// The ring reduce-scatter only sends from the caller's memory (its first
+// step, a block of In other than the rank's own, which is the only one it
+// writes, in place).
 func directOK(a *collArgs, chunkBytes int) bool {
 	if chunkBytes < directMin || a.premul {
 		return false
@@ -46,7 +49,7 @@ func directOK(a *collArgs, chunkBytes int) bool {
 	switch a.plan.Coll {
 	case algo.Broadcast, algo.AllGather:
 		return true
-	case algo.AllReduce:
+	case algo.AllReduce, algo.ReduceScatter:
 		return a.plan.Algo == algo.Ring
 	}
 	return false

@@ -12,7 +12,7 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// Broadcasts, all-gathers and ring all-reduces over TCP move
+// Broadcasts, all-gathers, ring all-reduces and reduce-scatters over TCP move
 // their large chunks between the callers' buffers and the sockets without
 // slots (directexec.go): every
 // rank must get the right bytes, in place and out of place, with blocks
@@ -112,6 +112,32 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 			sent2, landed2 := comm.DirectCounts(c)
 			if direct := sent2 > sent && landed2 > landed; direct != (count/n >= comm.DirectMin/4) {
 				return fmt.Errorf("all-reduce of %d (in place %v): direct path taken %v", count, inPlace, direct)
+			}
+		}
+		for _, inPlace := range []bool{false, true} {
+			in := make([]float32, n*count)
+			for i := range in {
+				in[i] = val(me, i)
+			}
+			out := make([]float32, count)
+			if inPlace {
+				out = in[me*count : (me+1)*count]
+			}
+			sent, _ := comm.DirectCounts(c)
+			if err := comm.ReduceScatter(ctx, c, in, out, comm.Sum); err != nil {
+				return err
+			}
+			for i, v := range out {
+				var want float32
+				for r := range n {
+					want += val(r, me*count+i)
+				}
+				if v != want {
+					return fmt.Errorf("reduce-scatter of %d (in place %v): element %d = %v, want %v", count, inPlace, i, v, want)
+				}
+			}
+			if sent2, _ := comm.DirectCounts(c); (sent2 > sent) != (count >= comm.DirectMin/4) {
+				return fmt.Errorf("reduce-scatter of %d (in place %v): sent from the caller's memory %v", count, inPlace, sent2 > sent)
 			}
 		}
 		for _, inPlace := range []bool{false, true} {
