@@ -5,10 +5,11 @@ import (
 	"github.com/gccl/gccl/transport"
 )
 
-// directMin is the smallest chunk that a broadcast, all-gather or ring
-// all-reduce or reduce-scatter moves straight between the caller's buffers and a transport
-// that can (transport.RefSender, transport.PostReceiver: TCP): below it
-// the copy through a slot costs less than the bookkeeping.
+// directMin is the smallest chunk that a collective moves straight
+// between the caller's buffers and a transport that can
+// (transport.RefSender, transport.PostReceiver: TCP; directOK says which
+// collectives): below it the copy through a slot costs less than the
+// bookkeeping.
 const directMin = 64 << 10
 
 // direct is the executor's state for moving one operation's chunks without
@@ -30,10 +31,11 @@ type direct struct {
 // directOK reports whether plan a may move its chunks straight: where a
 // message may land in its block of the caller's memory as soon as it
 // arrives, before its step, and a chunk may be read from the caller's
-// memory until the step that sent it flushes. Broadcasts and all-gathers
-// qualify, whatever their algorithm: every write to an output block writes
-// its final value (the root's or the owner's data), and inputs are only
-// read. So does the ring all-reduce, in place too: each Out block
+// memory until the step that sent it flushes. The collectives that only
+// move data qualify, whatever their algorithm: broadcast, all-gather,
+// all-to-all (in place, its input is staged first), gather and scatter.
+// Every write to an output block writes its final value (the root's or
+// the owner's data), and inputs are only read. So does the ring all-reduce, in place too: each Out block
 // is written by the rank's own last reduction (through a slot, at its
 // step) or by the one message carrying its final value, and that value
 // exists only after every rank's contribution to the block was read, this
@@ -47,7 +49,7 @@ func directOK(a *collArgs, chunkBytes int) bool {
 		return false
 	}
 	switch a.plan.Coll {
-	case algo.Broadcast, algo.AllGather:
+	case algo.Broadcast, algo.AllGather, algo.AllToAll, algo.Gather, algo.Scatter:
 		return true
 	case algo.AllReduce, algo.ReduceScatter:
 		return a.plan.Algo == algo.Ring

@@ -161,6 +161,86 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 			}
 		}
 	}
+	return moveRounds(c, n, counts)
+}
+
+// moveRounds checks the collectives that only move data: all-to-all in
+// place and out of place, gather and scatter from every root. Element i of
+// the block rank r holds for rank p is code(r, p, i).
+func moveRounds(c *comm.Comm, n int, counts []int) error {
+	ctx := context.Background()
+	me := c.Rank()
+	code := func(r, p, i int) float32 { return float32(r*4000037 + p*1000003 + i%1000003) }
+	for _, count := range counts {
+		for _, inPlace := range []bool{false, true} {
+			in := make([]float32, n*count)
+			for p := range n {
+				for i := range count {
+					in[p*count+i] = code(me, p, i)
+				}
+			}
+			out := in
+			if !inPlace {
+				out = make([]float32, n*count)
+			}
+			sent, landed := comm.DirectCounts(c)
+			if err := comm.AllToAll(ctx, c, in, out); err != nil {
+				return err
+			}
+			// Sent from memory whenever the chunks are large; landed in
+			// place for sure only past the first SlotCount chunks of a
+			// peer (earlier ones may be parsed before this call posts).
+			sent2, landed2 := comm.DirectCounts(c)
+			if (sent2 > sent) != (count >= comm.DirectMin/4) || count/chunk > comm.DefaultSlotCount && landed2 == landed {
+				return fmt.Errorf("all-to-all of %d (in place %v): %d chunks sent from memory, %d landed", count, inPlace, sent2-sent, landed2-landed)
+			}
+			for r := range n {
+				for i := range count {
+					if v := out[r*count+i]; v != code(r, me, i) {
+						return fmt.Errorf("all-to-all of %d (in place %v): block from %d element %d = %v, want %v", count, inPlace, r, i, v, code(r, me, i))
+					}
+				}
+			}
+		}
+		for root := range n {
+			mine := make([]float32, count)
+			for i := range mine {
+				mine[i] = code(me, root, i)
+			}
+			var all []float32
+			if me == root {
+				all = make([]float32, n*count)
+			}
+			if err := comm.Gather(ctx, c, mine, all, root); err != nil {
+				return err
+			}
+			for r := 0; me == root && r < n; r++ {
+				for i := range count {
+					if v := all[r*count+i]; v != code(r, root, i) {
+						return fmt.Errorf("gather of %d to %d: block of %d element %d = %v", count, root, r, i, v)
+					}
+				}
+			}
+			var src []float32
+			if me == root {
+				src = make([]float32, n*count)
+				for p := range n {
+					for i := range count {
+						src[p*count+i] = code(root, p, i)
+					}
+				}
+			}
+			got := make([]float32, count)
+			if err := comm.Scatter(ctx, c, src, got, root); err != nil {
+				return err
+			}
+			for i, v := range got {
+				if v != code(root, me, i) {
+					return fmt.Errorf("scatter of %d from %d: element %d = %v, want %v", count, root, i, v, code(root, me, i))
+				}
+			}
+		}
+	}
 	return nil
 }
 

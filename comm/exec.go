@@ -426,6 +426,20 @@ func (x *executor) sendRecv(a *collArgs, s *algo.Step, off, chunk int) error {
 	for !sent || !recvd {
 		seen := x.c.ep.Seq()
 		progress := false
+		if !sent && x.direct.on && x.directChunk(a, s, ns*a.esz) {
+			if rs, ok := snd.(transport.RefSender); ok {
+				ok, err := rs.TrySendRef(x.ref(a, s.Src, off, ns), x.tag)
+				if err != nil {
+					return x.linkErr(s.SendPeer, err)
+				}
+				if ok {
+					x.direct.sent++
+					x.noteFlush(rs)
+					sent, progress = true, true
+				}
+				// Not ok: every slot is taken; the reserve below fails too.
+			}
+		}
 		if !sent {
 			slot, ok, err := snd.TryReserve(ns * a.esz)
 			if err != nil {
