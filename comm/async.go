@@ -65,11 +65,8 @@ func (r *Request) Wait(ctx context.Context) error {
 	if r.finished.Load() {
 		return r.err
 	}
-	if r.c != nil && ctx.Err() == nil && len(r.c.progressCPUs) == 0 {
-		r.c.async.runQueued(r.c, ctx, r)
-		if r.finished.Load() {
-			return r.err
-		}
+	if r.c != nil && r.c.async.runFor(r.c, ctx, r) {
+		return r.err
 	}
 	select {
 	case <-r.Done():
@@ -154,11 +151,8 @@ func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
 		r.cl.releaseStreams()
 		return c.closedErr()
 	}
-	if len(c.progressCPUs) == 0 {
-		c.async.runQueued(c, ctx, r)
-		if r.finished.Load() {
-			return r.err
-		}
+	if c.async.runFor(c, ctx, r) {
+		return r.err
 	}
 	select {
 	case <-r.Done():
@@ -197,6 +191,16 @@ func (a *asyncState) nudge() {
 	}
 }
 
+// runFor runs the queue on a waiter's goroutine up to r (see
+// Request.Wait), unless the progress thread is pinned, and reports whether
+// r is finished.
+func (a *asyncState) runFor(c *Comm, ctx context.Context, r *Request) bool {
+	if len(c.progressCPUs) == 0 && ctx.Err() == nil {
+		a.runQueued(c, ctx, r)
+	}
+	return r.finished.Load()
+}
+
 // runQueued runs queued operations in order on the caller's goroutine,
 // until until (nil: the queue) is done or ctx ends, unless another
 // goroutine runs them already.
@@ -204,26 +208,18 @@ func (a *asyncState) runQueued(c *Comm, ctx context.Context, until *Request) {
 	if !a.runner.TryLock() {
 		return
 	}
-	for ctx.Err() == nil {
-		if until != nil {
-			if until.finished.Load() {
-				a.release()
-				return
-			}
-		}
+	defer a.release()
+	for ctx.Err() == nil && (until == nil || !until.finished.Load()) {
+		var r *Request
 		select {
-		case r, ok := <-a.queue:
-			if !ok {
-				a.release()
-				return
-			}
-			a.exec(c, r)
-			continue
+		case r = <-a.queue: // nil once stop closed it
 		default:
 		}
-		break
+		if r == nil {
+			return
+		}
+		a.exec(c, r)
 	}
-	a.release()
 }
 
 // release lets go of the queue, and wakes the progress goroutine if

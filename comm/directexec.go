@@ -148,17 +148,14 @@ func (x *executor) sendFrom(peer int, b []byte) (bool, error) {
 	if err != nil {
 		return false, x.linkErr(peer, err)
 	}
-	rs, ok := s.(transport.RefSender)
-	if !ok {
+	if _, ok := s.(transport.RefSender); !ok {
 		return false, nil
 	}
 	x.bo.Reset()
 	for {
 		seen := x.c.ep.Seq()
-		ok, err := rs.TrySendRef(b, x.tag)
+		ok, err := x.trySendFrom(s, b)
 		if ok {
-			x.direct.sent++
-			x.noteFlush(rs)
 			return true, nil
 		}
 		if err == nil {
@@ -170,13 +167,35 @@ func (x *executor) sendFrom(peer int, b []byte) (bool, error) {
 	}
 }
 
-func (x *executor) noteFlush(rs transport.RefSender) {
+// trySendFrom queues b on s straight from the caller's memory, and reports
+// false where s cannot or has no free slot now. A queued send is waited
+// for at the operation's end (endDirect).
+func (x *executor) trySendFrom(s transport.Sender, b []byte) (bool, error) {
+	rs, ok := s.(transport.RefSender)
+	if !ok {
+		return false, nil
+	}
+	if ok, err := rs.TrySendRef(b, x.tag); !ok {
+		return false, err
+	}
+	x.direct.sent++
 	for _, f := range x.direct.flush {
 		if f == rs {
-			return
+			return true, nil
 		}
 	}
 	x.direct.flush = append(x.direct.flush, rs)
+	return true, nil
+}
+
+// land puts a received message m into dst, where it is unless a post did
+// not take (the header came first, or the length differs).
+func (x *executor) land(dst, m []byte) {
+	if sameMem(dst, m) {
+		x.direct.landed++
+		return
+	}
+	copy(dst, m)
 }
 
 // endDirect waits until the transports no longer read the caller's memory.
@@ -244,11 +263,7 @@ func (x *executor) directStep(a *collArgs, s *algo.Step, off, n int) (bool, erro
 			return true, err
 		}
 		dst := x.ref(a, s.Dst, off, n)
-		if !sameMem(dst, m) {
-			copy(dst, m)
-		} else {
-			x.direct.landed++
-		}
+		x.land(dst, m)
 		rcv.Release()
 		return x.sendFrom(s.SendPeer, dst)
 	case algo.RecvReduceCopySend:

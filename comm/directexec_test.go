@@ -56,6 +56,13 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 	ctx := context.Background()
 	me := c.Rank()
 	val := func(r, i int) float32 { return float32(r*1000003 + i) }
+	sum := func(i int) float32 { // of element i over the ranks
+		var s float32
+		for r := range n {
+			s += val(r, i)
+		}
+		return s
+	}
 	for _, count := range counts {
 		for root := range n {
 			for _, inPlace := range []bool{false, true} {
@@ -100,11 +107,7 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 				return err
 			}
 			for i, v := range out {
-				var want float32
-				for r := range n {
-					want += val(r, i)
-				}
-				if v != want {
+				if want := sum(i); v != want {
 					return fmt.Errorf("all-reduce of %d (in place %v): element %d = %v, want %v", count, inPlace, i, v, want)
 				}
 			}
@@ -128,11 +131,7 @@ func directRounds(c *comm.Comm, n int, counts []int) error {
 				return err
 			}
 			for i, v := range out {
-				var want float32
-				for r := range n {
-					want += val(r, me*count+i)
-				}
-				if v != want {
+				if want := sum(me*count + i); v != want {
 					return fmt.Errorf("reduce-scatter of %d (in place %v): element %d = %v, want %v", count, inPlace, i, v, want)
 				}
 			}

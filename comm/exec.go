@@ -315,11 +315,7 @@ func (x *executor) step(a *collArgs, s *algo.Step, off, chunk int) error {
 		if err != nil {
 			return err
 		}
-		if dst := x.ref(a, s.Dst, off, n); !sameMem(dst, m) {
-			copy(dst, m)
-		} else {
-			x.direct.landed++
-		}
+		x.land(x.ref(a, s.Dst, off, n), m)
 		rcv.Release()
 
 	case algo.CopySend:
@@ -427,18 +423,13 @@ func (x *executor) sendRecv(a *collArgs, s *algo.Step, off, chunk int) error {
 		seen := x.c.ep.Seq()
 		progress := false
 		if !sent && x.direct.on && x.directChunk(a, s, ns*a.esz) {
-			if rs, ok := snd.(transport.RefSender); ok {
-				ok, err := rs.TrySendRef(x.ref(a, s.Src, off, ns), x.tag)
-				if err != nil {
-					return x.linkErr(s.SendPeer, err)
-				}
-				if ok {
-					x.direct.sent++
-					x.noteFlush(rs)
-					sent, progress = true, true
-				}
-				// Not ok: every slot is taken; the reserve below fails too.
+			// Not sent: not a RefSender, or every slot is taken (then the
+			// reserve below fails too).
+			ok, err := x.trySendFrom(snd, x.ref(a, s.Src, off, ns))
+			if err != nil {
+				return x.linkErr(s.SendPeer, err)
 			}
+			sent, progress = ok, ok
 		}
 		if !sent {
 			slot, ok, err := snd.TryReserve(ns * a.esz)
@@ -463,11 +454,7 @@ func (x *executor) sendRecv(a *collArgs, s *algo.Step, off, chunk int) error {
 				if x.direct.on {
 					x.took(s.RecvPeer)
 				}
-				if dst := x.ref(a, s.Dst, off, nr); !sameMem(dst, m) {
-					copy(dst, m)
-				} else {
-					x.direct.landed++
-				}
+				x.land(x.ref(a, s.Dst, off, nr), m)
 				rcv.Release()
 				recvd, progress = true, true
 			}
