@@ -19,7 +19,7 @@ func bootID() string {
 }
 
 // processGone reports whether pid no longer runs on this host: it does not
-// exist, or it is a zombie waiting for its parent.
+// exist, it is a zombie waiting for its parent, or it is exiting.
 func processGone(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -31,7 +31,29 @@ func processGone(pid int) bool {
 	if err != nil {
 		return errors.Is(err, os.ErrNotExist)
 	}
-	// "pid (comm) S ...": the state follows the last ')'.
+	return statGone(b)
+}
+
+// pfExiting is the kernel's PF_EXITING task flag: set at the start of
+// exit, before the process closes its files and long before it is a
+// zombie (unmapping a large address space on a loaded host took over a
+// second in a CI run's fault soak, past reapSegments' wait).
+const pfExiting = 0x4
+
+// statGone reads /proc/PID/stat: "pid (comm) S ppid pgrp session tty_nr
+// tpgid flags ...". The process is gone once a zombie (Z, X) or exiting.
+func statGone(b []byte) bool {
 	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	if b[i+2] == 'Z' || b[i+2] == 'X' {
+		return true
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
