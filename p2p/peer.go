@@ -396,7 +396,14 @@ func (p *peer) fail(err error, forget bool) {
 	a.mu.Unlock()
 	select {
 	case <-a.done:
-		forget = false // closing: the peer's end saw our goodbye first
+		// Closing: the peer's end saw our goodbye first, unless its
+		// process died, when nobody else will remove its segments. A
+		// killed process is exiting before its sockets close, so one
+		// look suffices, and Close does not wait on live peers.
+		if len(p.segs) > 0 {
+			a.removeDeadSegments(p.pid, p.segs)
+		}
+		return
 	default:
 	}
 	if !forget {
@@ -750,13 +757,22 @@ func (p *peer) lockWriter() {
 // process lives on makes Close wait the whole second.
 func (a *Agent) reapSegments(pid int, segs []string) {
 	for range 100 {
-		if processGone(pid) {
-			for _, s := range segs {
-				removeSegment(s)
-			}
-			a.log.Info("p2p removed a dead peer's shared segments", "pid", pid, "segments", len(segs))
+		if a.removeDeadSegments(pid, segs) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// removeDeadSegments removes segs if process pid is gone, and reports
+// whether it was.
+func (a *Agent) removeDeadSegments(pid int, segs []string) bool {
+	if !processGone(pid) {
+		return false
+	}
+	for _, s := range segs {
+		removeSegment(s)
+	}
+	a.log.Info("p2p removed a dead peer's shared segments", "pid", pid, "segments", len(segs))
+	return true
 }
