@@ -207,6 +207,8 @@ func TestInvalidArguments(t *testing.T) {
 			{"type mismatch", c.AllReduce(bg, comm.Host(f4), comm.Host(i4), comm.Sum)},
 			{"unknown op", comm.AllReduce(bg, c, f4, f4, comm.Op{Kind: 99})},
 			{"unknown type", c.AllReduce(bg, comm.HostBytesOf(comm.DataType(99), make([]byte, 8)), comm.HostBytesOf(comm.DataType(99), make([]byte, 8)), comm.Sum)},
+			{"part of an element", c.AllReduce(bg, comm.HostBytesOf(comm.Float32, make([]byte, 7)), comm.HostBytesOf(comm.Float32, make([]byte, 7)), comm.Sum)},
+			{"nil HostBuffer", c.AllReduce(bg, (*comm.HostBuffer)(nil), comm.Host(f4), comm.Sum)},
 			{"partial overlap", comm.AllReduce(bg, c, f5[:4], f5[1:], comm.Sum)},
 			{"nil send", comm.AllReduce(bg, c, nil, f4, comm.Sum)},
 			{"bad root", comm.Broadcast(bg, c, f4, f4, 2)},

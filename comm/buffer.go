@@ -56,11 +56,19 @@ func viewOf[T Scalar](s []T) view {
 }
 
 func viewOfBuffer(b Buffer) (view, error) {
+	if h, ok := b.(*HostBuffer); ok {
+		// The common case, read without the interface's method calls:
+		// every call of the Buffer forms pays this twice.
+		if h == nil {
+			return view{}, nil
+		}
+		return hostView(h.dt, h.b, h.Len())
+	}
 	if b == nil {
 		return view{}, nil
 	}
 	if v := reflect.ValueOf(b); v.Kind() == reflect.Pointer && v.IsNil() {
-		// A nil *HostBuffer (or any nil pointer) in the interface is as
+		// A nil pointer of another Buffer type in the interface is as
 		// absent as a nil Buffer; its methods would dereference it.
 		return view{}, nil
 	}
@@ -74,14 +82,19 @@ func viewOfBuffer(b Buffer) (view, error) {
 		}
 		return view{}, fmt.Errorf("%w: a buffer that is neither host memory nor a DeviceBuffer", ErrNotSupported)
 	}
-	if !b.DataType().Valid() {
-		return view{}, invalid("unknown data type %v", b.DataType())
+	return hostView(b.DataType(), hb, b.Len())
+}
+
+// hostView checks that hb holds n whole elements of dt.
+func hostView(dt DataType, hb []byte, n int) (view, error) {
+	if !dt.Valid() {
+		return view{}, invalid("unknown data type %v", dt)
 	}
-	if len(hb) != b.Len()*b.DataType().Size() {
-		return view{}, invalid("buffer of %d bytes holds %d %v elements", len(hb), b.Len(), b.DataType())
+	if len(hb) != n*dt.Size() {
+		return view{}, invalid("buffer of %d bytes holds %d %v elements", len(hb), n, dt)
 	}
 	if hb == nil {
 		hb = []byte{}
 	}
-	return view{dt: b.DataType(), b: hb, ok: true}, nil
+	return view{dt: dt, b: hb, ok: true}, nil
 }
