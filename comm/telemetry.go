@@ -9,6 +9,7 @@ import (
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/internal/records"
+	"github.com/gccl/gccl/internal/seqlock"
 )
 
 // Telemetry: every operation a Comm runs leaves a record in a ring of the
@@ -132,21 +133,24 @@ var pathNames = [...]string{
 	pathCMA: "cma",
 }
 
-// telSlot is one record in the ring, in atomic words (each store costs a
-// locked instruction on x86: as few as the record allows). ver is the
-// slot's sequence lock and record number at once: 2n-1 while the writer
-// writes record n, 2n once it is there.
+// telSlot is one record in the ring. rec's sequence is the record number
+// too: 2n-1 while the writer writes record n, 2n once it is there. Its
+// words are the telWord* below.
 type telSlot struct {
-	ver   atomic.Uint64
-	seq   atomic.Uint64
-	meta  atomic.Uint64 // packMeta
-	bytes atomic.Int64
-	start atomic.Int64 // ns since 1970
-	end   atomic.Int64
+	rec seqlock.Slot
 	// last is LastRank+1 of record last>>lastShift (Stragglers writes it
 	// after the record; tagged, so that no write resets it for the next).
 	last atomic.Uint64
 }
+
+// The words of a telSlot's record.
+const (
+	telWordSeq   = iota
+	telWordMeta  // packMeta
+	telWordBytes //
+	telWordStart // ns since 1970
+	telWordEnd
+)
 
 const lastShift = 24 // ranks below 2^24-1
 
@@ -290,15 +294,8 @@ func (c *Comm) telEnd(failed bool) {
 	if failed {
 		meta |= 1 << 40
 	}
-	s := &t.ring[(cur.n-1)%TelemetryRing]
-	s.ver.Store(2*cur.n - 1)
-	s.seq.Store(cur.seq)
-	s.meta.Store(meta)
-	s.bytes.Store(cur.bytes)
-	s.start.Store(cur.start)
-	s.end.Store(end)
-	s.ver.Store(2 * cur.n)
-	t.n.Store(cur.n)
+	w := [seqlock.Words]uint64{cur.seq, meta, uint64(cur.bytes), uint64(cur.start), uint64(end)}
+	t.ring[(cur.n-1)%TelemetryRing].rec.Write(2*cur.n, &w, &t.n, cur.n)
 
 	t.own[uint8(meta)].add(meta, cur.bytes, cur.start, end)
 	t.dirty |= 1 << uint8(meta)
@@ -374,10 +371,12 @@ func (c *Comm) telSetLast(seq uint64, rank int) {
 	n := t.n.Load()
 	for i := uint64(0); i < min(n, TelemetryRing); i++ {
 		s := &t.ring[(n-1-i)%TelemetryRing]
-		if s.seq.Load() != seq || uint8(s.meta.Load()) == recGroup {
+		var w [seqlock.Words]uint64
+		v, ok := s.rec.Read(&w) // this goroutine writes the ring: ok
+		if !ok || w[telWordSeq] != seq || uint8(w[telWordMeta]) == recGroup {
 			continue
 		}
-		if v := s.ver.Load(); v&1 == 0 && rank+1 < 1<<lastShift {
+		if rank+1 < 1<<lastShift {
 			s.last.Store(v/2<<lastShift | uint64(rank+1))
 		}
 		return
@@ -388,25 +387,20 @@ func (c *Comm) telSetLast(seq uint64, rank int) {
 // writer has overwritten it (or, for n past the last, not written it yet).
 func (t *telemetry) readRaw(n uint64) (seq, meta uint64, bytes, start, end int64, last int, ok bool) {
 	s := &t.ring[(n-1)%TelemetryRing]
+	var w [seqlock.Words]uint64
 	for {
-		v := s.ver.Load()
+		v, ok := s.rec.Read(&w)
 		switch {
 		case v < 2*n-1, v > 2*n:
 			return 0, 0, 0, 0, 0, 0, false // not written yet, or overwritten
-		case v == 2*n-1:
+		case !ok:
 			runtime.Gosched() // being written: a few stores away
 			continue
 		}
-		seq, meta, bytes = s.seq.Load(), s.meta.Load(), s.bytes.Load()
-		start, end = s.start.Load(), s.end.Load()
-		tagged := s.last.Load()
-		if s.ver.Load() != v {
-			continue
-		}
-		if tagged>>lastShift == n {
+		if tagged := s.last.Load(); tagged>>lastShift == n {
 			last = int(tagged & (1<<lastShift - 1))
 		}
-		return seq, meta, bytes, start, end, last - 1, true
+		return w[telWordSeq], w[telWordMeta], int64(w[telWordBytes]), int64(w[telWordStart]), int64(w[telWordEnd]), last - 1, true
 	}
 }
 
