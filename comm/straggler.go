@@ -5,6 +5,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/gccl/gccl/internal/clock"
 )
 
 // arrivalLog is how many of a Comm's latest collectives Stragglers can
@@ -29,15 +31,10 @@ func (c *Comm) arrive(seq uint64, op string) {
 	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: wallNow()}
 }
 
-// clockBase pairs a wall-clock reading with the monotonic clock.
-var clockBase = time.Now()
-
-// wallNow is the wall clock in ns since 1970, read through the monotonic
-// clock from clockBase: one clock read instead of time.Now's two (25 ns of
-// the smallest collective on a VM's slow vDSO clock). NTP slews both clocks
-// alike; a step of the wall clock after start is not seen, which only
-// matters across hosts, where arrival times are as good as NTP anyway.
-func wallNow() int64 { return clockBase.UnixNano() + int64(time.Since(clockBase)) }
+// wallNow is the wall clock in ns since 1970, as operation records keep
+// it: internal/clock reads it through the cycle counter where it can (a
+// collective records two readings: 28 ns each through the vDSO on a VM).
+func wallNow() int64 { return clock.Now() }
 
 // Straggle is one collective's arrival spread: which rank reached it last,
 // and how long after the first.

@@ -1,0 +1,114 @@
+package clock
+
+import (
+	"github.com/gccl/gccl/internal/seqlock"
+	"testing"
+	"time"
+)
+
+// bracket checks that Now lies between two system-clock readings taken
+// around it, give or take slack (the counter's scaling error).
+func bracket(t *testing.T, now func() int64, slack int64) {
+	t.Helper()
+	a := system()
+	n := now()
+	b := system()
+	if n < a-slack || n > b+slack {
+		t.Fatalf("Now = %d, outside the system clock's [%d, %d] by %d ns", n, a, b, max(a-n, n-b))
+	}
+}
+
+// TestNowFollowsTheSystemClock: through calibration and several
+// re-anchorings, every reading falls between the system clock's readings
+// around it.
+func TestNowFollowsTheSystemClock(t *testing.T) {
+	end := time.Now().Add(3 * reanchorEvery * time.Nanosecond)
+	for time.Now().Before(end) {
+		bracket(t, Now, 2000)
+		time.Sleep(50 * time.Microsecond)
+	}
+	if counterUsable && Source() != counterName {
+		t.Fatalf("Source = %q after calibrating, want %q", Source(), counterName)
+	}
+	t.Logf("source %s", Source())
+}
+
+// TestNowAgreesWithTime: Now is time.Now's wall clock in ns.
+func TestNowAgreesWithTime(t *testing.T) {
+	bracket(t, func() int64 { return time.Now().UnixNano() }, 0)
+	a := time.Now().UnixNano()
+	n := Now()
+	b := time.Now().UnixNano()
+	if n < a-1e6 || n > b+1e6 {
+		t.Fatalf("Now = %d, time.Now %d..%d", n, a, b)
+	}
+}
+
+func TestScale(t *testing.T) {
+	for _, c := range []struct {
+		d    int64
+		mult uint64
+		want int64
+	}{
+		{0, 1 << 32, 0},
+		{1000, 1 << 32, 1000},           // 1 ns per tick
+		{1000, 1 << 31, 500},            // 2 ticks per ns
+		{-1000, 1 << 31, -500},          // a counter behind the anchor
+		{3_000_000_000, 1 << 30, 750e6}, // products past 2^64
+	} {
+		if got := scale(c.d, c.mult); got != c.want {
+			t.Errorf("scale(%d, %#x) = %d, want %d", c.d, c.mult, got, c.want)
+		}
+	}
+}
+
+func TestNowAllocatesNothing(t *testing.T) {
+	if a := testing.AllocsPerRun(1000, func() { Now() }); a != 0 {
+		t.Fatalf("%v allocations per Now", a)
+	}
+}
+
+func BenchmarkNow(b *testing.B) {
+	Now()
+	time.Sleep(2 * calibrateAfter * time.Nanosecond) // past calibration
+	b.Logf("source %s", Source())
+	for b.Loop() {
+		Now()
+	}
+}
+
+func BenchmarkSystem(b *testing.B) {
+	for b.Loop() {
+		system()
+	}
+}
+
+// TestRateChangeIsCaught: a line whose rate is 10% off (as when a VM moves
+// to a host whose counter runs at another rate) is dropped at its next
+// re-anchoring, readings come from the system clock until the rate is
+// measured again, and then from the counter.
+func TestRateChangeIsCaught(t *testing.T) {
+	if !counterUsable {
+		t.Skip("no usable cycle counter here")
+	}
+	for Source() != counterName {
+		time.Sleep(time.Millisecond)
+	}
+	anchorMu.Lock()
+	var w [seqlock.Words]uint64
+	seq, _ := line.Read(&w)
+	w[wordMult] = w[wordMult] / 10 * 11
+	w[wordT0] -= w[wordSpan] // due for re-anchoring
+	line.Write(seq+2, &w, &lineN, lineN.Load()+1)
+	anchorMu.Unlock()
+
+	bracket(t, Now, 2000)
+	if s := Source(); s != "system" {
+		t.Fatalf("Source = %q after the rate changed, want system", s)
+	}
+	for Source() != counterName {
+		bracket(t, Now, 2000)
+		time.Sleep(100 * time.Microsecond)
+	}
+	bracket(t, Now, 2000)
+}
