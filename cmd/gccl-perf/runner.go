@@ -285,10 +285,22 @@ func (rn *runner) opArgsFor(rs *rankState, p *point, send, recv region) (*opArgs
 	return a, nil
 }
 
-// opSequence prepares count operations of rs, each on its own views.
+// opSequence prepares count operations of rs, each on its own views. The
+// views repeat once they have gone round the buffers, and so do the
+// operations: a timed loop holds no more of them than it has distinct
+// views, so that the garbage collector, which marks what is live while
+// the loop runs, has little to mark.
 func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) ([]*opArgs, error) {
 	ops := make([]*opArgs, count)
+	cycle := count
+	if fp := p.lay.sizeBytes(int(p.dt.dt.Size())); fp > 0 {
+		cycle = int(min(int64(count), rn.cfg.maxBytes/fp))
+	}
 	for i := range ops {
+		if i >= cycle {
+			ops[i] = ops[i%cycle]
+			continue
+		}
 		send, recv := rn.views(rs, p, inPlace, i)
 		var err error
 		if ops[i], err = rn.opArgsFor(rs, p, send, recv); err != nil {
@@ -300,9 +312,12 @@ func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) (
 
 // issue runs ops in order on rs: with -z 1 each call blocks; otherwise all
 // are issued as async requests and then waited for, the way nccl-tests
-// launches a whole loop onto a stream before synchronizing. reqs is scratch
-// space of len(ops), so that the timed loop allocates nothing.
-func (rn *runner) issue(rs *rankState, ops []*opArgs, reqs []*comm.Request) error {
+// launches a whole loop onto a stream before synchronizing. A Comm's
+// requests complete in issue order, and a failed one aborts the Comm,
+// failing those after it: waiting for the last waits for all, and the
+// loop holds no other request (nor the garbage collector's time marking
+// them).
+func (rn *runner) issue(rs *rankState, ops []*opArgs) error {
 	c, t := rs.comm, rn.cfg.test
 	if rn.cfg.blocking {
 		for _, a := range ops {
@@ -312,15 +327,14 @@ func (rn *runner) issue(rs *rankState, ops []*opArgs, reqs []*comm.Request) erro
 		}
 		return nil
 	}
-	for i, a := range ops {
-		reqs[i] = t.start(c, a)
+	var last *comm.Request
+	for _, a := range ops {
+		last = t.start(c, a)
 	}
-	for _, q := range reqs[:len(ops)] {
-		if err := q.Wait(rn.ctx); err != nil {
-			return err
-		}
+	if last == nil {
+		return nil
 	}
-	return nil
+	return last.Wait(rn.ctx)
 }
 
 func (rn *runner) warmUp(p *point) error {
@@ -333,7 +347,7 @@ func (rn *runner) warmUp(p *point) error {
 		if err != nil {
 			return err
 		}
-		return rn.issue(rs, ops, make([]*comm.Request, w))
+		return rn.issue(rs, ops)
 	})
 }
 
@@ -348,17 +362,16 @@ func (rn *runner) measure(p *point, inPlace bool) (placementResult, error) {
 		if err != nil {
 			return err
 		}
-		reqs := make([]*comm.Request, total)
 		// One untimed operation, then line the ranks up, so that the timed
 		// loop starts together and pays no first-use costs.
-		if err := rn.issue(rs, ops[:1], reqs); err != nil {
+		if err := rn.issue(rs, ops[:1]); err != nil {
 			return err
 		}
 		if err := rs.comm.Barrier(rn.ctx); err != nil {
 			return err
 		}
 		m := measurement{rank: rs.rank, bytes: p.lay.sizeBytes(p.dt.dt.Size()), inPlace: inPlace, ops: total}
-		d, err := rn.env.timer(m, func() error { return rn.issue(rs, ops, reqs) })
+		d, err := rn.env.timer(m, func() error { return rn.issue(rs, ops) })
 		times[rs.local] = d
 		return err
 	})
@@ -406,7 +419,7 @@ func (rn *runner) checkPass(p *point, inPlace bool) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if err := rn.issue(rs, []*opArgs{a}, make([]*comm.Request, 1)); err != nil {
+		if err := rn.issue(rs, []*opArgs{a}); err != nil {
 			return err
 		}
 		if err := rs.download(); err != nil {
