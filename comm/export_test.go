@@ -1,6 +1,9 @@
 package comm
 
-import "github.com/gccl/gccl/algo"
+import (
+	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/clock"
+)
 
 // Hooks for the external tests.
 
@@ -46,7 +49,7 @@ func SetRingOrder(cs []*Comm, order []int) error {
 }
 
 // WallNow is the clock arrival times are read from.
-var WallNow = wallNow
+var WallNow = clock.Now
 
 // PendingShrinks counts the in-process shrinks of c's group still on record.
 func PendingShrinks(c *Comm) int {

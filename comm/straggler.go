@@ -28,13 +28,8 @@ type arrival struct {
 // a time).
 func (c *Comm) arrive(seq uint64, op string) {
 	c.reached.Store(seq)
-	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: wallNow()}
+	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: clock.Now()}
 }
-
-// wallNow is the wall clock in ns since 1970, as operation records keep
-// it: internal/clock reads it through the cycle counter where it can (a
-// collective records two readings: 28 ns each through the vDSO on a VM).
-func wallNow() int64 { return clock.Now() }
 
 // Straggle is one collective's arrival spread: which rank reached it last,
 // and how long after the first.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/internal/clock"
 	"github.com/gccl/gccl/internal/records"
 	"github.com/gccl/gccl/internal/seqlock"
 )
@@ -145,9 +146,9 @@ type telSlot struct {
 
 // The words of a telSlot's record.
 const (
-	telWordSeq   = iota
-	telWordMeta  // packMeta
-	telWordBytes //
+	telWordSeq  = iota
+	telWordMeta // packMeta
+	telWordBytes
 	telWordStart // ns since 1970
 	telWordEnd
 )
@@ -270,7 +271,7 @@ func (c *Comm) telBeginGroup(ops []P2P) {
 			kind = recRecv
 		}
 	}
-	c.telStartRecord(0, packMeta(kind, dt, 0, pathGroup, 0, false, 0), bytes, wallNow())
+	c.telStartRecord(0, packMeta(kind, dt, 0, pathGroup, 0, false, 0), bytes, clock.Now())
 }
 
 func (c *Comm) telStartRecord(seq, meta uint64, bytes, start int64) {
@@ -286,7 +287,7 @@ func (c *Comm) telStartRecord(seq, meta uint64, bytes, start int64) {
 func (c *Comm) telEnd(failed bool) {
 	t := &c.tel
 	cur := &t.cur
-	end := wallNow()
+	end := clock.Now()
 	meta := cur.meta
 	if p := c.args.plan; p != nil {
 		meta |= uint64(p.Algo) << 32

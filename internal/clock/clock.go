@@ -33,8 +33,8 @@ func Now() int64 {
 // system is Now from the system clock: one monotonic reading.
 func system() int64 { return startWall + int64(time.Since(start)) }
 
-// Source names what Now reads now: "tsc" or "system".
-func Source() string {
+// source names what Now reads now: "tsc" or "system".
+func source() string {
 	if _, ok := fromCounter(); ok {
 		return counterName
 	}

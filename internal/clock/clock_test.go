@@ -27,10 +27,10 @@ func TestNowFollowsTheSystemClock(t *testing.T) {
 		bracket(t, Now, 2000)
 		time.Sleep(50 * time.Microsecond)
 	}
-	if counterUsable && Source() != counterName {
-		t.Fatalf("Source = %q after calibrating, want %q", Source(), counterName)
+	if counterUsable && source() != counterName {
+		t.Fatalf("source = %q after calibrating, want %q", source(), counterName)
 	}
-	t.Logf("source %s", Source())
+	t.Logf("source %s", source())
 }
 
 // TestNowAgreesWithTime: Now is time.Now's wall clock in ns.
@@ -71,7 +71,7 @@ func TestNowAllocatesNothing(t *testing.T) {
 func BenchmarkNow(b *testing.B) {
 	Now()
 	time.Sleep(2 * calibrateAfter * time.Nanosecond) // past calibration
-	b.Logf("source %s", Source())
+	b.Logf("source %s", source())
 	for b.Loop() {
 		Now()
 	}
@@ -91,7 +91,7 @@ func TestRateChangeIsCaught(t *testing.T) {
 	if !counterUsable {
 		t.Skip("no usable cycle counter here")
 	}
-	for Source() != counterName {
+	for source() != counterName {
 		time.Sleep(time.Millisecond)
 	}
 	anchorMu.Lock()
@@ -99,14 +99,14 @@ func TestRateChangeIsCaught(t *testing.T) {
 	seq, _ := line.Read(&w)
 	w[wordMult] = w[wordMult] / 10 * 11
 	w[wordT0] -= w[wordSpan] // due for re-anchoring
-	line.Write(seq+2, &w, &lineN, lineN.Load()+1)
+	line.Write(seq+2, &w, nil, 0)
 	anchorMu.Unlock()
 
 	bracket(t, Now, 2000)
-	if s := Source(); s != "system" {
-		t.Fatalf("Source = %q after the rate changed, want system", s)
+	if s := source(); s != "system" {
+		t.Fatalf("source = %q after the rate changed, want system", s)
 	}
-	for Source() != counterName {
+	for source() != counterName {
 		bracket(t, Now, 2000)
 		time.Sleep(100 * time.Microsecond)
 	}

@@ -38,20 +38,18 @@ const (
 
 var (
 	line     seqlock.Slot
-	lineN    atomic.Uint64 // lines published
-	anchorMu sync.Mutex    // one re-anchoring at a time
-	// The pair the rate is measured from (anchorMu).
-	firstTicks uint64
+	anchorMu sync.Mutex // one re-anchoring at a time
+	// The pair the rate is measured from (written under anchorMu;
+	// firstTicks is read before calibration without it).
+	firstTicks atomic.Uint64
 	firstNs    int64
-	// firstTicksSeen is firstTicks, for readers before calibration.
-	firstTicksSeen atomic.Uint64
 )
 
 func init() {
 	if counterUsable {
-		t, ns, _ := pair()
-		firstTicks, firstNs = t, ns
-		firstTicksSeen.Store(t)
+		t, ns := pair()
+		firstTicks.Store(t)
+		firstNs = ns
 	}
 }
 
@@ -78,7 +76,7 @@ func fromLine() (ns int64, ok, due bool) {
 	seq, ok := line.Read(&w)
 	t := ticks()
 	if !ok || seq == 0 {
-		return 0, false, seq == 0 && t-firstTicksSeen.Load() >= ticksBeforeCalibrating
+		return 0, false, seq == 0 && t-firstTicks.Load() >= ticksBeforeCalibrating
 	}
 	d := int64(t - w[wordT0])
 	if d >= int64(w[wordSpan]) {
@@ -103,10 +101,9 @@ func scale(d int64, mult uint64) int64 {
 }
 
 // pair reads the counter and the system clock together: the best of a
-// few tries, with the counter read on both sides of the clock; spread is
-// that best try's ticks between them.
-func pair() (t uint64, ns int64, spread uint64) {
-	spread = math.MaxUint64
+// few tries, with the counter read on both sides of the clock.
+func pair() (t uint64, ns int64) {
+	spread := uint64(math.MaxUint64)
 	for range 5 {
 		a := ticks()
 		n := system()
@@ -115,7 +112,7 @@ func pair() (t uint64, ns int64, spread uint64) {
 			t, ns, spread = a+(b-a)/2, n, b-a
 		}
 	}
-	return t, ns, spread
+	return t, ns
 }
 
 // reanchor publishes a line through a fresh reading of the system clock,
@@ -129,7 +126,7 @@ func reanchor() {
 	defer anchorMu.Unlock()
 	var w [seqlock.Words]uint64
 	seq, ok := line.Read(&w)
-	t, ns, _ := pair()
+	t, ns := pair()
 	if ok && seq != 0 && int64(t-w[wordT0]) < int64(w[wordSpan]) {
 		return // another goroutine re-anchored meanwhile
 	}
@@ -137,21 +134,22 @@ func reanchor() {
 		if drift := ns - (int64(w[wordNs0]) + scale(int64(t-w[wordT0]), w[wordMult])); drift > maxDrift || drift < -maxDrift {
 			// The rate changed: measure it afresh from here, on the
 			// system clock until then.
-			firstTicks, firstNs = t, ns
-			firstTicksSeen.Store(t)
-			line.Write(0, &[seqlock.Words]uint64{}, &lineN, lineN.Load()+1)
+			firstTicks.Store(t)
+			firstNs = ns
+			line.Write(0, &[seqlock.Words]uint64{}, nil, 0)
 			return
 		}
 	}
-	if ns-firstNs < calibrateAfter || t <= firstTicks {
+	t0 := firstTicks.Load()
+	if ns-firstNs < calibrateAfter || t <= t0 {
 		return
 	}
-	nsPerTick := float64(ns-firstNs) / float64(t-firstTicks)
+	nsPerTick := float64(ns-firstNs) / float64(t-t0)
 	w = [seqlock.Words]uint64{
 		wordT0:   t,
 		wordNs0:  uint64(ns),
 		wordMult: uint64(nsPerTick * (1 << 32)),
 		wordSpan: uint64(reanchorEvery / nsPerTick),
 	}
-	line.Write(seq+2, &w, &lineN, lineN.Load()+1)
+	line.Write(seq+2, &w, nil, 0)
 }

@@ -22,10 +22,10 @@ type Slot struct {
 	w   [Words]atomic.Uint64
 }
 
-// Write publishes w as the slot's record with sequence even, then stores c
-// into *count (a count of records readers use to find the newest: stored
-// after the record, so a reader that sees c finds the record there). One
-// goroutine writes a slot and its count.
+// Write publishes w as the slot's record with sequence even, then, unless
+// count is nil, stores c into *count (a count of records readers use to
+// find the newest: stored after the record, so a reader that sees c finds
+// the record there). One goroutine writes a slot and its count.
 func (s *Slot) Write(even uint64, w *[Words]uint64, count *atomic.Uint64, c uint64) {
 	write(s, even, w, count, c)
 }
@@ -56,5 +56,7 @@ func writeAtomic(s *Slot, even uint64, w *[Words]uint64, count *atomic.Uint64, c
 		s.w[i].Store(w[i])
 	}
 	s.seq.Store(even)
-	count.Store(c)
+	if count != nil {
+		count.Store(c)
+	}
 }

@@ -40,6 +40,16 @@ func TestWriteThenRead(t *testing.T) {
 	}
 }
 
+func TestWriteWithoutCount(t *testing.T) {
+	var s Slot
+	w := record(7)
+	s.Write(14, &w, nil, 0)
+	var got [Words]uint64
+	if seq, ok := s.Read(&got); !ok || seq != 14 || got != w {
+		t.Fatalf("Read = %v, %d, %v; want %v, 14, true", got, seq, ok, w)
+	}
+}
+
 // TestReadersSeeWholeRecords: readers racing one writer never accept a
 // record mixed from two writes, and never see the count ahead of the
 // record it counts.

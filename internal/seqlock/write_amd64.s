@@ -4,7 +4,7 @@
 
 // func write(s *Slot, even uint64, w *[Words]uint64, count *atomic.Uint64, c uint64)
 // Stores in program order, which x86 keeps: the odd sequence, the words,
-// the even sequence, the count.
+// the even sequence, the count (unless nil).
 TEXT ·write(SB), NOSPLIT, $0-40
 	MOVQ s+0(FP), DI
 	MOVQ even+8(FP), AX
@@ -23,6 +23,9 @@ TEXT ·write(SB), NOSPLIT, $0-40
 	MOVQ CX, 40(DI)
 	MOVQ AX, 0(DI)
 	MOVQ count+24(FP), DI
+	TESTQ DI, DI
+	JZ done
 	MOVQ c+32(FP), AX
 	MOVQ AX, 0(DI)
+done:
 	RET
