@@ -3,6 +3,7 @@ package comm
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // A Request's done channel is made on demand: made by Done while the
@@ -26,5 +27,15 @@ func TestRequestDoneRacesCompletion(t *testing.T) {
 	case <-r.Done():
 	default:
 		t.Fatal("Done of a completed request is open")
+	}
+}
+
+// TestRequestFitsItsSizeClass: every async call allocates a Request, and
+// the bytes allocated set how often the garbage collector runs beside the
+// ranks. A field that pushes it past 320 bytes (the size class it fills)
+// should be a deliberate choice.
+func TestRequestFitsItsSizeClass(t *testing.T) {
+	if sz := unsafe.Sizeof(Request{}); sz > 320 {
+		t.Fatalf("Request is %d bytes, past the 320-byte size class", sz)
 	}
 }

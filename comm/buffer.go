@@ -42,13 +42,13 @@ func (h *HostBuffer) Len() int {
 
 // view is the executor's form of a buffer argument: bytes plus type.
 type view struct {
-	dt  DataType
-	b   []byte
-	ok  bool         // false when the buffer is absent (nil)
-	dev DeviceBuffer // set when b is host staging for device memory
+	dt DataType
+	ok bool // false when the buffer is absent (nil)
 	// addr: b spans dev's device addresses, not host memory; it must get
 	// host staging (staging) before anything reads or writes it.
 	addr bool
+	b    []byte
+	dev  DeviceBuffer // set when b is host staging for device memory
 }
 
 func viewOf[T Scalar](s []T) view {

@@ -11,20 +11,22 @@ import (
 
 // call is one operation as issued: what to run, on which buffers.
 type call struct {
+	// The byte-sized fields first, together: an async call copies the
+	// whole struct into its Request, a heap object per call.
 	coll    algo.Collective
 	barrier bool
 	isGroup bool
-	group   []P2P
-	in, out view
-	op      Op
-	root    int
-	seq     uint64
-	holds   streamHolds // the streams the call holds (streams.go)
-	path    path        // how it runs (path.go), set by prepare
+	path    path // how it runs (path.go), set by prepare
 	// A variable-size collective (vcoll.go): its tag kind, and its counts
 	// (the caller's until the call is detached for the queue).
 	vkind                  uint8
 	sendCounts, recvCounts []int
+	group                  []P2P
+	in, out                view
+	op                     Op
+	root                   int
+	seq                    uint64
+	holds                  streamHolds // the streams the call holds (streams.go)
 }
 
 func (cl *call) name() string {
