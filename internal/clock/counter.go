@@ -125,13 +125,14 @@ func reanchor() {
 	}
 	defer anchorMu.Unlock()
 	var w [seqlock.Words]uint64
-	seq, ok := line.Read(&w)
+	seq, _ := line.Read(&w) // whole: only the lock's holder writes it
 	t, ns := pair()
-	if ok && seq != 0 && int64(t-w[wordT0]) < int64(w[wordSpan]) {
-		return // another goroutine re-anchored meanwhile
-	}
-	if ok && seq != 0 {
-		if drift := ns - (int64(w[wordNs0]) + scale(int64(t-w[wordT0]), w[wordMult])); drift > maxDrift || drift < -maxDrift {
+	if seq != 0 {
+		d := int64(t - w[wordT0])
+		if d < int64(w[wordSpan]) {
+			return // another goroutine re-anchored meanwhile
+		}
+		if drift := ns - (int64(w[wordNs0]) + scale(d, w[wordMult])); drift > maxDrift || drift < -maxDrift {
 			// The rate changed: measure it afresh from here, on the
 			// system clock until then.
 			firstTicks.Store(t)
