@@ -1,8 +1,8 @@
 package bootstrap
 
 import (
+	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gccl/gccl/internal/hostlist"
 	"github.com/gccl/gccl/internal/tlsx"
+	"github.com/gccl/gccl/internal/units"
 )
 
 // FromEnv finds the job this process belongs to from the environment and
@@ -200,25 +201,14 @@ func fromEnv(lookup func(string) (string, bool)) (Config, bool, error) {
 	return cfg, true, nil
 }
 
-// parseDuration accepts Go durations ("90s", "2m") and plain seconds ("90").
+// parseDuration accepts Go durations ("90s", "2m") and plain seconds ("90"),
+// above zero.
 func parseDuration(v string) (time.Duration, error) {
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if !(secs > 0) { // NaN too
-			return 0, fmt.Errorf("must be positive")
-		}
-		if secs > float64(math.MaxInt64/time.Second) { // Inf too
-			return 0, fmt.Errorf("longer than %v", time.Duration(math.MaxInt64))
-		}
-		return time.Duration(secs * float64(time.Second)), nil
+	d, err := units.ParseDuration(v)
+	if err == nil && d == 0 {
+		err = errors.New("must be positive")
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("not a duration such as 90s or 2m")
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("must be positive")
-	}
-	return d, nil
+	return d, err
 }
 
 // detectLaunch returns the first launcher whose variables are set.

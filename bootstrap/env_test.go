@@ -136,6 +136,8 @@ func TestFromEnv(t *testing.T) {
 			}(),
 			wantFound: true},
 		{name: "bad timeout", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_HEARTBEAT_TIMEOUT", "-1"), wantErr: "GCCL_HEARTBEAT_TIMEOUT"},
+		{name: "timeout below 1ns", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_BOOTSTRAP_TIMEOUT", "1e-10"), wantErr: "shorter than 1ns"},
+		{name: "zero timeout", env: withSecret("GCCL_RANK", "1", "GCCL_SIZE", "2", "GCCL_BOOTSTRAP_ADDR", "h:1", "GCCL_BOOTSTRAP_TIMEOUT", "0s"), wantErr: "must be positive"},
 		{name: "local rank out of range", env: withSecret(concat(torchrun, []string{"GCCL_LOCAL_RANK", "4"})...), wantErr: "local rank 4"},
 	}
 	for _, tc := range cases {

@@ -422,6 +422,19 @@ func TestInvalidConfig(t *testing.T) {
 	if _, err := comm.InitLocal(2, &comm.Config{SlotSize: 1 << 30, SlotCount: 1 << 16}); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("huge slot rings: %v", err)
 	}
+	// 1e-10 s would round to 0, which means "wait forever" for GCCL_TIMEOUT
+	// and "off" for GCCL_WATCHDOG.
+	for _, name := range []string{"GCCL_TIMEOUT", "GCCL_WATCHDOG"} {
+		for _, v := range []string{"soon", "-1", "NaN", "Inf", "1e-10"} {
+			t.Run(name+"="+v, func(t *testing.T) {
+				t.Setenv(name, v)
+				_, err := comm.InitLocal(2, nil)
+				if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
+					t.Fatalf("%s=%s: %v", name, v, err)
+				}
+			})
+		}
+	}
 }
 
 func TestGroupInPlaceSendRecv(t *testing.T) {

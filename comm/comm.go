@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ import (
 	"github.com/gccl/gccl/algo/tune"
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/internal/logx"
+	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
 	"github.com/gccl/gccl/transport/inproc"
@@ -236,22 +236,22 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 		if s := os.Getenv("GCCL_TIMEOUT"); s != "" {
-			sec, err := strconv.ParseFloat(s, 64)
+			d, err := units.ParseDuration(s)
 			if err != nil {
-				return nil, invalid("GCCL_TIMEOUT=%q is not a number of seconds", s)
+				return nil, invalid("GCCL_TIMEOUT=%q: %v", s, err)
 			}
-			c.timeout = time.Duration(sec * float64(time.Second))
+			c.timeout = d
 		}
 	}
 	c.watchdog = cfg.Watchdog
 	if c.watchdog == 0 {
 		c.watchdog = 10 * time.Second
 		if s := os.Getenv("GCCL_WATCHDOG"); s != "" {
-			sec, err := strconv.ParseFloat(s, 64)
+			d, err := units.ParseDuration(s)
 			if err != nil {
-				return nil, invalid("GCCL_WATCHDOG=%q is not a number of seconds", s)
+				return nil, invalid("GCCL_WATCHDOG=%q: %v", s, err)
 			}
-			c.watchdog = time.Duration(sec * float64(time.Second))
+			c.watchdog = d
 		}
 	}
 	pref := cfg.Algo

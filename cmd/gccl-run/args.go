@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gccl/gccl/internal/launch"
+	"github.com/gccl/gccl/internal/units"
 )
 
 // options is a parsed command line.
@@ -91,8 +91,6 @@ func parseArgs(args []string) (*options, error) {
 		return nil, fmt.Errorf("-np %d is more than the %d ranks per node gccl-run supports", o.flags.NProcs, launch.MaxProcsPerNode)
 	case len(o.argv) == 0:
 		return nil, errors.New("no program to run: gccl-run -np N prog [args...]")
-	case o.timeout < 0 || o.killGrace < 0:
-		return nil, errors.New("--timeout and --kill-grace must not be negative")
 	case o.join != "" && shapeFlag != "":
 		return nil, fmt.Errorf("--join names the running job's rendezvous; --%s does not apply to newcomers", shapeFlag)
 	}
@@ -122,13 +120,9 @@ type seconds time.Duration
 func (d *seconds) String() string { return time.Duration(*d).String() }
 
 func (d *seconds) Set(s string) error {
-	if n, err := strconv.ParseFloat(s, 64); err == nil && !strings.ContainsAny(s, "eE") {
-		*d = seconds(n * float64(time.Second))
-		return nil
-	}
-	v, err := time.ParseDuration(s)
+	v, err := units.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("want a duration such as 90s or 1h30m, got %q", s)
+		return fmt.Errorf("%v, got %q", err, s)
 	}
 	*d = seconds(v)
 	return nil

@@ -1,6 +1,7 @@
 // Package units reads and writes the quantities gccl's tools and
 // environment variables share with nccl-tests: byte counts with K, M and G
-// suffixes, and the seven-character time column.
+// suffixes, durations in seconds or Go's notation, and the seven-character
+// time column.
 package units
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // ParseBytes reads a byte count with an optional K, M or G suffix (powers of
@@ -42,6 +44,37 @@ func ParseBytes(s string, max int64) (int64, error) {
 		return 0, errors.New("not a whole number of bytes")
 	}
 	return int64(bytes), nil
+}
+
+// ParseDuration reads a duration as a Go duration ("90s", "1h30m") or a plain
+// number of seconds ("90", "0.5"), as timeout(1) users expect. It must be
+// zero or from 1ns to the largest time.Duration; whether zero is allowed,
+// and what it means, is the caller's to say.
+func ParseDuration(s string) (time.Duration, error) {
+	var d time.Duration
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		switch {
+		case math.IsNaN(secs):
+			return 0, errors.New("want a duration such as 90s, 2m or 90 (seconds)")
+		case secs < 0:
+			return 0, errors.New("duration must not be negative")
+		case secs >= float64(math.MaxInt64)/float64(time.Second): // Inf too
+			return 0, fmt.Errorf("duration longer than %v", time.Duration(math.MaxInt64))
+		}
+		d = time.Duration(secs * float64(time.Second))
+		if d == 0 && secs != 0 {
+			return 0, errors.New("duration shorter than 1ns")
+		}
+		return d, nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, errors.New("want a duration such as 90s, 2m or 90 (seconds)")
+	case d < 0:
+		return 0, errors.New("duration must not be negative")
+	}
+	return d, nil
 }
 
 // FormatMicros writes a time in microseconds seven characters wide, with

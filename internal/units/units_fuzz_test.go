@@ -1,6 +1,9 @@
 package units
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 // FuzzParseBytes: a size from the command line or environment parses
 // without panicking, within [0, max].
@@ -12,6 +15,26 @@ func FuzzParseBytes(f *testing.F) {
 		v, err := ParseBytes(s, max)
 		if err == nil && (v < 0 || v > max) {
 			t.Fatalf("ParseBytes(%q, %d) = %d", s, max, v)
+		}
+	})
+}
+
+// FuzzParseDuration: a duration from the command line or environment parses
+// without panicking, to zero only from a zero spelling, never negative.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"90s", "2m", "90", "0", "-1", "1e300", "1e-10", "NaN", "Inf", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return
+		}
+		if d < 0 {
+			t.Fatalf("ParseDuration(%q) = %v", s, d)
+		}
+		if secs, ferr := strconv.ParseFloat(s, 64); d == 0 && ferr == nil && secs != 0 {
+			t.Fatalf("ParseDuration(%q) = 0 from %v s", s, secs)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package units
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -18,6 +19,25 @@ func TestParseBytes(t *testing.T) {
 	for _, in := range []string{"", "K", "M8", "8MB", "8X", "-1", "0.3", "2048G", "NaN"} {
 		if got, err := ParseBytes(in, 1<<40); err == nil {
 			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"0": 0, "90": 90 * time.Second, "0.5": 500 * time.Millisecond, "1e-9": time.Nanosecond,
+		"90s": 90 * time.Second, "1h30m": 90 * time.Minute, "0s": 0, "250ms": 250 * time.Millisecond,
+	} {
+		got, err := ParseDuration(in)
+		if err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	// 1e-10 s rounds to zero nanoseconds: it must not pass as zero ("wait
+	// forever" for some callers), nor NaN or Inf as anything.
+	for _, in := range []string{"", "s", "-1", "-1s", "1e-10", "NaN", "Inf", "-Inf", "1e300", "300000000000", "9000000h"} {
+		if got, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
 		}
 	}
 }
