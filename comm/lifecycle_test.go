@@ -123,8 +123,10 @@ func TestCloseAfterAbortReleasesEverything(t *testing.T) {
 		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
 			before := runtime.NumGoroutine()
 			cs, stop := initJob(t, 2)
-			x := []float32{1}
-			mustAll(t, onAll(t, cs, func(c *comm.Comm) error { return comm.AllReduce(bg, c, x, x, comm.Sum) }))
+			mustAll(t, onAll(t, cs, func(c *comm.Comm) error {
+				x := []float32{1} // each rank's own: in place
+				return comm.AllReduce(bg, c, x, x, comm.Sum)
+			}))
 			if abort {
 				for _, c := range cs {
 					c.Abort(nil)
