@@ -285,51 +285,59 @@ func (rn *runner) opArgsFor(rs *rankState, p *point, send, recv region) (*opArgs
 	return a, nil
 }
 
-// opSequence prepares count operations of rs, each on its own views. The
+// opSequence is count operations of one rank, each on its own views. The
 // views repeat once they have gone round the buffers, and so do the
-// operations: a timed loop holds no more of them than it has distinct
-// views, so that the garbage collector, which marks what is live while
-// the loop runs, has little to mark.
-func (rn *runner) opSequence(rs *rankState, p *point, inPlace bool, count int) ([]*opArgs, error) {
-	ops := make([]*opArgs, count)
+// operations: it holds one per distinct view (a cycle), not one per
+// operation, so that the garbage collector, which marks what is live while
+// a timed loop runs, has little to mark (a million-call loop of 8 B calls
+// under -z 0 would otherwise have it scan a million pointers per cycle).
+type opSequence struct {
+	cycle []*opArgs
+	count int
+}
+
+// once is a sequence of one operation.
+func once(a *opArgs) opSequence { return opSequence{cycle: []*opArgs{a}, count: 1} }
+
+// sequence prepares count operations of rs (see opSequence).
+func (rn *runner) sequence(rs *rankState, p *point, inPlace bool, count int) (opSequence, error) {
 	cycle := count
 	if fp := p.lay.sizeBytes(int(p.dt.dt.Size())); fp > 0 {
 		cycle = int(min(int64(count), rn.cfg.maxBytes/fp))
 	}
-	for i := range ops {
-		if i >= cycle {
-			ops[i] = ops[i%cycle]
-			continue
-		}
+	seq := opSequence{cycle: make([]*opArgs, max(cycle, 1)), count: count}
+	for i := range seq.cycle {
 		send, recv := rn.views(rs, p, inPlace, i)
 		var err error
-		if ops[i], err = rn.opArgsFor(rs, p, send, recv); err != nil {
-			return nil, err
+		if seq.cycle[i], err = rn.opArgsFor(rs, p, send, recv); err != nil {
+			return opSequence{}, err
 		}
 	}
-	return ops, nil
+	return seq, nil
 }
 
-// issue runs ops in order on rs: with -z 1 each call blocks; otherwise all
-// are issued as async requests and then waited for, the way nccl-tests
+// issue runs seq in order on rs: with -z 1 each call blocks; otherwise
+// all are issued as async requests and then waited for, the way nccl-tests
 // launches a whole loop onto a stream before synchronizing. A Comm's
 // requests complete in issue order, and a failed one aborts the Comm,
 // failing those after it: waiting for the last waits for all, and the
 // loop holds no other request (nor the garbage collector's time marking
 // them).
-func (rn *runner) issue(rs *rankState, ops []*opArgs) error {
+func (rn *runner) issue(rs *rankState, seq opSequence) error {
 	c, t := rs.comm, rn.cfg.test
-	if rn.cfg.blocking {
-		for _, a := range ops {
+	var last *comm.Request
+	for i, j := 0, 0; i < seq.count; i++ {
+		a := seq.cycle[j]
+		if j++; j == len(seq.cycle) {
+			j = 0
+		}
+		if rn.cfg.blocking {
 			if err := t.run(rn.ctx, c, a); err != nil {
 				return err
 			}
+		} else {
+			last = t.start(c, a)
 		}
-		return nil
-	}
-	var last *comm.Request
-	for _, a := range ops {
-		last = t.start(c, a)
 	}
 	if last == nil {
 		return nil
@@ -343,11 +351,11 @@ func (rn *runner) warmUp(p *point) error {
 		return nil
 	}
 	return rn.parallel(func(rs *rankState) error {
-		ops, err := rn.opSequence(rs, p, false, w)
+		seq, err := rn.sequence(rs, p, false, w)
 		if err != nil {
 			return err
 		}
-		return rn.issue(rs, ops)
+		return rn.issue(rs, seq)
 	})
 }
 
@@ -358,20 +366,20 @@ func (rn *runner) measure(p *point, inPlace bool) (placementResult, error) {
 	total := c.iters * c.aggIters
 	times := make([]time.Duration, len(rn.ranks))
 	err := rn.parallel(func(rs *rankState) error {
-		ops, err := rn.opSequence(rs, p, inPlace, total)
+		seq, err := rn.sequence(rs, p, inPlace, total)
 		if err != nil {
 			return err
 		}
 		// One untimed operation, then line the ranks up, so that the timed
 		// loop starts together and pays no first-use costs.
-		if err := rn.issue(rs, ops[:1]); err != nil {
+		if err := rn.issue(rs, once(seq.cycle[0])); err != nil {
 			return err
 		}
 		if err := rs.comm.Barrier(rn.ctx); err != nil {
 			return err
 		}
 		m := measurement{rank: rs.rank, bytes: p.lay.sizeBytes(p.dt.dt.Size()), inPlace: inPlace, ops: total}
-		d, err := rn.env.timer(m, func() error { return rn.issue(rs, ops) })
+		d, err := rn.env.timer(m, func() error { return rn.issue(rs, seq) })
 		times[rs.local] = d
 		return err
 	})
@@ -419,7 +427,7 @@ func (rn *runner) checkPass(p *point, inPlace bool) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if err := rn.issue(rs, []*opArgs{a}); err != nil {
+		if err := rn.issue(rs, once(a)); err != nil {
 			return err
 		}
 		if err := rs.download(); err != nil {
