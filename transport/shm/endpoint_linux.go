@@ -168,8 +168,8 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 	}
 	l.sendSeg = seg
 	ctr, metas, slots := ringParts(seg, 0, e.mb.geo)
-	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
-		peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
+	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), lines: uint64(e.mb.geo.lineCount),
+		slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
 	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
@@ -188,7 +188,7 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 		return nil, err
 	}
 	if l.recv == nil {
-		r := &receiver{count: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
+		r := &receiver{count: 1, lines: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
 		r.metas = r.none[:]
 		l.recv = r
 		if err := r.attach(); err != nil {
@@ -222,7 +222,7 @@ func (r *receiver) attach() error {
 	}
 	l.recvSeg = seg
 	r.ctr, r.metas, r.slots = ringParts(seg, 0, g)
-	r.count = uint64(g.slotCount)
+	r.count, r.lines = uint64(g.slotCount), uint64(g.lineCount)
 	return nil
 }
 
@@ -233,7 +233,7 @@ func (r *receiver) attach() error {
 func (e *Endpoint) poll() bool {
 	changed := false
 	for _, l := range e.linkList {
-		if r := l.recv; r != nil && r.empty && r.metas[r.idx].seq.Load() == r.head+1 {
+		if r := l.recv; r != nil && r.empty && r.metas[r.line].seq.Load() == r.head+1 {
 			r.empty, changed = false, true
 		}
 		if s := l.send; s != nil && s.full && s.ctr.head.Load() != s.seenHead {
@@ -380,11 +380,13 @@ type sender struct {
 	ctr      *ringCounters
 	metas    []slotMeta
 	slots    [][]byte // each slotSize bytes, capacity included
-	count    uint64
+	count    uint64   // data slots
+	lines    uint64   // slot lines (geometry.lineCount)
 	slotSize int
 	tail     uint64 // messages committed
 	seenHead uint64 // head as last read: a lower bound of the real one
-	idx      int    // tail % count
+	line     int    // tail % lines
+	idx      int    // tail % count: the data slot
 	n        int    // length of the reserved message
 	full     bool   // the last TryReserve found no slot (for poll)
 	peerHdr  *header
@@ -401,10 +403,12 @@ type receiver struct {
 	ctr      *ringCounters
 	metas    []slotMeta
 	slots    [][]byte
-	count    uint64
+	count    uint64 // data slots
+	lines    uint64 // slot lines
 	slotSize int
 	head     uint64 // messages released; this side is the only writer
-	idx      int    // head % count
+	line     int    // head % lines
+	idx      int    // head % count: the data slot
 	empty    bool   // the last TryNext found no message (for poll)
 	peerHdr  *header
 	link     *peerLink
@@ -413,7 +417,7 @@ type receiver struct {
 
 func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, [][]byte) {
 	ctr := (*ringCounters)(seg.at(off))
-	metas := unsafe.Slice((*slotMeta)(seg.at(off+metaOff)), g.slotCount)
+	metas := unsafe.Slice((*slotMeta)(seg.at(off+metaOff)), g.lineCount)
 	slots := make([][]byte, g.slotCount)
 	for i := range slots {
 		slots[i] = seg.bytes(off+g.dataOff+i*g.slotStride, g.slotSize)
@@ -436,12 +440,18 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if err := s.link.err(); err != nil {
 		return nil, false, err
 	}
-	if s.tail-s.seenHead >= s.count {
+	// A message in its line needs a free line; a larger one its data
+	// slot too, free once the message count slots back is released.
+	room := s.lines
+	if n > inlineMax {
+		room = s.count
+	}
+	if s.tail-s.seenHead >= room {
 		// An acquire load: the receiver finished reading the slots it
 		// released before it stored head, so we may overwrite them.
 		s.seenHead = s.ctr.head.Load()
-		if used := s.tail - s.seenHead; used >= s.count {
-			if used > s.count {
+		if used := s.tail - s.seenHead; used >= room {
+			if used > s.lines {
 				return nil, false, s.corrupt("head %d ahead of tail %d", s.seenHead, s.tail)
 			}
 			s.full = true
@@ -452,7 +462,7 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	s.full = false
 	s.n = n
 	if n <= inlineMax {
-		return s.metas[s.idx].inline[:n:n], true, nil
+		return s.metas[s.line].inline[:n:n], true, nil
 	}
 	if n > s.limit[s.idx] {
 		if err := s.reserveSlot(n); err != nil {
@@ -484,10 +494,13 @@ func (s *sender) reserveSlot(n int) error {
 
 // Commit publishes the reserved slot.
 func (s *sender) Commit(tag transport.Tag) {
-	m := &s.metas[s.idx]
+	m := &s.metas[s.line]
 	m.len = uint32(s.n)
 	m.tag = uint64(tag)
 	s.tail++
+	if s.line++; s.line == len(s.metas) {
+		s.line = 0
+	}
 	if s.idx++; s.idx == len(s.slots) {
 		s.idx = 0
 	}
@@ -513,7 +526,7 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	if r.ep.closed.Load() {
 		return nil, 0, false, transport.ErrClosed
 	}
-	m := &r.metas[r.idx]
+	m := &r.metas[r.line]
 	// An acquire load: the sender wrote the message before its seq.
 	if seq := m.seq.Load(); seq != r.head+1 {
 		err := r.notReady(seq)
@@ -539,8 +552,8 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 // peer's failure once everything it committed has been read.
 func (r *receiver) notReady(seq uint64) error {
 	// The slot holds the message of the previous lap, or none yet.
-	if seq != r.head+1-r.count && seq != 0 {
-		return r.corrupt("slot %d holds message %d while message %d is expected", r.idx, seq, r.head+1)
+	if seq != r.head+1-r.lines && seq != 0 {
+		return r.corrupt("slot line %d holds message %d while message %d is expected", r.line, seq, r.head+1)
 	}
 	if r.ctr == nil {
 		// Not mapped yet. A peer that sent and then closed left its ring
@@ -561,6 +574,9 @@ func (r *receiver) notReady(seq uint64) error {
 // Release hands the oldest message's slot back to the sender.
 func (r *receiver) Release() {
 	r.head++
+	if r.line++; r.line == len(r.metas) {
+		r.line = 0
+	}
 	if r.idx++; r.idx == len(r.slots) {
 		r.idx = 0
 	}

@@ -21,9 +21,11 @@ import (
 //	headerSize       the owner's outgoing rings, in the order it made them,
 //	                 each ringStride bytes:
 //	  0                head: messages ever released (written by the receiver)
-//	  256              slot i's line: sequence number, length, tag and up
-//	                   to 40 bytes of inline data (written by the sender)
-//	  dataOff          slot data, slotStride bytes per slot, page aligned
+//	  256              the slot lines, lineCount of them (the rest of the
+//	                   first page): sequence number, length, tag and up to
+//	                   40 bytes of inline data (written by the sender)
+//	  dataOff          slot data, slotStride bytes per slot, page aligned;
+//	                   message k's is data slot k % slotCount
 //
 // A rank's mailbox starts as its header only; the ring to a peer is added
 // (the file grows) when the rank first sends to that peer, so a rank's
@@ -37,8 +39,10 @@ import (
 // A message is ready when its slot's sequence number says so: the receiver
 // polls the one cache line that also carries length, tag and, for small
 // messages, the data, so a small message costs one cache-line transfer.
-// Larger messages use the slot's data area, which stays aligned for the
-// reduction kernels. The sender reads the head only when the ring looks
+// Larger messages use a data slot, which stays aligned for the reduction
+// kernels. Message k sits in line k % lineCount; a small message needs
+// only its line free, a larger one also its data slot, free once message
+// k - slotCount is released. The sender reads the head only when the ring looks
 // full.
 //
 // Words that different processes write sit at least 128 bytes apart, not
@@ -46,14 +50,15 @@ import (
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
-	layoutVersion = 2
+	layoutVersion = 3
 
 	cacheLine    = 64
 	pageSize     = 4096
 	ringTableOff = 1024
 	metaOff      = 256 // within a ring
 	metaStride   = cacheLine
-	inlineMax    = 40 // data bytes carried in the slot's line
+	inlineMax    = 40                                // data bytes carried in the slot's line
+	minLines     = (pageSize - metaOff) / metaStride // the lines a ring's first page holds
 	reasonMax    = 512
 )
 
@@ -134,19 +139,27 @@ const (
 // ranks.
 type geometry struct {
 	slotSize, slotCount int
-	worldSize           int
-	slotStride          int // slot data, rounded to a cache line
-	dataOff             int // slot data within a ring, page aligned
-	ringStride          int
-	headerSize          int
+	// lineCount is how many slot lines a ring has: at least slotCount,
+	// and as many as the ring's first page holds (minLines). A message
+	// that fits in its line (inlineMax) needs only a free line; a larger
+	// one also needs a data slot, and data slot i serves lines i,
+	// i+slotCount, ... So tiny messages (a broadcast of 8 bytes, an
+	// arrival round) can run up to lineCount ahead of their receiver:
+	// ranks that share cores hand over their core less often.
+	lineCount  int
+	worldSize  int
+	slotStride int // slot data, rounded to a cache line
+	dataOff    int // slot data within a ring, page aligned
+	ringStride int
+	headerSize int
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 func newGeometry(slotSize, slotCount, worldSize int) (geometry, error) {
-	g := geometry{slotSize: slotSize, slotCount: slotCount, worldSize: worldSize}
+	g := geometry{slotSize: slotSize, slotCount: slotCount, lineCount: max(slotCount, minLines), worldSize: worldSize}
 	g.slotStride = roundUp(slotSize, cacheLine)
-	g.dataOff = roundUp(metaOff+slotCount*metaStride, pageSize)
+	g.dataOff = roundUp(metaOff+g.lineCount*metaStride, pageSize)
 	ring := int64(g.dataOff) + int64(slotCount)*int64(g.slotStride)
 	if ring > 1<<40 {
 		return g, fmt.Errorf("shm: ring of %d slots of %d bytes is too large", slotCount, slotSize)

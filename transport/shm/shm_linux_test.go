@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -63,23 +64,26 @@ func TestBackpressure(t *testing.T) {
 	if _, _, ok, err := r.TryNext(); ok || err != nil {
 		t.Fatalf("empty ring: ok=%v err=%v", ok, err)
 	}
+	// Messages too long for a slot's line take its data slot: two fill
+	// a two-slot ring.
+	const long = inlineMax + 1
 	for i := 0; i < 2; i++ {
-		b, ok, err := s.TryReserve(3)
+		b, ok, err := s.TryReserve(long)
 		if !ok || err != nil {
 			t.Fatalf("reserve %d: ok=%v err=%v", i, ok, err)
 		}
 		copy(b, []byte{byte(i), 1, 2})
 		s.Commit(transport.Tag(i))
 	}
-	if _, ok, err := s.TryReserve(3); ok || err != nil {
+	if _, ok, err := s.TryReserve(long); ok || err != nil {
 		t.Fatalf("third slot of a full two-slot ring: ok=%v err=%v", ok, err)
 	}
 	// Holding the first message (as a fused step does) frees nothing.
 	m, _, ok, _ := r.TryNext()
-	if !ok || !bytes.Equal(m, []byte{0, 1, 2}) {
+	if !ok || len(m) != long || !bytes.Equal(m[:3], []byte{0, 1, 2}) {
 		t.Fatalf("first message %v ok=%v", m, ok)
 	}
-	if _, ok, _ := s.TryReserve(3); ok {
+	if _, ok, _ := s.TryReserve(long); ok {
 		t.Fatal("reserved a slot the receiver still holds")
 	}
 	r.Release()
@@ -91,6 +95,83 @@ func TestBackpressure(t *testing.T) {
 	}
 	if _, _, err := s.TryReserve(-1); err == nil {
 		t.Fatal("negative length accepted")
+	}
+}
+
+// TestSmallMessagesUseEveryLine: a message that fits in a slot's line
+// needs only a free line, so tiny messages run up to lineCount ahead of the
+// receiver; one that needs a data slot still waits for the message
+// slotCount back. Interleaved, across several laps of the lines and the
+// data slots (whose indexes differ), every message arrives intact and in
+// order.
+func TestSmallMessagesUseEveryLine(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 256, SlotCount: 2})
+	s, _ := eps[0].Sender(1)
+	r, _ := eps[1].Receiver(0)
+	for i := range minLines {
+		b, ok, err := s.TryReserve(8)
+		if !ok || err != nil {
+			t.Fatalf("small message %d of %d lines: ok=%v err=%v", i, minLines, ok, err)
+		}
+		b[0] = byte(i)
+		s.Commit(transport.Tag(i))
+	}
+	if _, ok, err := s.TryReserve(8); ok || err != nil {
+		t.Fatalf("a small message past %d lines: ok=%v err=%v", minLines, ok, err)
+	}
+	if _, ok, err := s.TryReserve(inlineMax + 1); ok || err != nil {
+		t.Fatalf("a long message with every line taken: ok=%v err=%v", ok, err)
+	}
+	for i := range minLines - 1 {
+		m, tag, ok, err := r.TryNext()
+		if !ok || err != nil || len(m) != 8 || m[0] != byte(i) || tag != transport.Tag(i) {
+			t.Fatalf("small message %d: %v %v %v %v", i, m, tag, ok, err)
+		}
+		r.Release()
+	}
+	// One small message is outstanding: a long one may take the data slot
+	// of the message two back, which was released.
+	if _, ok, _ := s.TryReserve(inlineMax + 1); !ok {
+		t.Fatal("a long message refused with its data slot free")
+	}
+
+	// Now a stream of sizes around the line's capacity over many laps,
+	// the receiver a random distance behind.
+	eps = world(t, 2, Config{SlotSize: 256, SlotCount: 3})
+	s, _ = eps[0].Sender(1)
+	r, _ = eps[1].Receiver(0)
+	const n = 5000
+	size := func(i int) int { return []int{1, 40, 41, 8, 256, 0, 39, 100}[i%8] }
+	sent, got := 0, 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for got < n {
+		for k := rng.IntN(70); k > 0 && sent < n; k-- {
+			b, ok, err := s.TryReserve(size(sent))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			for j := range b {
+				b[j] = byte(sent + j)
+			}
+			s.Commit(transport.Tag(sent))
+			sent++
+		}
+		for k := rng.IntN(70); k > 0 && got < sent; k-- {
+			m, tag, ok, err := r.TryNext()
+			if !ok || err != nil || tag != transport.Tag(got) || len(m) != size(got) {
+				t.Fatalf("message %d: tag %d len %d ok=%v err=%v", got, tag, len(m), ok, err)
+			}
+			for j := range m {
+				if m[j] != byte(got+j) {
+					t.Fatalf("message %d: byte %d is %d", got, j, m[j])
+				}
+			}
+			r.Release()
+			got++
+		}
 	}
 }
 
