@@ -22,8 +22,9 @@ import (
 //	                 each ringStride bytes:
 //	  0                head: messages ever released (written by the receiver)
 //	  256              the slot lines, lineCount of them (the rest of the
-//	                   first page): sequence number, length, tag and up to
-//	                   40 bytes of inline data (written by the sender)
+//	                   first page), 128 bytes each: sequence number,
+//	                   length, tag and up to 104 bytes of inline data
+//	                   (written by the sender)
 //	  dataOff          slot data, slotStride bytes per slot, page aligned;
 //	                   message k's is data slot k % slotCount
 //
@@ -37,8 +38,9 @@ import (
 // Connect) the first time it looks for a message.
 //
 // A message is ready when its slot's sequence number says so: the receiver
-// polls the one cache line that also carries length, tag and, for small
-// messages, the data, so a small message costs one cache-line transfer.
+// polls the one slot line (a pair of cache lines) that also carries
+// length, tag and, for small messages, the data, so a small message costs
+// one line's transfer.
 // Larger messages use a data slot, which stays aligned for the reduction
 // kernels. Message k sits in line k % lineCount; a small message needs
 // only its line free, a larger one also its data slot, free once message
@@ -50,15 +52,15 @@ import (
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
-	layoutVersion = 3
+	layoutVersion = 4
 
 	cacheLine    = 64
 	pageSize     = 4096
 	ringTableOff = 1024
-	metaOff      = 256 // within a ring
-	metaStride   = cacheLine
-	inlineMax    = 40                                // data bytes carried in the slot's line
-	minLines     = (pageSize - metaOff) / metaStride // the lines a ring's first page holds
+	metaOff      = 256                               // within a ring
+	metaStride   = 2 * cacheLine                     // a slot's line: a pair, as Intel cores fetch them (above)
+	inlineMax    = metaStride - 24                   // data bytes carried in the slot's line: 104
+	minLines     = (pageSize - metaOff) / metaStride // the lines a ring's first page holds: 30
 	reasonMax    = 512
 )
 
@@ -107,8 +109,9 @@ type ringCounters struct {
 	_    [metaOff - 8]byte
 }
 
-// slotMeta is one slot's cache line. Each slot has its own, so that the
-// sender filling slot i+1 does not disturb the receiver reading slot i.
+// slotMeta is one slot's line, a pair of cache lines. Each slot has its
+// own, so that the sender filling slot i+1 does not disturb the receiver
+// reading slot i, not even through the adjacent-line prefetcher.
 type slotMeta struct {
 	// seq is k+1 once message k (counting from 0) is committed to this
 	// slot; the sender stores it last.

@@ -58,7 +58,7 @@ func TestFIFOOrderTagsAndSizes(t *testing.T) {
 }
 
 func TestBackpressure(t *testing.T) {
-	eps := world(t, 2, Config{SlotSize: 64, SlotCount: 2})
+	eps := world(t, 2, Config{SlotSize: 256, SlotCount: 2})
 	s, _ := eps[0].Sender(1)
 	r, _ := eps[1].Receiver(0)
 	if _, _, ok, err := r.TryNext(); ok || err != nil {
@@ -87,10 +87,10 @@ func TestBackpressure(t *testing.T) {
 		t.Fatal("reserved a slot the receiver still holds")
 	}
 	r.Release()
-	if _, ok, _ := s.TryReserve(64); !ok {
+	if _, ok, _ := s.TryReserve(256); !ok {
 		t.Fatal("slot not freed by Release")
 	}
-	if _, _, err := s.TryReserve(65); err == nil {
+	if _, _, err := s.TryReserve(257); err == nil {
 		t.Fatal("message larger than a slot accepted")
 	}
 	if _, _, err := s.TryReserve(-1); err == nil {
@@ -141,7 +141,7 @@ func TestSmallMessagesUseEveryLine(t *testing.T) {
 	s, _ = eps[0].Sender(1)
 	r, _ = eps[1].Receiver(0)
 	const n = 5000
-	size := func(i int) int { return []int{1, 40, 41, 8, 256, 0, 39, 100}[i%8] }
+	size := func(i int) int { return []int{1, inlineMax, inlineMax + 1, 8, 256, 0, 39, 200}[i%8] }
 	sent, got := 0, 0
 	rng := rand.New(rand.NewPCG(1, 2))
 	for got < n {
