@@ -143,12 +143,12 @@ const (
 type geometry struct {
 	slotSize, slotCount int
 	// lineCount is how many slot lines a ring has: at least slotCount,
-	// and as many as the ring's first page holds (minLines). A message
-	// that fits in its line (inlineMax) needs only a free line; a larger
-	// one also needs a data slot, and data slot i serves lines i,
-	// i+slotCount, ... So tiny messages (a broadcast of 8 bytes, an
-	// arrival round) can run up to lineCount ahead of their receiver:
-	// ranks that share cores hand over their core less often.
+	// and as many as the ring's first page holds (minLines). Message k
+	// takes line k % lineCount and, when it does not fit in the line
+	// (inlineMax), data slot k % slotCount too. So small messages (a
+	// broadcast of 8 bytes, an arrival round) can run up to lineCount
+	// ahead of their receiver: ranks that share cores hand over their
+	// core less often.
 	lineCount  int
 	worldSize  int
 	slotStride int // slot data, rounded to a cache line
