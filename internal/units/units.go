@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -51,31 +52,40 @@ func ParseBytes(s string, max int64) (int64, error) {
 // zero or from 1ns to the largest time.Duration; whether zero is allowed,
 // and what it means, is the caller's to say.
 func ParseDuration(s string) (time.Duration, error) {
+	// Below 1ns either spelling rounds to zero, which callers read as
+	// "none" or "forever": only a zero spelling may mean that.
 	var d time.Duration
 	if secs, err := strconv.ParseFloat(s, 64); err == nil {
 		switch {
 		case math.IsNaN(secs):
-			return 0, errors.New("want a duration such as 90s, 2m or 90 (seconds)")
+			return 0, errNotDuration
 		case secs < 0:
-			return 0, errors.New("duration must not be negative")
+			return 0, errNegativeDuration
 		case secs >= float64(math.MaxInt64)/float64(time.Second): // Inf too
 			return 0, fmt.Errorf("duration longer than %v", time.Duration(math.MaxInt64))
 		}
-		d = time.Duration(secs * float64(time.Second))
-		if d == 0 && secs != 0 {
-			return 0, errors.New("duration shorter than 1ns")
+		if d = time.Duration(secs * float64(time.Second)); d == 0 && secs != 0 {
+			return 0, errBelowNanosecond
 		}
 		return d, nil
 	}
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		return 0, errors.New("want a duration such as 90s, 2m or 90 (seconds)")
+		return 0, errNotDuration
 	case d < 0:
-		return 0, errors.New("duration must not be negative")
+		return 0, errNegativeDuration
+	case d == 0 && strings.ContainsAny(s, "123456789"): // "0.5ns"
+		return 0, errBelowNanosecond
 	}
 	return d, nil
 }
+
+var (
+	errNotDuration      = errors.New("want a duration such as 90s, 2m or 90 (seconds)")
+	errNegativeDuration = errors.New("duration must not be negative")
+	errBelowNanosecond  = errors.New("duration shorter than 1ns")
+)
 
 // FormatMicros writes a time in microseconds seven characters wide, with
 // fewer decimals as it grows, as nccl-tests' time column.

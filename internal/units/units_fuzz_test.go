@@ -2,7 +2,9 @@ package units
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParseBytes: a size from the command line or environment parses
@@ -35,6 +37,9 @@ func FuzzParseDuration(f *testing.F) {
 		}
 		if secs, ferr := strconv.ParseFloat(s, 64); d == 0 && ferr == nil && secs != 0 {
 			t.Fatalf("ParseDuration(%q) = 0 from %v s", s, secs)
+		}
+		if g, gerr := time.ParseDuration(s); d == 0 && gerr == nil && g == 0 && strings.ContainsAny(s, "123456789") {
+			t.Fatalf("ParseDuration(%q) = 0 from a duration below 1ns", s)
 		}
 	})
 }

@@ -26,7 +26,7 @@ func TestParseBytes(t *testing.T) {
 func TestParseDuration(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"0": 0, "90": 90 * time.Second, "0.5": 500 * time.Millisecond, "1e-9": time.Nanosecond,
-		"90s": 90 * time.Second, "1h30m": 90 * time.Minute, "0s": 0, "250ms": 250 * time.Millisecond,
+		"90s": 90 * time.Second, "1h30m": 90 * time.Minute, "0s": 0, "0h0m": 0, "0.0": 0, "0e1": 0, "250ms": 250 * time.Millisecond,
 	} {
 		got, err := ParseDuration(in)
 		if err != nil || got != want {
@@ -35,7 +35,7 @@ func TestParseDuration(t *testing.T) {
 	}
 	// 1e-10 s rounds to zero nanoseconds: it must not pass as zero ("wait
 	// forever" for some callers), nor NaN or Inf as anything.
-	for _, in := range []string{"", "s", "-1", "-1s", "1e-10", "NaN", "Inf", "-Inf", "1e300", "300000000000", "9000000h"} {
+	for _, in := range []string{"", "s", "-1", "-1s", "1e-10", "0.5ns", "NaN", "Inf", "-Inf", "1e300", "300000000000", "9000000h"} {
 		if got, err := ParseDuration(in); err == nil {
 			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
 		}
