@@ -168,8 +168,8 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 	}
 	l.sendSeg = seg
 	ctr, metas, slots := ringParts(seg, 0, e.mb.geo)
-	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), lines: uint64(e.mb.geo.lineCount),
-		slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
+	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
+		peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
 	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
@@ -188,7 +188,7 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 		return nil, err
 	}
 	if l.recv == nil {
-		r := &receiver{count: 1, lines: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
+		r := &receiver{count: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
 		r.metas = r.none[:]
 		l.recv = r
 		if err := r.attach(); err != nil {
@@ -222,7 +222,7 @@ func (r *receiver) attach() error {
 	}
 	l.recvSeg = seg
 	r.ctr, r.metas, r.slots = ringParts(seg, 0, g)
-	r.count, r.lines = uint64(g.slotCount), uint64(g.lineCount)
+	r.count = uint64(g.slotCount)
 	return nil
 }
 
@@ -381,11 +381,10 @@ type sender struct {
 	metas    []slotMeta
 	slots    [][]byte // each slotSize bytes, capacity included
 	count    uint64   // data slots
-	lines    uint64   // slot lines (geometry.lineCount)
 	slotSize int
 	tail     uint64 // messages committed
 	seenHead uint64 // head as last read: a lower bound of the real one
-	line     int    // tail % lines
+	line     int    // tail % len(metas)
 	idx      int    // tail % count: the data slot
 	n        int    // length of the reserved message
 	full     bool   // the last TryReserve found no slot (for poll)
@@ -404,10 +403,9 @@ type receiver struct {
 	metas    []slotMeta
 	slots    [][]byte
 	count    uint64 // data slots
-	lines    uint64 // slot lines
 	slotSize int
 	head     uint64 // messages released; this side is the only writer
-	line     int    // head % lines
+	line     int    // head % len(metas)
 	idx      int    // head % count: the data slot
 	empty    bool   // the last TryNext found no message (for poll)
 	peerHdr  *header
@@ -442,7 +440,8 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	}
 	// A message in its line needs a free line; a larger one its data
 	// slot too, free once the message count slots back is released.
-	room := s.lines
+	lines := uint64(len(s.metas))
+	room := lines
 	if n > inlineMax {
 		room = s.count
 	}
@@ -451,7 +450,7 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 		// released before it stored head, so we may overwrite them.
 		s.seenHead = s.ctr.head.Load()
 		if used := s.tail - s.seenHead; used >= room {
-			if used > s.lines {
+			if used > lines {
 				return nil, false, s.corrupt("head %d ahead of tail %d", s.seenHead, s.tail)
 			}
 			s.full = true
@@ -552,7 +551,7 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 // peer's failure once everything it committed has been read.
 func (r *receiver) notReady(seq uint64) error {
 	// The slot holds the message of the previous lap, or none yet.
-	if seq != r.head+1-r.lines && seq != 0 {
+	if seq != r.head+1-uint64(len(r.metas)) && seq != 0 {
 		return r.corrupt("slot line %d holds message %d while message %d is expected", r.line, seq, r.head+1)
 	}
 	if r.ctr == nil {
