@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,42 +55,61 @@ func detachFD(c *net.TCPConn) (int, error) {
 
 func closeFD(fd int) { _ = unix.Close(fd) }
 
+// readFD and writeFD make their system calls themselves rather than through
+// unix.Read and unix.Writev, whose race annotations put the kernel's
+// accesses outside the happens-before they record (the read of the sent
+// buffer after the release, the write of the received one before the
+// acquire): a message that comes back around a ring into the memory it was
+// sent from, as in an in-place all-reduce, would show as a race. See
+// raceSent and raceReceived.
+
 func readFD(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for {
-		n, err := unix.Read(fd, p)
+		n, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		switch {
-		case err == nil && n == 0 && len(p) > 0:
+		case errno == 0 && n == 0:
 			return 0, io.EOF
-		case err == nil:
-			return n, nil
-		case err == unix.EAGAIN:
+		case errno == 0:
+			raceReceived(p[:n])
+			return int(n), nil
+		case errno == unix.EAGAIN:
 			return 0, errWouldBlock
-		case err == unix.EINTR:
+		case errno == unix.EINTR:
 			continue
 		}
-		return 0, err
+		return 0, errno
 	}
 }
 
 // writeFD writes hdr then payload with one system call.
 func writeFD(fd int, hdr, payload []byte) (int, error) {
-	for {
-		var n int
-		var err error
-		if len(hdr) == 0 {
-			n, err = unix.Write(fd, payload)
-		} else {
-			n, err = unix.Writev(fd, [][]byte{hdr, payload})
+	var iov [2]unix.Iovec
+	k := 0
+	for _, b := range [2][]byte{hdr, payload} {
+		if len(b) > 0 {
+			iov[k].Base = &b[0]
+			iov[k].SetLen(len(b))
+			k++
 		}
-		switch {
-		case err == nil:
-			return n, nil
-		case err == unix.EAGAIN:
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	raceSent(hdr, payload)
+	for {
+		n, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		switch errno {
+		case 0:
+			return int(n), nil
+		case unix.EAGAIN:
 			return 0, errWouldBlock
-		case err == unix.EINTR:
+		case unix.EINTR:
 			continue
 		}
-		return 0, err
+		return 0, errno
 	}
 }
 
