@@ -83,7 +83,7 @@ func checkNoGoroutines(t testing.TB) {
 	for i := 0; i < 200; i++ {
 		buf := make([]byte, 1<<20)
 		stacks = string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "tcp.(*Endpoint).watch") && !strings.Contains(stacks, "tcp.(*connectState)") {
+		if !strings.Contains(stacks, "tcp.(*Endpoint).watch") && !strings.Contains(stacks, "tcp.(*connector)") {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

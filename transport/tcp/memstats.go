@@ -11,10 +11,7 @@ import (
 // that needs them), with their lengths and headers.
 func (e *Endpoint) MemStats() transport.MemStats {
 	var n int64
-	for _, p := range e.peers {
-		if p == nil {
-			continue
-		}
+	for _, p := range e.allPeers() {
 		if t := p.tx; t != nil {
 			n += t.held.Load() + int64(len(t.hdrs)+len(t.lens)*int(unsafe.Sizeof(0)))
 		}

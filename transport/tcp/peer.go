@@ -35,6 +35,7 @@ type peer struct {
 	tx   *txRing
 	rx   *rxRing
 
+	up    atomic.Bool             // install is done: fds and sec are set
 	rxErr atomic.Pointer[failure] // set once the peer can send no more
 	txErr atomic.Pointer[failure] // set once nothing more reaches the peer
 	down  atomic.Bool             // the endpoint is closing the sockets: no more I/O
@@ -53,36 +54,65 @@ type streamWatch struct {
 
 type failure struct{ err error }
 
-func newPeer(e *Endpoint, rank int, conns []*net.TCPConn, sec []*secureStream, cfg *Config) (*peer, error) {
-	p := &peer{ep: e, rank: rank, sec: sec, watches: make([]streamWatch, len(conns))}
+// newPeer makes the connection with rank, without its sockets yet
+// (install); secure says whether its streams will run TLS.
+func newPeer(e *Endpoint, rank int, cfg *Config, secure bool) *peer {
+	p := &peer{ep: e, rank: rank, watches: make([]streamWatch, cfg.Streams)}
+	read, write := p.readStream, p.writeStream
+	if secure {
+		read, write = p.readTLS, p.writeTLS
+	}
+	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, cfg.Streams, read)
+	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, cfg.Streams, write)
+	return p
+}
+
+// install takes the peer's connected streams over: their descriptors leave
+// the net package and join the watcher's epoll set. The caller sets up
+// once it returns nil; until then no pass touches the sockets. On error
+// every stream is closed.
+func (p *peer) install(conns []*net.TCPConn, sec []*secureStream) error {
+	fds := make([]int, 0, len(conns))
+	fail := func(err error) error {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+		for _, c := range conns[len(fds):] {
+			c.Close()
+		}
+		return err
+	}
 	for _, c := range conns {
 		if err := c.SetNoDelay(true); err != nil {
-			p.closeFDs()
-			return nil, fmt.Errorf("tcp: TCP_NODELAY with rank %d: %w", rank, err)
+			return fail(fmt.Errorf("tcp: TCP_NODELAY with rank %d: %w", p.rank, err))
 		}
 		fd, err := detachFD(c)
 		if err != nil {
-			p.closeFDs()
-			return nil, fmt.Errorf("tcp: taking over the socket to rank %d: %w", rank, err)
+			return fail(fmt.Errorf("tcp: taking over the socket to rank %d: %w", p.rank, err))
 		}
-		p.fds = append(p.fds, fd)
 		if sec != nil {
-			sec[len(p.fds)-1].raw.fd = fd
+			sec[len(fds)].raw.fd = fd
+		}
+		fds = append(fds, fd)
+	}
+	for j, fd := range fds {
+		if err := p.ep.poll.add(fd, p.rank, j); err != nil {
+			return fail(fmt.Errorf("tcp: watching the socket to rank %d: %w", p.rank, err))
 		}
 	}
-	for j, fd := range p.fds {
-		if err := e.poll.add(fd, rank, j); err != nil {
-			p.closeFDs()
-			return nil, fmt.Errorf("tcp: watching the socket to rank %d: %w", rank, err)
-		}
+	p.fds, p.sec = fds, sec
+	return nil
+}
+
+// failConnect records that the pair could not connect: the owner's sends
+// and receives report err, naming the peer.
+func (p *peer) failConnect(err error) {
+	f := &failure{&transport.PeerError{Peer: p.rank, Err: err}}
+	p.txErr.CompareAndSwap(nil, f)
+	if p.rxErr.CompareAndSwap(nil, f) {
+		p.ep.log.Warn(fmt.Sprintf("rank %d cannot connect to rank %d", p.ep.rank, p.rank), "subsys", "NET", "err", err)
 	}
-	read, write := p.readStream, p.writeStream
-	if sec != nil {
-		read, write = p.readTLS, p.writeTLS
-	}
-	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, len(conns), read)
-	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, len(conns), write)
-	return p, nil
+	p.ep.bell.Ring()
 }
 
 func (p *peer) readStream(j int, b []byte) (int, error) { return readFD(p.fds[j], b) }
@@ -122,7 +152,7 @@ func (p *peer) watch(j int) {
 	s := &p.watches[j]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p.down.Load() {
+	if p.down.Load() || !p.up.Load() {
 		return
 	}
 	w := p.interest(j)
@@ -163,6 +193,9 @@ func (p *peer) onEvent(ev pollEvent) {
 // ring the bell when they complete messages; the owner's inline passes need
 // not, as the owner looks at the ring right after.
 func (p *peer) pollRx(background bool) {
+	if !p.up.Load() {
+		return // nothing to read before the sockets are there
+	}
 	rx := p.rx
 	if !background && rx.excl.busy.Load() {
 		// The watcher is reading. If it lost its processor in a system
@@ -201,6 +234,9 @@ func (p *peer) pollRx(background bool) {
 // flushTx runs send passes until no request is left, and arms write
 // interest on the sockets that were full.
 func (p *peer) flushTx(background bool) {
+	if !p.up.Load() {
+		return // the connection flushes what queued once it is up
+	}
 	tx := p.tx
 	for tx.excl.enter() {
 		if p.down.Load() || p.txErr.Load() != nil {
@@ -278,7 +314,7 @@ func (p *peer) drainTx(deadline time.Time) {
 func (p *peer) sendAbort(reason error) {
 	p.tx.excl.lock()
 	defer p.tx.excl.unlock()
-	if p.down.Load() || p.sendErr() != nil || p.tx.cur[0].active {
+	if !p.up.Load() || p.down.Load() || p.sendErr() != nil || p.tx.cur[0].active {
 		return
 	}
 	msg := reason.Error()

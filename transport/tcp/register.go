@@ -39,13 +39,21 @@ func (tcpTransport) Listen(ctx context.Context, s *transport.Setup) (transport.L
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
+	eager := false
+	switch v := getenv(EnvRuntimeConnect); v {
+	case "", "1":
+	case "0":
+		eager = true
+	default:
+		return nil, fmt.Errorf("tcp: %s=%q: want 1 (connect each pair at its first use, the default) or 0 (every pair at Init)", EnvRuntimeConnect, v)
+	}
 	files := tlsx.FilesFromEnv(getenv)
 	ln, err := Listen(s.Rank, s.Size, Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Token: token[:],
 		TLS: useTLS, TLSCert: files.Cert, TLSKey: files.Key, TLSCA: files.CA})
 	if err != nil {
 		return nil, fmt.Errorf("tcp listen: %w", err)
 	}
-	return &listener{ln: ln}, nil
+	return &listener{ln: ln, eager: eager}, nil
 }
 
 // Reach: TCP connects any two ranks that both listen.
@@ -53,12 +61,23 @@ func (tcpTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
 	return transport.ReachBoth(Name, me, peer)
 }
 
-type listener struct{ ln *Listener }
+// EnvRuntimeConnect, as NCCL_RUNTIME_CONNECT: 1 (the default) connects a
+// pair at its first use, 0 connects every pair at Init, so that an
+// unreachable peer fails Init rather than the first collective that needs
+// it.
+const EnvRuntimeConnect = "GCCL_RUNTIME_CONNECT"
+
+type listener struct {
+	ln    *Listener
+	eager bool // GCCL_RUNTIME_CONNECT=0
+}
 
 // Addr is the descriptor's TCP address: host:port, and with TLS the key's
 // pin (see JoinAddr), which the rendezvous carries to the peers.
 func (l *listener) Addr() []byte { return []byte(JoinAddr(l.ln.Addr(), l.ln.Pin())) }
 
+// Connect returns the endpoint at once, each pair connecting at its first
+// use (ConnectLazy), or under GCCL_RUNTIME_CONNECT=0 once every pair is up.
 func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*transport.Descriptor) (transport.Endpoint, error) {
 	addrs := make([]string, l.ln.size)
 	pins := make([]string, l.ln.size)
@@ -73,7 +92,10 @@ func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*tr
 		}
 	}
 	l.ln.cfg.Bell = bell
-	return l.ln.ConnectPinned(ctx, ranks, addrs, pins)
+	if l.eager {
+		return l.ln.ConnectPinned(ctx, ranks, addrs, pins)
+	}
+	return l.ln.ConnectLazy(ranks, addrs, pins)
 }
 
 func tlsWords(on bool) string {
@@ -83,5 +105,7 @@ func tlsWords(on bool) string {
 	return "does not use TLS"
 }
 
-// Release closes the listening socket; the endpoint stays up.
+// Release closes the listening socket if Connect was never called; once it
+// was, the endpoint keeps accepting its peers' first connections, and
+// closes the socket when it closes.
 func (l *listener) Release() error { return l.ln.Close() }

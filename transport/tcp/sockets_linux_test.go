@@ -20,7 +20,7 @@ import (
 func TestStripingUsesEveryStream(t *testing.T) {
 	const streams, n = 3, stripeMin * 3
 	eps := connectWorld(t, 2, testConfig(n, 2, streams))
-	p := eps[1].peers[0]
+	p := eps[1].peers[0].Load()
 	received := func() (out [streams]uint64) {
 		for j, fd := range p.fds {
 			info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
@@ -67,7 +67,7 @@ func TestIPv6(t *testing.T) {
 	}
 	t.Setenv("GCCL_SOCKET_FAMILY", "AF_INET6")
 	eps := connectWorld(t, 2, testConfig(stripeMin*2, 2, 2))
-	for j, fd := range eps[0].peers[1].fds {
+	for j, fd := range eps[0].peers[1].Load().fds {
 		sa, err := unix.Getsockname(fd)
 		if _, v6 := sa.(*unix.SockaddrInet6); err != nil || !v6 {
 			t.Fatalf("stream %d is bound to %#v (%v), want IPv6", j, sa, err)
@@ -116,7 +116,7 @@ func TestPeerSendsAfterClose(t *testing.T) {
 	if err := trySend(eps[1], 0, []byte("late"), 1); err != nil {
 		t.Fatalf("late send: %v", err)
 	}
-	fd := eps[1].peers[0].fds[0]
+	fd := eps[1].peers[0].Load().fds[0]
 	for i := 0; ; i++ {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		if err != nil {
@@ -155,10 +155,7 @@ func TestSocketBuffersFollowTheKernelCaps(t *testing.T) {
 	// size comes back doubled (the kernel's allowance for its overhead).
 	sizes := func(eps []*Endpoint) (out [][2]int) {
 		for _, e := range eps {
-			for _, p := range e.peers {
-				if p == nil {
-					continue
-				}
+			for _, p := range e.allPeers() {
 				for _, fd := range p.fds {
 					s, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
 					r, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)

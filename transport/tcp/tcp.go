@@ -3,9 +3,11 @@
 // striped across them.
 //
 // A rank calls Listen, publishes Listener.Addr through the bootstrap, then
-// calls Connect with every rank's address and the peers it needs; the lower
-// rank of each pair dials, and both sides prove they hold the job token
-// (HMAC challenge-response, so the token never crosses the wire).
+// calls ConnectLazy (or Connect) with every rank's address and the peers it
+// may need. A pair connects at its first use, or within Connect for every
+// peer (see connect.go): the lower rank dials, and both sides prove they
+// hold the job token (HMAC challenge-response, so the token never crosses
+// the wire).
 //
 // The data path follows transport's slot model, and the rank's own goroutine
 // moves the data. A Sender hands out local staging slots; Commit writes the
@@ -48,7 +50,6 @@ import (
 	"time"
 
 	"github.com/gccl/gccl/internal/logx"
-	"github.com/gccl/gccl/internal/tlsx"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -156,6 +157,7 @@ type Listener struct {
 
 	mu        sync.Mutex
 	connected bool
+	owned     bool // a lazy endpoint took the socket over (ConnectLazy)
 	closed    bool
 }
 
@@ -234,367 +236,16 @@ func (l *Listener) Pin() string {
 // Interface is the interface the listener is bound to.
 func (l *Listener) Interface() Interface { return l.iface }
 
-// Close stops listening. Endpoints made by Connect stay up.
+// Close stops listening. Endpoints made by Connect stay up; after
+// ConnectLazy the socket is the endpoint's, which closes it itself.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed || l.owned {
 		return nil
 	}
 	l.closed = true
 	return l.ln.Close()
-}
-
-// handshakeTimeout bounds one handshake when ctx has no deadline, so a
-// silent client cannot hold a slot forever.
-const handshakeTimeout = 30 * time.Second
-
-// Connect opens Streams connections with each of peers (both directions
-// share them) and returns the endpoint once all are up, or an error when
-// ctx ends first. addrs holds every rank's Listener.Addr, indexed by rank.
-// The lower rank of each pair dials the higher one, so every pair connects
-// exactly once whatever order ranks call Connect in. Connect may be called
-// once per Listener.
-func (l *Listener) Connect(ctx context.Context, peers []int, addrs []string) (*Endpoint, error) {
-	return l.ConnectPinned(ctx, peers, addrs, nil)
-}
-
-// ConnectPinned is Connect for a listener with TLS: pins holds every
-// rank's Listener.Pin, indexed by rank, and a peer whose key does not match
-// its pin is refused.
-func (l *Listener) ConnectPinned(ctx context.Context, peers []int, addrs, pins []string) (*Endpoint, error) {
-	if len(addrs) != l.size {
-		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), l.size)
-	}
-	want := make([]bool, l.size)
-	for _, p := range peers {
-		if p < 0 || p >= l.size || p == l.rank {
-			return nil, fmt.Errorf("tcp: rank %d cannot connect to peer %d of %d", l.rank, p, l.size)
-		}
-		if want[p] {
-			return nil, fmt.Errorf("tcp: peer %d listed twice", p)
-		}
-		want[p] = true
-	}
-	if l.tls != nil {
-		if err := l.tls.setPins(l.rank, peers, pins); err != nil {
-			return nil, err
-		}
-	}
-	l.mu.Lock()
-	if l.closed || l.connected {
-		l.mu.Unlock()
-		return nil, errors.New("tcp: listener closed or already connected")
-	}
-	l.connected = true
-	l.mu.Unlock()
-
-	s := &connectState{l: l, want: want, conns: make([][]*net.TCPConn, l.size), done: make(chan struct{}), got: make(chan struct{}, 1)}
-	if l.tls != nil {
-		s.secure = make([][]*secureStream, l.size)
-	}
-	for _, p := range peers {
-		s.conns[p] = make([]*net.TCPConn, l.cfg.Streams)
-		if s.secure != nil {
-			s.secure[p] = make([]*secureStream, l.cfg.Streams)
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.wg.Add(1)
-	go s.acceptLoop(ctx)
-	for _, p := range peers {
-		if p > l.rank {
-			s.wg.Add(1)
-			go s.dialPeer(ctx, p, addrs[p])
-		}
-	}
-	err := s.wait(ctx)
-	cancel()
-	close(s.done)
-	_ = l.ln.SetDeadline(time.Unix(1, 0)) // ends Accept
-	s.wg.Wait()
-	_ = l.ln.SetDeadline(time.Time{})
-	if err == nil {
-		// A handshake can still fail after its claim (writing the
-		// verdict), now that every goroutine is done it is final.
-		s.mu.Lock()
-		if missing := s.missing(); missing != "" {
-			err = fmt.Errorf("tcp: rank %d connecting: a handshake failed at the last step (still missing %s)", l.rank, missing)
-		}
-		s.mu.Unlock()
-	}
-	if err != nil {
-		s.closeAll()
-		return nil, err
-	}
-	return newEndpoint(l, s.conns, s.secure)
-}
-
-// connectState is one Connect in progress.
-type connectState struct {
-	l     *Listener
-	want  []bool
-	wg    sync.WaitGroup
-	done  chan struct{} // closed when Connect stops waiting
-	got   chan struct{} // a connection arrived or failed
-	mu    sync.Mutex
-	conns [][]*net.TCPConn // by peer, by stream
-	// secure holds the streams' TLS sessions, as conns; nil without TLS.
-	secure [][]*secureStream
-	// verdicts counts accepted connections claimed in conns whose
-	// handshake has not yet ended: until it has (the dialer told it is
-	// accepted), Connect must not stop, which would cut it short.
-	verdicts int
-	fatal    error
-}
-
-// wait returns when every connection is up, a dial failed for good, or ctx
-// ended.
-func (s *connectState) wait(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		err, missing, verdicts := s.fatal, s.missing(), s.verdicts
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if missing == "" && verdicts == 0 {
-			return nil
-		}
-		select {
-		case <-s.got:
-		case <-ctx.Done():
-			return fmt.Errorf("tcp: rank %d connecting: %w (still missing %s)", s.l.rank, ctx.Err(), missing)
-		}
-	}
-}
-
-// missing names the connections not yet up; s.mu held.
-func (s *connectState) missing() string {
-	var out []string
-	for p, cs := range s.conns {
-		n := 0
-		for _, c := range cs {
-			if c == nil {
-				n++
-			}
-		}
-		if n > 0 {
-			out = append(out, fmt.Sprintf("%d of %d streams with rank %d", n, len(cs), p))
-		}
-	}
-	if len(out) == 0 {
-		return ""
-	}
-	return fmt.Sprint(out)
-}
-
-func (s *connectState) notify() {
-	select {
-	case s.got <- struct{}{}:
-	default:
-	}
-}
-
-func (s *connectState) closeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, cs := range s.conns {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}
-}
-
-// deadlineFor is when a handshake must be over.
-func deadlineFor(ctx context.Context) time.Time {
-	d := time.Now().Add(handshakeTimeout)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		d = cd
-	}
-	return d
-}
-
-func (s *connectState) myHello(stream int) hello {
-	c := &s.l.cfg
-	return hello{rank: uint32(s.l.rank), size: uint32(s.l.size), stream: uint32(stream), streams: uint32(c.Streams), slotSize: uint32(c.SlotSize), nonce: newNonce()}
-}
-
-// dialPeer opens every stream to a higher rank, retrying while the peer is
-// not listening yet.
-func (s *connectState) dialPeer(ctx context.Context, p int, addr string) {
-	defer s.wg.Done()
-	d := net.Dialer{Control: setSocketBuffers}
-	for stream := 0; stream < s.l.cfg.Streams; stream++ {
-		backoff := 10 * time.Millisecond
-		for {
-			c, sec, err := s.dialStream(ctx, &d, p, addr, stream)
-			if err == nil {
-				s.mu.Lock()
-				s.conns[p][stream] = c
-				if sec != nil {
-					s.secure[p][stream] = sec
-				}
-				s.mu.Unlock()
-				s.notify()
-				break
-			}
-			if errors.Is(err, errRefused) {
-				s.mu.Lock()
-				if s.fatal == nil {
-					s.fatal = fmt.Errorf("tcp: rank %d connecting to rank %d at %s: %w", s.l.rank, p, addr, err)
-				}
-				s.mu.Unlock()
-				s.notify()
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			s.l.log.Debug("dial failed, retrying", "subsys", "NET", "peer", p, "addr", addr, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 500*time.Millisecond)
-		}
-	}
-}
-
-func (s *connectState) dialStream(ctx context.Context, d *net.Dialer, p int, addr string, stream int) (*net.TCPConn, *secureStream, error) {
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	c := nc.(*net.TCPConn)
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	c.SetDeadline(deadlineFor(ctx))
-	var conn net.Conn = c
-	var sec *secureStream
-	if s.l.tls != nil {
-		if sec, err = s.l.tls.clientStream(ctx, c, p); err != nil {
-			c.Close()
-			return nil, nil, err
-		}
-		conn = sec.tc
-	}
-	if err := dialHandshake(conn, s.l.cfg.Token, s.myHello(stream), p); err != nil {
-		c.Close()
-		if sec != nil {
-			err = tlsRefusal(err, p)
-		}
-		return nil, nil, err
-	}
-	if err := c.SetDeadline(time.Time{}); err != nil || ctx.Err() != nil {
-		c.Close()
-		return nil, nil, errors.Join(err, ctx.Err())
-	}
-	return c, sec, nil
-}
-
-// acceptLoop takes connections from lower ranks until Connect returns. Each
-// handshake runs on its own goroutine so a slow or hostile client cannot
-// hold up the others.
-func (s *connectState) acceptLoop(ctx context.Context) {
-	defer s.wg.Done()
-	for {
-		nc, err := s.l.ln.AcceptTCP()
-		if err != nil {
-			select {
-			case <-s.done:
-				return
-			default:
-			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
-			s.l.log.Warn("accept failed", "subsys", "NET", "err", err)
-			select {
-			case <-s.done:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			continue
-		}
-		s.wg.Add(1)
-		go s.accept(ctx, nc)
-	}
-}
-
-func (s *connectState) accept(ctx context.Context, c *net.TCPConn) {
-	defer s.wg.Done()
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	c.SetDeadline(deadlineFor(ctx))
-	cfg := &s.l.cfg
-	var conn net.Conn = c
-	var sec *secureStream
-	var pin tlsx.Pin
-	if s.l.tls != nil {
-		var err error
-		if sec, pin, err = s.l.tls.serverStream(ctx, c, s.l.rank); err != nil {
-			s.l.log.Warn("refused a connection", "subsys", "NET", "from", c.RemoteAddr(), "err", err)
-			c.Close()
-			s.notify()
-			return
-		}
-		conn = sec.tc
-	}
-	check := func(h hello) error {
-		switch p := int(h.rank); {
-		case p >= s.l.size || p >= s.l.rank || !s.want[p]:
-			return fmt.Errorf("rank %d is not a peer that dials rank %d", h.rank, s.l.rank)
-		case int(h.size) != s.l.size:
-			return fmt.Errorf("rank %d says the job has %d ranks, not %d", h.rank, h.size, s.l.size)
-		case int(h.streams) != cfg.Streams || h.stream >= h.streams:
-			return fmt.Errorf("rank %d opens stream %d of %d, this rank uses %d streams (GCCL streams settings differ)", h.rank, h.stream, h.streams, cfg.Streams)
-		case int(h.slotSize) != cfg.SlotSize:
-			return fmt.Errorf("rank %d uses %d-byte slots, this rank %d (slot sizes must match)", h.rank, h.slotSize, cfg.SlotSize)
-		case sec != nil && pin != s.l.tls.pins[p]:
-			return fmt.Errorf("the dialer claims to be rank %d but holds another rank's TLS key", h.rank)
-		}
-		return nil
-	}
-	claimed := false
-	claim := func(h hello) error { // h passed check: rank and stream are in range
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.conns[h.rank][h.stream] != nil {
-			return fmt.Errorf("rank %d opened stream %d twice", h.rank, h.stream)
-		}
-		s.conns[h.rank][h.stream] = c
-		if sec != nil {
-			s.secure[h.rank][h.stream] = sec
-		}
-		s.verdicts++
-		claimed = true
-		return nil
-	}
-	h, err := acceptHandshake(conn, cfg.Token, s.l.rank, check, claim)
-	if err == nil {
-		err = c.SetDeadline(time.Time{})
-	}
-	if claimed {
-		s.mu.Lock()
-		s.verdicts--
-		if err != nil {
-			s.conns[h.rank][h.stream] = nil
-			if sec != nil {
-				s.secure[h.rank][h.stream] = nil
-			}
-		}
-		s.mu.Unlock()
-	}
-	if err != nil {
-		s.l.log.Warn("refused a connection", "subsys", "NET", "from", c.RemoteAddr(), "err", err)
-		c.Close()
-	}
-	s.notify()
 }
 
 // Endpoint is one rank's TCP attachment to its peers. It implements
@@ -607,66 +258,31 @@ type Endpoint struct {
 	bell       transport.Bell
 	ownBell    bool
 	log        *slog.Logger
-	peers      []*peer // by rank; nil for self and peers not connected
+	peers      []atomic.Pointer[peer] // by rank; nil for self and peers not yet used
 	poll       *poller
 	watcher    sync.WaitGroup
 	stopping   atomic.Bool
 	closeOnce  sync.Once
 	closed     atomic.Bool
 	waitHooked atomic.Bool // PrepareWait was called: sleepers announce themselves
+	conn       connector   // how pairs connect (connect.go)
 }
 
-func newEndpoint(l *Listener, conns [][]*net.TCPConn, secure [][]*secureStream) (*Endpoint, error) {
+// newEndpoint makes l's endpoint with no connection yet, and starts its
+// watcher.
+func newEndpoint(l *Listener, want []bool, addrs []string) (*Endpoint, error) {
 	cfg := &l.cfg
-	e := &Endpoint{rank: l.rank, size: l.size, slotSize: cfg.SlotSize, bell: cfg.Bell, log: l.log, peers: make([]*peer, l.size)}
-	closeConns := func(from int) {
-		for _, cs := range conns[from:] {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-	}
+	e := &Endpoint{rank: l.rank, size: l.size, slotSize: cfg.SlotSize, bell: cfg.Bell, log: l.log, peers: make([]atomic.Pointer[peer], l.size)}
 	var err error
 	if e.poll, err = newPoller(); err != nil {
-		closeConns(0)
 		return nil, fmt.Errorf("tcp: %w", err)
-	}
-	for p, cs := range conns {
-		if cs == nil {
-			continue
-		}
-		var sec []*secureStream
-		if secure != nil {
-			sec = secure[p]
-		}
-		pr, err := newPeer(e, p, cs, sec, cfg)
-		if err != nil {
-			closeConns(p)
-			for _, q := range e.peers {
-				if q != nil {
-					q.shut()
-				}
-			}
-			e.poll.close()
-			return nil, err
-		}
-		e.peers[p] = pr
-		how := ""
-		if sec != nil {
-			how = ", TLS 1.3"
-		}
-		e.log.Info(fmt.Sprintf("rank %d <-> %d via TCP/%s, %d streams%s", l.rank, p, l.iface.Name, len(cs), how), "subsys", "NET")
 	}
 	if e.bell == nil {
 		e.bell, e.ownBell = transport.NewDoorbell(), true
 	}
+	e.conn.init(e, l, want, addrs)
 	e.watcher.Add(1)
 	go e.watch()
-	for _, p := range e.peers {
-		if p != nil {
-			p.watchAll()
-		}
-	}
 	return e, nil
 }
 
@@ -689,8 +305,10 @@ func (e *Endpoint) watch() {
 				}
 				continue
 			}
-			if ev.peer >= 0 && ev.peer < len(e.peers) && e.peers[ev.peer] != nil {
-				e.peers[ev.peer].onEvent(ev)
+			if ev.peer >= 0 && ev.peer < len(e.peers) {
+				if p := e.peers[ev.peer].Load(); p != nil {
+					p.onEvent(ev)
+				}
 			}
 		}
 	}
@@ -702,6 +320,7 @@ func (e *Endpoint) Name() string  { return "TCP" }
 func (e *Endpoint) SlotSize() int { return e.slotSize }
 func (e *Endpoint) Seq() uint64   { return e.bell.Seq() }
 
+// peer returns the connection with p, starting it at the first use.
 func (e *Endpoint) peer(p int) (*peer, error) {
 	if e.closed.Load() {
 		return nil, transport.ErrClosed
@@ -709,10 +328,10 @@ func (e *Endpoint) peer(p int) (*peer, error) {
 	if p < 0 || p >= e.size || p == e.rank {
 		return nil, fmt.Errorf("tcp: rank %d has no peer %d", e.rank, p)
 	}
-	if e.peers[p] == nil {
-		return nil, &transport.PeerError{Peer: p, Err: fmt.Errorf("tcp: rank %d did not connect to rank %d", e.rank, p)}
+	if pr := e.peers[p].Load(); pr != nil {
+		return pr, nil
 	}
-	return e.peers[p], nil
+	return e.conn.use(p)
 }
 
 // Sender returns the sending half of the connection to peer.
@@ -752,8 +371,8 @@ func (e *Endpoint) PrepareWait() {
 	if !e.waitHooked.Load() {
 		e.waitHooked.Store(true)
 	}
-	for _, p := range e.peers {
-		if p != nil {
+	for i := range e.peers {
+		if p := e.peers[i].Load(); p != nil {
 			// Stored before re-arming, and read by every re-arm under the
 			// socket's lock, so a sleeper's sockets always end up armed.
 			p.rxSleeping.Store(true)
@@ -796,35 +415,31 @@ func (e *Endpoint) shut(reason error) {
 		e.bell.Ring()
 		var deadline time.Time
 		if reason == nil {
+			// A pair still connecting delivers what was queued for it
+			// once it is up, within the same deadline.
 			deadline = time.Now().Add(closeLinger)
-			for _, p := range e.peers {
-				if p != nil {
-					p.drainTx(deadline)
-				}
+			for _, p := range e.allPeers() {
+				p.drainTx(deadline)
 			}
 		} else {
 			deadline = time.Now().Add(abortLinger)
-			for _, p := range e.peers {
-				if p != nil {
-					p.sendAbort(reason)
-				}
+			for _, p := range e.allPeers() {
+				p.sendAbort(reason)
 			}
 		}
+		e.conn.stop()
 		e.stopping.Store(true)
 		e.poll.wake()
 		e.watcher.Wait()
+		peers := e.allPeers()
 		var fds []int
-		for _, p := range e.peers {
-			if p != nil {
-				p.stop()
-				fds = append(fds, p.fds...)
-			}
+		for _, p := range peers {
+			p.stop()
+			fds = append(fds, p.fds...)
 		}
 		lingerFDs(fds, deadline)
-		for _, p := range e.peers {
-			if p != nil {
-				p.release()
-			}
+		for _, p := range peers {
+			p.release()
 		}
 		e.poll.close()
 		// Wake the rank if it sleeps, so it sees ErrClosed.
@@ -833,6 +448,17 @@ func (e *Endpoint) shut(reason error) {
 			e.bell.Close()
 		}
 	})
+}
+
+// allPeers lists the peers made so far.
+func (e *Endpoint) allPeers() []*peer {
+	var out []*peer
+	for i := range e.peers {
+		if p := e.peers[i].Load(); p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 var _ transport.Endpoint = (*Endpoint)(nil)

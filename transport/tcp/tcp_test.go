@@ -290,7 +290,7 @@ func TestCloseDrainsThenPeerError(t *testing.T) {
 		t.Errorf("Wait on a closed endpoint: %v", err)
 	}
 	// The survivor stops watching the lost peer's sockets.
-	p := eps[1].peers[0]
+	p := eps[1].peers[0].Load()
 	for j := range p.fds {
 		if w := p.interest(j); w != 0 {
 			t.Errorf("lost peer's stream %d still wants events %#x", j, w)
@@ -336,7 +336,7 @@ func backlog(t *testing.T, eps []*Endpoint, slot, slots int) (sent, got int) {
 	t.Helper()
 	unreadInput(t, eps, slot, slots)
 	sent = fill(t, eps[0], 1, slot)
-	tx := eps[0].peers[1].tx
+	tx := eps[0].peers[1].Load().tx
 	for more := slots; more > 0 && got < sent-1; got++ {
 		expectMessage(t, eps[1], 0, got, slot)
 		if tx.idle() {
@@ -502,7 +502,7 @@ func TestPeerKilledMidMessage(t *testing.T) {
 	eps := connectWorld(t, 2, testConfig(64<<10, 2, 1))
 	// Half a frame, then the socket dies: the receiver reports the loss
 	// instead of waiting for the rest.
-	p := eps[0].peers[1]
+	p := eps[0].peers[1].Load()
 	hdr := make([]byte, frameHeaderLen)
 	putFrameHeader(hdr, frameHeader{kind: frameData, length: 1000, tag: 1})
 	if _, err := writeFD(p.fds[0], hdr, []byte{1, 2, 3}); err != nil {
