@@ -433,7 +433,7 @@ func (c *connector) accept(tc *net.TCPConn) {
 		case int(h.size) != l.size:
 			return fmt.Errorf("rank %d says the job has %d ranks, not %d", h.rank, h.size, l.size)
 		case int(h.streams) != cfg.Streams || h.stream >= h.streams:
-			return fmt.Errorf("rank %d opens stream %d of %d, this rank uses %d streams (GCCL streams settings differ)", h.rank, h.stream, h.streams, cfg.Streams)
+			return fmt.Errorf("rank %d opens stream %d of %d, this rank uses %d (every rank must set the same %s)", h.rank, h.stream, h.streams, cfg.Streams, EnvSockets)
 		case int(h.slotSize) != cfg.SlotSize:
 			return fmt.Errorf("rank %d uses %d-byte slots, this rank %d (slot sizes must match)", h.rank, h.slotSize, cfg.SlotSize)
 		case sec != nil && pin != l.tls.pins[p]:

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gccl/gccl/internal/testutil"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -249,24 +251,27 @@ func registeredJob(t *testing.T, n int, env map[string]string) []*Endpoint {
 
 // The registered transport connects pairs at their first use, with or
 // without TLS, and keeps accepting after Release; GCCL_RUNTIME_CONNECT=0
-// connects every pair in Connect.
+// connects every pair in Connect; GCCL_SOCKET_NSOCKS sets the sockets per
+// pair.
 func TestRegisteredTransportConnects(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		env   map[string]string
-		eager bool
+		name    string
+		env     map[string]string
+		eager   bool
+		streams int
 	}{
-		{"first use", nil, false},
-		{"first use, TLS", map[string]string{"GCCL_TLS": "1"}, false},
-		{"at Init", map[string]string{EnvRuntimeConnect: "0"}, true},
+		{"first use", nil, false, DefaultStreams},
+		{"first use, TLS", map[string]string{"GCCL_TLS": "1"}, false, DefaultStreams},
+		{"first use, one socket", map[string]string{EnvSockets: "1"}, false, 1},
+		{"at Init", map[string]string{EnvRuntimeConnect: "0"}, true, DefaultStreams},
+		{"at Init, three sockets", map[string]string{EnvRuntimeConnect: "0", EnvSockets: "3"}, true, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			eps := registeredJob(t, 3, c.env)
-			streams := DefaultStreams
 			for r, e := range eps {
 				want := 0
 				if c.eager {
-					want = 2 * streams
+					want = 2 * c.streams
 				}
 				if n := sockets(e); n != want {
 					t.Fatalf("rank %d holds %d sockets after Connect, want %d", r, n, want)
@@ -276,38 +281,56 @@ func TestRegisteredTransportConnects(t *testing.T) {
 			if m, tag := recv(t, eps[0], 2); string(m) != "hello" || tag != 5 {
 				t.Fatalf("2 -> 0: %q, tag %d", m, tag)
 			}
-			if !c.eager && (eps[0].peers[1].Load() != nil || eps[1].peers[2].Load() != nil) {
-				t.Error("a pair that was never used is connected")
+			want := c.streams // one pair used
+			if c.eager {
+				want = 2 * c.streams
+			}
+			if n := sockets(eps[0]); n != want {
+				t.Errorf("rank 0 holds %d sockets after using one pair, want %d", n, want)
 			}
 		})
 	}
 }
 
-func TestRuntimeConnectSetting(t *testing.T) {
-	env := func(k string) string {
-		if k == EnvRuntimeConnect {
-			return "yes"
+func TestRegisteredTransportSettings(t *testing.T) {
+	for _, kv := range [][2]string{
+		{EnvRuntimeConnect, "yes"},
+		{EnvSockets, "0"},
+		{EnvSockets, "17"},
+		{EnvSockets, "two"},
+	} {
+		env := func(k string) string {
+			if k == kv[0] {
+				return kv[1]
+			}
+			return ""
 		}
-		return ""
-	}
-	_, err := tcpTransport{}.Listen(context.Background(), &transport.Setup{JobID: "j", Rank: 0, Size: 2, SlotSize: 4096, SlotCount: 2, Unclaimed: []int{1}, Getenv: env})
-	if err == nil || !strings.Contains(err.Error(), EnvRuntimeConnect) {
-		t.Fatalf("GCCL_RUNTIME_CONNECT=yes: %v", err)
+		_, err := tcpTransport{}.Listen(context.Background(), &transport.Setup{JobID: "j", Rank: 0, Size: 2, SlotSize: 4096, SlotCount: 2, Unclaimed: []int{1}, Getenv: env})
+		if err == nil || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+		}
 	}
 }
 
-// A rank that first uses a pair after the peer's endpoint closed (its
-// listening socket with it) gets an error naming the peer once dialing has
-// failed for handshakeTimeout, not a wait without end.
-func TestLazyDialGivesUpOnAGonePeer(t *testing.T) {
-	old := handshakeTimeout
-	handshakeTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { handshakeTimeout = old })
-	eps := connectLazyWorld(t, 2)
-	eps[1].Close()
+// Ranks that disagree on the sockets per pair fail that pair, the dialer
+// with an error naming the peer, the acceptor's log naming the setting.
+func TestLazyMismatchedSocketsFailThePair(t *testing.T) {
+	var logs testutil.SyncBuffer
+	one := testConfig(4096, 2, 1)
+	two := testConfig(4096, 2, 2)
+	two.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	eps := connectLazyWorld(t, 2, one, two)
+	go func() { _, _ = eps[1].Receiver(0) }() // rank 1 accepts whatever comes
 	_, _, err := tryRecv(eps[0], 1)
 	var pe *transport.PeerError
-	if !errors.As(err, &pe) || pe.Peer != 1 || !strings.Contains(err.Error(), "could not connect to rank 1") {
-		t.Fatalf("receive from a closed peer: %v", err)
+	if !errors.As(err, &pe) || pe.Peer != 1 || !errors.Is(err, errRefused) {
+		t.Fatalf("rank 0: %v", err)
+	}
+	// The acceptor logs once its side of the handshake has ended.
+	for i := 0; !strings.Contains(logs.String(), EnvSockets); i++ {
+		if i == 200 {
+			t.Fatalf("rank 1's log does not name %s:\n%s", EnvSockets, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/gccl/gccl/internal/tlsx"
 	"github.com/gccl/gccl/transport"
@@ -47,8 +48,16 @@ func (tcpTransport) Listen(ctx context.Context, s *transport.Setup) (transport.L
 	default:
 		return nil, fmt.Errorf("tcp: %s=%q: want 1 (connect each pair at its first use, the default) or 0 (every pair at Init)", EnvRuntimeConnect, v)
 	}
+	streams := 0 // DefaultStreams
+	if v := getenv(EnvSockets); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxStreams {
+			return nil, fmt.Errorf("tcp: %s=%q: want a number of sockets per peer from 1 to %d", EnvSockets, v, MaxStreams)
+		}
+		streams = n
+	}
 	files := tlsx.FilesFromEnv(getenv)
-	ln, err := Listen(s.Rank, s.Size, Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Token: token[:],
+	ln, err := Listen(s.Rank, s.Size, Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Streams: streams, Token: token[:],
 		TLS: useTLS, TLSCert: files.Cert, TLSKey: files.Key, TLSCA: files.CA})
 	if err != nil {
 		return nil, fmt.Errorf("tcp listen: %w", err)
@@ -66,6 +75,10 @@ func (tcpTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
 // unreachable peer fails Init rather than the first collective that needs
 // it.
 const EnvRuntimeConnect = "GCCL_RUNTIME_CONNECT"
+
+// EnvSockets sets the sockets per peer (Config.Streams; default
+// DefaultStreams); every rank of a job must set the same.
+const EnvSockets = "GCCL_SOCKET_NSOCKS"
 
 type listener struct {
 	ln    *Listener
