@@ -167,9 +167,9 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 		return nil, &transport.PeerError{Peer: l.rank, Err: err}
 	}
 	l.sendSeg = seg
-	ctr, metas, slots := ringParts(seg, 0, e.mb.geo)
-	l.send = &sender{ctr: ctr, metas: metas, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
-		peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
+	ctr, metas, small, slots := ringParts(seg, 0, e.mb.geo)
+	l.send = &sender{ctr: ctr, metas: metas, small: small, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
+		smallLimit: e.mb.geo.smallLimit(), peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
 	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
@@ -188,7 +188,7 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 		return nil, err
 	}
 	if l.recv == nil {
-		r := &receiver{count: 1, slotSize: e.slotSize, peerHdr: l.hdr, link: l, ep: e}
+		r := &receiver{count: 1, slotSize: e.slotSize, smallLimit: inlineMax, peerHdr: l.hdr, link: l, ep: e}
 		r.metas = r.none[:]
 		l.recv = r
 		if err := r.attach(); err != nil {
@@ -221,8 +221,8 @@ func (r *receiver) attach() error {
 		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: mapping the ring from rank %d: %w", l.rank, err)}
 	}
 	l.recvSeg = seg
-	r.ctr, r.metas, r.slots = ringParts(seg, 0, g)
-	r.count = uint64(g.slotCount)
+	r.ctr, r.metas, r.small, r.slots = ringParts(seg, 0, g)
+	r.count, r.smallLimit = uint64(g.slotCount), g.smallLimit()
 	return nil
 }
 
@@ -377,50 +377,62 @@ func (e *Endpoint) dropLinks() {
 // lies in the peer's mailbox. Only the slots' lines and the head are
 // shared; the count of committed messages and a recent head live here.
 type sender struct {
-	ctr      *ringCounters
-	metas    []slotMeta
-	slots    [][]byte // each slotSize bytes, capacity included
-	count    uint64   // data slots
-	slotSize int
-	tail     uint64 // messages committed
-	seenHead uint64 // head as last read: a lower bound of the real one
-	line     int    // tail % len(metas)
-	idx      int    // tail % count: the data slot
-	n        int    // length of the reserved message
-	full     bool   // the last TryReserve found no slot (for poll)
-	peerHdr  *header
-	link     *peerLink
-	ep       *Endpoint
-	off      int   // the ring's offset in this rank's mailbox
-	limit    []int // per slot, the longest message its reserved pages hold
+	ctr        *ringCounters
+	metas      []slotMeta
+	small      [][]byte // by line, each smallSize bytes; nil without
+	slots      [][]byte // each slotSize bytes, capacity included
+	count      uint64   // data slots
+	slotSize   int
+	smallLimit int    // the longest message that needs no data slot
+	smallReady bool   // the small data areas are reserved
+	tail       uint64 // messages committed
+	seenHead   uint64 // head as last read: a lower bound of the real one
+	line       int    // tail % len(metas)
+	idx        int    // tail % count: the data slot
+	n          int    // length of the reserved message
+	full       bool   // the last TryReserve found no slot (for poll)
+	peerHdr    *header
+	link       *peerLink
+	ep         *Endpoint
+	off        int   // the ring's offset in this rank's mailbox
+	limit      []int // per slot, the longest message its reserved pages hold
 }
 
 // receiver is the consuming half of the ring from a peer, in the peer's
 // mailbox.
 type receiver struct {
-	none     [1]slotMeta // metas until the ring is mapped: never ready
-	ctr      *ringCounters
-	metas    []slotMeta
-	slots    [][]byte
-	count    uint64 // data slots
-	slotSize int
-	head     uint64 // messages released; this side is the only writer
-	line     int    // head % len(metas)
-	idx      int    // head % count: the data slot
-	empty    bool   // the last TryNext found no message (for poll)
-	peerHdr  *header
-	link     *peerLink
-	ep       *Endpoint
+	none       [1]slotMeta // metas until the ring is mapped: never ready
+	ctr        *ringCounters
+	metas      []slotMeta
+	small      [][]byte
+	slots      [][]byte
+	count      uint64 // data slots
+	slotSize   int
+	smallLimit int
+	head       uint64 // messages released; this side is the only writer
+	line       int    // head % len(metas)
+	idx        int    // head % count: the data slot
+	empty      bool   // the last TryNext found no message (for poll)
+	peerHdr    *header
+	link       *peerLink
+	ep         *Endpoint
 }
 
-func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, [][]byte) {
+func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, [][]byte, [][]byte) {
 	ctr := (*ringCounters)(seg.at(off))
 	metas := unsafe.Slice((*slotMeta)(seg.at(off+metaOff)), g.lineCount)
+	var small [][]byte
+	if g.smallSize > 0 {
+		small = make([][]byte, g.lineCount)
+		for i := range small {
+			small[i] = seg.bytes(off+g.smallOff+i*g.smallSize, g.smallSize)
+		}
+	}
 	slots := make([][]byte, g.slotCount)
 	for i := range slots {
 		slots[i] = seg.bytes(off+g.dataOff+i*g.slotStride, g.slotSize)
 	}
-	return ctr, metas, slots
+	return ctr, metas, small, slots
 }
 
 // TryReserve returns the next free slot, n bytes long: in the slot's line
@@ -438,11 +450,12 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if err := s.link.err(); err != nil {
 		return nil, false, err
 	}
-	// A message in its line needs a free line; a larger one its data
-	// slot too, free once the message count slots back is released.
+	// A message in its line or its line's small area needs a free line; a
+	// larger one its data slot too, free once the message count slots back
+	// is released.
 	lines := uint64(len(s.metas))
 	room := lines
-	if n > inlineMax {
+	if n > s.smallLimit {
 		room = s.count
 	}
 	if s.tail-s.seenHead >= room {
@@ -463,12 +476,36 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if n <= inlineMax {
 		return s.metas[s.line].inline[:n:n], true, nil
 	}
+	if n <= s.smallLimit {
+		if !s.smallReady {
+			if err := s.reserveSmall(); err != nil {
+				return nil, false, err
+			}
+		}
+		return s.small[s.line][:n:n], true, nil
+	}
 	if n > s.limit[s.idx] {
 		if err := s.reserveSlot(n); err != nil {
 			return nil, false, err
 		}
 	}
 	return s.slots[s.idx][:n:n], true, nil
+}
+
+// reserveSmall reserves the lines' small data areas, at the first message
+// that needs one.
+func (s *sender) reserveSmall() error {
+	e := s.ep
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := e.mb.reserveSmall(s.link.sendSeg, s.off, s.link.rank); err != nil {
+		return &transport.PeerError{Peer: s.link.rank, Err: err}
+	}
+	s.smallReady = true
+	return nil
 }
 
 // reserveSlot reserves the current slot's data for a message of n bytes,
@@ -541,6 +578,8 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	switch {
 	case n <= inlineMax:
 		return m.inline[:n:n], transport.Tag(m.tag), true, nil
+	case n <= uint32(r.smallLimit):
+		return r.small[r.line][:n:n], transport.Tag(m.tag), true, nil
 	case n <= uint32(r.slotSize):
 		return r.slots[r.idx][:n:n], transport.Tag(m.tag), true, nil
 	}

@@ -25,6 +25,10 @@ import (
 //	                   first page), 128 bytes each: sequence number,
 //	                   length, tag and up to 104 bytes of inline data
 //	                   (written by the sender)
+//	  smallOff         small data, smallSize bytes per line, page aligned:
+//	                   a message of up to smallSize bytes that does not
+//	                   fit in its line is in its line's (absent, smallSize
+//	                   0, where slots are not larger than smallMax)
 //	  dataOff          slot data, slotStride bytes per slot, page aligned;
 //	                   message k's is data slot k % slotCount
 //
@@ -41,18 +45,21 @@ import (
 // polls the one slot line (a pair of cache lines) that also carries
 // length, tag and, for small messages, the data, so a small message costs
 // one line's transfer.
-// Larger messages use a data slot, which stays aligned for the reduction
-// kernels. Message k sits in line k % lineCount; a small message needs
-// only its line free, a larger one also its data slot, free once message
-// k - slotCount is released. The sender reads the head only when the ring looks
-// full.
+// Larger messages use the line's small data area, or beyond smallSize a
+// data slot; both stay aligned for the reduction kernels. Message k sits
+// in line k % lineCount; a message of up to smallSize bytes needs only its
+// line free, a larger one also its data slot, free once message
+// k - slotCount is released. So messages of up to smallSize bytes (a
+// broadcast of 8 bytes or of 1 KiB, an arrival round) run up to lineCount
+// ahead of their receiver, and ranks that share cores hand over their core
+// less often. The sender reads the head only when the ring looks full.
 //
 // Words that different processes write sit at least 128 bytes apart, not
 // 64: Intel cores fetch cache lines in adjacent pairs, so two words 64 bytes
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
-	layoutVersion = 4
+	layoutVersion = 5
 
 	cacheLine    = 64
 	pageSize     = 4096
@@ -61,6 +68,7 @@ const (
 	metaStride   = 2 * cacheLine                     // a slot's line: a pair, as Intel cores fetch them (above)
 	inlineMax    = metaStride - 24                   // data bytes carried in the slot's line: 104
 	minLines     = (pageSize - metaOff) / metaStride // the lines a ring's first page holds: 30
+	smallMax     = 1024                              // a line's small data area, where slots are larger
 	reasonMax    = 512
 )
 
@@ -145,13 +153,13 @@ type geometry struct {
 	// lineCount is how many slot lines a ring has: at least slotCount,
 	// and as many as the ring's first page holds (minLines). Message k
 	// takes line k % lineCount and, when it does not fit in the line
-	// (inlineMax), data slot k % slotCount too. So small messages (a
-	// broadcast of 8 bytes, an arrival round) can run up to lineCount
-	// ahead of their receiver: ranks that share cores hand over their
-	// core less often.
+	// (inlineMax), line k's small data area (up to smallSize bytes) or
+	// else data slot k % slotCount.
 	lineCount  int
+	smallSize  int // smallMax where slots are larger, else 0
 	worldSize  int
 	slotStride int // slot data, rounded to a cache line
+	smallOff   int // the small data areas within a ring, page aligned
 	dataOff    int // slot data within a ring, page aligned
 	ringStride int
 	headerSize int
@@ -161,8 +169,12 @@ func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 func newGeometry(slotSize, slotCount, worldSize int) (geometry, error) {
 	g := geometry{slotSize: slotSize, slotCount: slotCount, lineCount: max(slotCount, minLines), worldSize: worldSize}
+	if slotSize > smallMax {
+		g.smallSize = smallMax
+	}
 	g.slotStride = roundUp(slotSize, cacheLine)
-	g.dataOff = roundUp(metaOff+g.lineCount*metaStride, pageSize)
+	g.smallOff = roundUp(metaOff+g.lineCount*metaStride, pageSize)
+	g.dataOff = roundUp(g.smallOff+g.lineCount*g.smallSize, pageSize)
 	ring := int64(g.dataOff) + int64(slotCount)*int64(g.slotStride)
 	if ring > 1<<40 {
 		return g, fmt.Errorf("shm: ring of %d slots of %d bytes is too large", slotCount, slotSize)
@@ -174,6 +186,9 @@ func newGeometry(slotSize, slotCount, worldSize int) (geometry, error) {
 
 // ringOff is where the owner's i-th ring (counting from 0) lies.
 func (g geometry) ringOff(i int) int { return g.headerSize + i*g.ringStride }
+
+// smallLimit is the longest message that needs no data slot.
+func (g geometry) smallLimit() int { return max(inlineMax, g.smallSize) }
 
 // size is the mailbox's size with n rings.
 func (g geometry) size(n int) int64 { return int64(g.headerSize) + int64(n)*int64(g.ringStride) }

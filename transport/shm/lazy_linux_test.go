@@ -9,9 +9,10 @@ import (
 )
 
 // TestMemoryGrowsWithPeersUsed: a rank's mailbox holds its header and,
-// per peer it sent to, a ring's counters and slot lines, plus of each
-// slot's data the pages its longest message covered; whatever the size of
-// the job. The file on /dev/shm holds exactly that much memory.
+// per peer it sent to, a ring's counters and slot lines, plus the lines'
+// small data areas once a message needed one, plus of each slot's data the
+// pages its longest message covered; whatever the size of the job. The
+// file on /dev/shm holds exactly that much memory.
 func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 	const n = 8
 	cfg := Config{SlotSize: 3 * pageSize, SlotCount: 4}
@@ -28,7 +29,8 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 			}
 		}
 	}
-	hdr, lines, page := int64(g.headerSize), int64(g.dataOff), int64(pageSize)
+	hdr, lines, page := int64(g.headerSize), int64(g.smallOff), int64(pageSize)
+	small := int64(g.dataOff - g.smallOff)
 	check("after Connect", []int64{hdr, hdr, hdr, hdr, hdr, hdr, hdr, hdr})
 	// Rank 0 sends small messages to 1 and 2; rank 1 answers 0; the others
 	// only exist.
@@ -48,17 +50,23 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after small messages", []int64{hdr + 2*lines, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
-	// A message too large for a slot's line reserves the pages of its
-	// slot's data that it covers: the second message to rank 2 lands in
-	// slot 1 and takes its first page, the third, in slot 2, all three.
-	for _, m := range []int{inlineMax + 1, 3 * pageSize} {
+	// A message too large for a slot's line takes its line's small data
+	// area, which reserves every line's; one too large for that reserves
+	// the pages of its slot's data that it covers: the third message to
+	// rank 2 lands in slot 2 and takes its first page, the fourth, in slot
+	// 3, all three.
+	if err := send(eps[0], 2, make([]byte, inlineMax+1), 3); err != nil {
+		t.Fatal(err)
+	}
+	check("after a small message", []int64{hdr + 2*lines + small, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	for _, m := range []int{smallMax + 1, 3 * pageSize} {
 		if err := send(eps[0], 2, make([]byte, m), 3); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check("after large messages", []int64{hdr + 2*lines + 4*page, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
+	check("after large messages", []int64{hdr + 2*lines + small + 4*page, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
 	buf := make([]byte, 3*pageSize)
-	for _, c := range []struct{ to, from, n int }{{1, 0, 1}, {2, 0, 1}, {2, 0, inlineMax + 1}, {2, 0, 3 * pageSize}, {0, 1, 1}} {
+	for _, c := range []struct{ to, from, n int }{{1, 0, 1}, {2, 0, 1}, {2, 0, inlineMax + 1}, {2, 0, smallMax + 1}, {2, 0, 3 * pageSize}, {0, 1, 1}} {
 		if n, _, err := recv(eps[c.to], c.from, buf); err != nil || n != c.n {
 			t.Fatalf("rank %d from %d: %d bytes, %v", c.to, c.from, n, err)
 		}

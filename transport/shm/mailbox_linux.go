@@ -102,8 +102,9 @@ func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbo
 // addRing adds a ring at the end of the mailbox, for the messages to peer,
 // and maps it; it returns the mapping and the ring's offset, which the
 // caller publishes in the table once it has set up its side. Only the
-// ring's counters and slot lines are reserved now; each slot's data area
-// is reserved as far as the longest message it has carried
+// ring's counters and slot lines are reserved now; the lines' small data
+// areas at the first message that needs one (reserveSmall), and each
+// slot's data area as far as the longest message it has carried
 // (reserveSlot). Pairs that only exchange small messages (arrival rounds,
 // barriers, small all-reduces) hold a page, and the all-to-all family,
 // which connects every pair, holds per pair what its messages need rather
@@ -113,7 +114,7 @@ func (mb *Mailbox) addRing(peer int) (*segment, int, error) {
 	wrap := func(err error) error {
 		return fmt.Errorf("shm: ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
 	}
-	if err := growFile(mb.fd, int64(off), int64(mb.geo.dataOff)); err != nil {
+	if err := growFile(mb.fd, int64(off), int64(mb.geo.smallOff)); err != nil {
 		return nil, 0, wrap(err)
 	}
 	// The file covers the whole ring; the slot data stays a hole.
@@ -127,6 +128,17 @@ func (mb *Mailbox) addRing(peer int) (*segment, int, error) {
 	mb.nRings++
 	atomic.StoreUint32(&mb.hdr.nRings, uint32(mb.nRings))
 	return seg, off, nil
+}
+
+// reserveSmall reserves the small data areas of the ring at off (mapped at
+// seg). The caller holds the endpoint's closeMu, so the file is still open.
+func (mb *Mailbox) reserveSmall(seg *segment, off, peer int) error {
+	g := mb.geo
+	if err := growFile(mb.fd, int64(off+g.smallOff), int64(g.dataOff-g.smallOff)); err != nil {
+		return fmt.Errorf("shm: small messages of the ring from rank %d to rank %d in %s: %w", mb.rank, peer, mb.path, err)
+	}
+	_ = unix.Madvise(seg.bytes(g.smallOff, g.dataOff-g.smallOff), unix.MADV_POPULATE_WRITE)
+	return nil
 }
 
 // reserveSlot reserves the pages of slot i of the ring at off (mapped at

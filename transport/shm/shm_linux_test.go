@@ -98,6 +98,72 @@ func TestBackpressure(t *testing.T) {
 	}
 }
 
+// TestSmallAreaRunsAhead: where slots are larger than smallMax, a message
+// too long for its line but not for the line's small data area also needs
+// only a free line; one longer still waits for its data slot. A stream of
+// sizes around both limits over many laps arrives intact and in order.
+func TestSmallAreaRunsAhead(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 4096, SlotCount: 2})
+	s, _ := eps[0].Sender(1)
+	r, _ := eps[1].Receiver(0)
+	for i := range minLines {
+		b, ok, err := s.TryReserve(smallMax)
+		if !ok || err != nil {
+			t.Fatalf("message %d of %d bytes, %d lines: ok=%v err=%v", i, smallMax, minLines, ok, err)
+		}
+		b[0], b[smallMax-1] = byte(i), byte(i+1)
+		s.Commit(transport.Tag(i))
+	}
+	for _, n := range []int{8, smallMax, smallMax + 1} {
+		if _, ok, err := s.TryReserve(n); ok || err != nil {
+			t.Fatalf("a %d-byte message with every line taken: ok=%v err=%v", n, ok, err)
+		}
+	}
+	for i := range minLines {
+		m, tag, ok, err := r.TryNext()
+		if !ok || err != nil || len(m) != smallMax || m[0] != byte(i) || m[smallMax-1] != byte(i+1) || tag != transport.Tag(i) {
+			t.Fatalf("message %d: len %d tag %d ok=%v err=%v", i, len(m), tag, ok, err)
+		}
+		r.Release()
+	}
+
+	const n = 5000
+	size := func(i int) int {
+		return []int{1, inlineMax, inlineMax + 1, smallMax, smallMax + 1, 4096, 0, 700, 8, smallMax - 1}[i%10]
+	}
+	sent, got := 0, 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	for got < n {
+		for k := rng.IntN(70); k > 0 && sent < n; k-- {
+			b, ok, err := s.TryReserve(size(sent))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			for j := range b {
+				b[j] = byte(sent + j)
+			}
+			s.Commit(transport.Tag(sent))
+			sent++
+		}
+		for k := rng.IntN(70); k > 0 && got < sent; k-- {
+			m, tag, ok, err := r.TryNext()
+			if !ok || err != nil || tag != transport.Tag(got) || len(m) != size(got) {
+				t.Fatalf("message %d: tag %d len %d ok=%v err=%v", got, tag, len(m), ok, err)
+			}
+			for j := range m {
+				if m[j] != byte(got+j) {
+					t.Fatalf("message %d: byte %d is %d", got, j, m[j])
+				}
+			}
+			r.Release()
+			got++
+		}
+	}
+}
+
 // TestSmallMessagesUseEveryLine: a message that fits in a slot's line
 // needs only a free line, so tiny messages run up to lineCount ahead of the
 // receiver; one that needs a data slot still waits for the message
@@ -943,6 +1009,14 @@ func TestGeometry(t *testing.T) {
 	}
 	if g.ringOff(1) != 3*pageSize {
 		t.Fatalf("ring 1 at %d", g.ringOff(1))
+	}
+	// Slots larger than smallMax: after the lines' page, a small data area
+	// per line (30 KiB, rounded up to 8 pages), then the slots.
+	if g, _ := newGeometry(4096, 2, 2); g.smallSize != smallMax || g.smallOff != pageSize || g.dataOff != 9*pageSize || g.ringStride != 11*pageSize || g.smallLimit() != smallMax {
+		t.Fatalf("4 KiB slots: %+v", g)
+	}
+	if g.smallSize != 0 || g.smallOff != g.dataOff || g.smallLimit() != inlineMax {
+		t.Fatalf("1000-byte slots have a small data area: %+v", g)
 	}
 	// A large job grows the ring table beyond the first page.
 	if g, _ := newGeometry(64, 2, 1000); g.headerSize != 3*pageSize {
