@@ -566,10 +566,11 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	// An acquire load: the sender wrote the message before its seq.
 	if seq := m.seq.Load(); seq != r.head+1 {
 		err := r.notReady(seq)
-		// Look once more: a peer that closed or died right after our load
-		// may have committed first, and what it sent is drained before
-		// its failure is reported.
-		if m.seq.Load() != r.head+1 {
+		// Look once more, in the ring notReady may just have mapped: a
+		// peer that closed or died right after our load may have committed
+		// first, and what it sent is drained before its failure is
+		// reported.
+		if m = &r.metas[r.line]; m.seq.Load() != r.head+1 {
 			return nil, 0, false, err
 		}
 	}
@@ -586,6 +587,10 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	return nil, 0, false, r.corrupt("message of %d bytes in a %d-byte slot", n, r.slotSize)
 }
 
+// testHookNotReady, set by tests, runs in notReady between its look at
+// the peer's state and its look for the peer's ring.
+var testHookNotReady func()
+
 // notReady is TryNext's slow path, when the slot holds no new message: the
 // peer's failure once everything it committed has been read.
 func (r *receiver) notReady(seq uint64) error {
@@ -593,15 +598,24 @@ func (r *receiver) notReady(seq uint64) error {
 	if seq != r.head+1-uint64(len(r.metas)) && seq != 0 {
 		return r.corrupt("slot line %d holds message %d while message %d is expected", r.line, seq, r.head+1)
 	}
+	// The peer's state before its ring: a peer publishes its ring and
+	// commits its messages before it closes, so once its closing is seen,
+	// so is everything it sent. (Looked at the other way round, a peer
+	// could publish, send and close in between, and its last messages
+	// would be lost behind its closing.)
+	err := r.link.err()
+	if testHookNotReady != nil {
+		testHookNotReady()
+	}
 	if r.ctr == nil {
 		// Not mapped yet. A peer that sent and then closed left its ring
 		// behind: map it first, so that what it sent is read before its
 		// closing is reported.
-		if err := r.attach(); err != nil || r.ctr != nil {
-			return err
+		if aerr := r.attach(); aerr != nil || r.ctr != nil {
+			return aerr
 		}
 	}
-	if err := r.link.err(); err != nil {
+	if err != nil {
 		return err
 	}
 	r.empty = true

@@ -126,3 +126,36 @@ func TestSendThenCloseBeforeReceiverExists(t *testing.T) {
 		}
 	}
 }
+
+// TestSendAndCloseWhileReceiverLooks: a peer that makes its ring, sends and
+// closes while the receiver is between its look at the peer's state and its
+// look for the ring (the receiver asked before the ring existed) still has
+// its message read before its closing is reported. Found by
+// comm's TestNestedSplitsDoNotCollide under load: a 2-rank child's
+// all-reduce failed on one rank with ErrPeerClosed while the peer, done,
+// had closed.
+func TestSendAndCloseWhileReceiverLooks(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 256, SlotCount: 4})
+	r, err := eps[1].Receiver(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hookErr error
+	testHookNotReady = func() {
+		testHookNotReady = nil
+		hookErr = send(eps[0], 1, []byte("last words"), 7)
+		eps[0].Close()
+	}
+	t.Cleanup(func() { testHookNotReady = nil })
+	m, tag, ok, err := r.TryNext()
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if !ok || err != nil || string(m) != "last words" || tag != 7 {
+		t.Fatalf("first look: %q tag %d ok=%v err=%v, want the message", m, tag, ok, err)
+	}
+	r.Release()
+	if _, _, _, err := r.TryNext(); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("after the message: %v, want ErrPeerClosed", err)
+	}
+}
