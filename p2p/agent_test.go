@@ -318,7 +318,11 @@ func TestConcurrentPostAndWait(t *testing.T) {
 	}
 	wg.Go(func() {
 		for time.Now().Before(end) {
-			if st, err := req.Status(); st == StatusFailed && posts.Load() > 0 {
+			// Count the posts before looking: a Status read before the
+			// first post reports "not posted", and a post may succeed
+			// in between.
+			n := posts.Load()
+			if st, err := req.Status(); st == StatusFailed && n > 0 {
 				t.Errorf("status of a request whose posts all succeed: %v", err)
 				return
 			}
