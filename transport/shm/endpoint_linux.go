@@ -495,14 +495,9 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 // reserveSmall reserves the lines' small data areas, at the first message
 // that needs one.
 func (s *sender) reserveSmall() error {
-	e := s.ep
-	e.closeMu.Lock()
-	defer e.closeMu.Unlock()
-	if e.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := e.mb.reserveSmall(s.link.sendSeg, s.off, s.link.rank); err != nil {
-		return &transport.PeerError{Peer: s.link.rank, Err: err}
+	err := s.reserve(func(mb *Mailbox) error { return mb.reserveSmall(s.link.sendSeg, s.off, s.link.rank) })
+	if err != nil {
+		return err
 	}
 	s.smallReady = true
 	return nil
@@ -512,19 +507,31 @@ func (s *sender) reserveSmall() error {
 // the first that long in this slot (Mailbox.addRing says why it waits
 // until then).
 func (s *sender) reserveSlot(n int) error {
+	err := s.reserve(func(mb *Mailbox) error { return mb.reserveSlot(s.link.sendSeg, s.off, s.idx, n, s.link.rank) })
+	if err != nil {
+		return err
+	}
+	// Whole pages are reserved: record what they hold, so that messages
+	// growing a little at a time do not each take this path.
+	g := &s.ep.mb.geo
+	start := g.dataOff + s.idx*g.slotStride
+	s.limit[s.idx] = min(roundUp(start+n, pageSize)-start, s.slotSize)
+	return nil
+}
+
+// reserve runs grow, a reservation in this rank's mailbox file, under
+// closeMu so that the file is still open. grow does not escape: the
+// closures above stay on the stack.
+func (s *sender) reserve(grow func(*Mailbox) error) error {
 	e := s.ep
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
 	if e.closed.Load() {
 		return transport.ErrClosed
 	}
-	if err := e.mb.reserveSlot(s.link.sendSeg, s.off, s.idx, n, s.link.rank); err != nil {
+	if err := grow(e.mb); err != nil {
 		return &transport.PeerError{Peer: s.link.rank, Err: err}
 	}
-	// Whole pages are reserved: record what they hold, so that messages
-	// growing a little at a time do not each take this path.
-	start := e.mb.geo.dataOff + s.idx*e.mb.geo.slotStride
-	s.limit[s.idx] = min(roundUp(start+n, pageSize)-start, s.slotSize)
 	return nil
 }
 

@@ -231,18 +231,13 @@ func (c *connector) stop() {
 	}
 }
 
-// discard closes an endpoint whose eager Connect failed, at once.
+// discard closes an endpoint whose eager Connect failed, at once. Not shut:
+// nobody has had the endpoint, so there is nothing to deliver, no abort to
+// send and no rank to wake.
 func (c *connector) discard() {
 	e := c.e
 	e.closed.Store(true)
-	c.stop()
-	e.stopping.Store(true)
-	e.poll.wake()
-	e.watcher.Wait()
-	for _, p := range e.allPeers() {
-		p.shut()
-	}
-	e.poll.close()
+	e.halt(time.Time{})
 	if e.ownBell {
 		e.bell.Close()
 	}

@@ -333,12 +333,6 @@ func (p *peer) sendAbort(reason error) {
 	_, _ = writeFD(p.fds[0], frame[:frameHeaderLen], frame[frameHeaderLen:])
 }
 
-// shut closes the peer's sockets at once, once nothing can touch them.
-func (p *peer) shut() {
-	p.stop()
-	p.release()
-}
-
 // stop ends all I/O on the peer's sockets but the caller's, once the
 // watcher has stopped: it waits out any pass or re-arm still running and
 // keeps new ones out until release. The descriptors stay open.

@@ -427,27 +427,37 @@ func (e *Endpoint) shut(reason error) {
 				p.sendAbort(reason)
 			}
 		}
-		e.conn.stop()
-		e.stopping.Store(true)
-		e.poll.wake()
-		e.watcher.Wait()
-		peers := e.allPeers()
-		var fds []int
-		for _, p := range peers {
-			p.stop()
-			fds = append(fds, p.fds...)
-		}
-		lingerFDs(fds, deadline)
-		for _, p := range peers {
-			p.release()
-		}
-		e.poll.close()
+		e.halt(deadline)
 		// Wake the rank if it sleeps, so it sees ErrClosed.
 		e.bell.Ring()
 		if e.ownBell {
 			e.bell.Close()
 		}
 	})
+}
+
+// halt stops connecting, the watcher and every peer, then closes the
+// peers' sockets and the poller. The sockets linger until deadline; a zero
+// deadline (a failed Connect, with nothing to deliver) closes them at once.
+// The bell is the caller's: only shut rings it.
+func (e *Endpoint) halt(deadline time.Time) {
+	e.conn.stop()
+	e.stopping.Store(true)
+	e.poll.wake()
+	e.watcher.Wait()
+	peers := e.allPeers()
+	var fds []int
+	for _, p := range peers {
+		p.stop()
+		fds = append(fds, p.fds...)
+	}
+	if !deadline.IsZero() {
+		lingerFDs(fds, deadline)
+	}
+	for _, p := range peers {
+		p.release()
+	}
+	e.poll.close()
 }
 
 // allPeers lists the peers made so far.
