@@ -10,11 +10,12 @@ import (
 )
 
 // portAddr is what a rank publishes in its descriptor: the port it uses,
-// for Reach to tell whether two ranks share a fabric, and for the logs.
-// Its wire form:
+// for Reach to tell whether two ranks share a fabric, and for the logs; and
+// where its TCP fallback listens, for a pair whose RDMA fails at its first
+// use. Its wire form:
 //
 //	offset size field
-//	0      1    version (1)
+//	0      1    version (2)
 //	1      1    link layer
 //	2      1    GID type
 //	3      1    port number
@@ -25,7 +26,9 @@ import (
 //	10     6    reserved, zero
 //	16     16   GID
 //	32     1    length of the device name
-//	33     ...  device name
+//	33     n    device name
+//	33+n   1    length of the fallback's address (0: none)
+//	34+n   ...  the fallback's TCP address (host:port)
 type portAddr struct {
 	Device    string
 	Port      int
@@ -36,9 +39,10 @@ type portAddr struct {
 	LID       uint16
 	MTU       verbs.MTU
 	QPs       int
+	TCP       string // the fallback's listening address; "" when it has none
 }
 
-const addrVersion = 1
+const addrVersion = 2
 
 // Name is "device:port".
 func (a portAddr) Name() string { return a.Device + ":" + strconv.Itoa(a.Port) }
@@ -56,7 +60,7 @@ func (a portAddr) Fabric() string {
 }
 
 func (a portAddr) marshal() []byte {
-	b := make([]byte, 33, 33+len(a.Device))
+	b := make([]byte, 33, 34+len(a.Device)+len(a.TCP))
 	b[0] = addrVersion
 	b[1] = byte(a.LinkLayer)
 	b[2] = byte(a.GIDType)
@@ -67,7 +71,9 @@ func (a portAddr) marshal() []byte {
 	binary.BigEndian.PutUint16(b[8:], uint16(a.GIDIndex))
 	copy(b[16:32], a.GID[:])
 	b[32] = byte(len(a.Device))
-	return append(b, a.Device...)
+	b = append(b, a.Device...)
+	b = append(b, byte(len(a.TCP)))
+	return append(b, a.TCP...)
 }
 
 // parseAddr reads another rank's portAddr, checking every field.
@@ -82,14 +88,17 @@ func parseAddr(b []byte) (portAddr, error) {
 	copy(a.GID[:], b[16:32])
 	n := int(b[32])
 	switch {
-	case len(b) != 33+n || n == 0:
+	case len(b) < 34+n || n == 0:
 		return portAddr{}, errors.New("ibverbs: bad device name in a port address")
+	case len(b) != 34+n+int(b[33+n]):
+		return portAddr{}, errors.New("ibverbs: bad fallback address in a port address")
 	case a.LinkLayer != verbs.LinkInfiniBand && a.LinkLayer != verbs.LinkEthernet:
 		return portAddr{}, fmt.Errorf("ibverbs: bad link layer %d in a port address", b[1])
 	case a.MTU.Bytes() == 0 || a.Port < 1 || a.QPs < 1 || a.QPs > MaxQPs:
 		return portAddr{}, errors.New("ibverbs: bad port, MTU or QP count in a port address")
 	}
-	a.Device = string(b[33:])
+	a.Device = string(b[33 : 33+n])
+	a.TCP = string(b[34+n:])
 	return a, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gccl/gccl/internal/verbs"
 	"github.com/gccl/gccl/transport"
@@ -56,6 +57,15 @@ type conn struct {
 	reason    string // with peerAborted
 
 	err error // the connection failed; every call returns it
+
+	// Setting up (pair.go): up once the QPs are connected and the outcome
+	// applied; until then Commit only queues. A pair whose RDMA failed
+	// goes through the TCP fallback's sender and receiver.
+	up      bool
+	setup   atomic.Pointer[setupResult] // the set-up's outcome, once it ended
+	applied atomic.Bool                 // the outcome was applied
+	tcpS    transport.Sender
+	tcpR    transport.Receiver
 }
 
 type peerState uint8
@@ -66,27 +76,35 @@ const (
 	peerAborted
 )
 
-// newConn sets up this side of the connection with peer: registers its
-// memory, creates its QPs (in INIT) and posts their receives.
-func (e *Endpoint) newConn(peer int, g geometry) (c *conn, err error) {
-	c = &conn{e: e, peer: peer, g: g, buf: make([]byte, g.bytes()),
+// newConn makes the connection with peer, memory only: its region is
+// registered, and its QPs made, by open (the pair's set-up goroutine).
+func (e *Endpoint) newConn(peer int, g geometry) *conn {
+	return &conn{e: e, peer: peer, g: g, buf: make([]byte, g.bytes()),
 		sqData: make([]int, g.qps), repost: make([]int, g.qps), pieces: make([]uint64, g.qps),
 		got: make([]uint8, g.count), need: make([]uint8, g.count),
 		wr: make([]verbs.SendWR, g.qps), sge: make([]verbs.SGE, g.qps)}
+}
+
+// open sets up this side of the connection: registers its memory, creates
+// its QPs (in INIT) and posts their receives. The owner does not touch the
+// connection's verbs objects until the set-up's outcome is applied.
+func (c *conn) open() (err error) {
+	e, g, peer := c.e, c.g, c.peer
 	defer func() {
 		if err != nil {
 			c.release()
 		}
 	}()
 	if c.mr, err = e.pd.Register(c.buf, verbs.AccessAll); err != nil {
-		return nil, err
+		return err
 	}
+	e.registered.Add(int64(len(c.buf)))
 	c.lkey, c.base = c.mr.LKey(), c.mr.Addr()
 	for range g.qps {
 		q, err := e.pd.CreateQP(verbs.QPOptions{Port: e.port, SendCQ: e.cq, RecvCQ: e.cq,
 			MaxSendWR: g.sendDepth(), MaxRecvWR: g.recvDepth(), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.qps = append(c.qps, q)
 	}
@@ -98,14 +116,14 @@ func (e *Endpoint) newConn(peer int, g geometry) (c *conn, err error) {
 			c.rwr[j][i] = verbs.RecvWR{ID: makeWRID(wrRecv, j, peer)}
 		}
 		if err := q.PostRecv(c.rwr[j]); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for j := range c.wr {
 		c.wr[j] = verbs.SendWR{Op: verbs.OpWriteWithImm, Flags: verbs.SendSignaled, ID: makeWRID(wrData, j, peer), SGEs: c.sge[j : j+1]}
 	}
 	c.ctlWR[0] = verbs.SendWR{Op: verbs.OpWriteWithImm, Flags: verbs.SendSignaled, ID: makeWRID(wrCtl, 0, peer), SGEs: c.ctlSGE[:]}
-	return c, nil
+	return nil
 }
 
 // info is what the peer needs to connect to this side.
@@ -152,6 +170,7 @@ func (c *conn) release() error {
 	if c.mr != nil {
 		errs = append(errs, c.mr.Close())
 		c.mr = nil
+		c.e.registered.Add(-int64(len(c.buf)))
 	}
 	return errors.Join(errs...)
 }
@@ -265,7 +284,7 @@ func (c *conn) markDirty() {
 // at a time (all with force), and a credit that waited for room.
 func (c *conn) finish(force bool) {
 	c.dirty = false
-	if c.err != nil {
+	if c.err != nil || !c.up {
 		return
 	}
 	for j, n := range c.repost {
@@ -327,7 +346,7 @@ func (c *conn) sendCredit() {
 // closed first still gets it: its Close waits for this notice (drain). One
 // that aborted waits for nothing, and may have destroyed its QP already.
 func (c *conn) sendNotice(reason error) {
-	if c.err != nil || c.peerState == peerAborted || c.raddr == 0 || c.sqCtl >= c.g.ctlMax()+2 {
+	if c.err != nil || !c.up || c.peerState == peerAborted || c.sqCtl >= c.g.ctlMax()+2 {
 		return
 	}
 	ctrl := c.g.ctrlOff()
@@ -409,12 +428,22 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if !e.enter() {
 		return nil, false, transport.ErrClosed
 	}
+	if c.tcpS != nil {
+		b, ok, err := c.tcpReserve(n)
+		e.leave()
+		return b, ok, err
+	}
 	if err := c.txErr(); err != nil {
 		e.leave()
 		return nil, false, err
 	}
 	if !c.canSend(n) {
 		e.progress()
+		if c.tcpS != nil {
+			b, ok, err := c.tcpReserve(n)
+			e.leave()
+			return b, ok, err
+		}
 		if err := c.txErr(); err != nil || !c.canSend(n) {
 			e.leave()
 			return nil, false, err
@@ -426,8 +455,16 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	return c.buf[off : off+n : off+n], true, nil
 }
 
+func (c *conn) tcpReserve(n int) ([]byte, bool, error) {
+	if c.err != nil {
+		return nil, false, c.err
+	}
+	return c.tcpS.TryReserve(n)
+}
+
 // Commit writes the header and posts the message: one RDMA WRITE with
 // immediate per piece, each into the same slot of the peer's receive ring.
+// Before the pair is up it only queues the message.
 func (s *sender) Commit(tag transport.Tag) {
 	c := (*conn)(s)
 	e := c.e
@@ -435,6 +472,16 @@ func (s *sender) Commit(tag transport.Tag) {
 		return
 	}
 	defer e.leave()
+	if c.tcpS != nil {
+		switch {
+		case c.reserved: // in the send ring, before the pair moved
+			c.reserved = false
+			c.handOver(tag)
+		case c.err == nil:
+			c.tcpS.Commit(tag)
+		}
+		return
+	}
 	if !c.reserved {
 		return
 	}
@@ -442,26 +489,36 @@ func (s *sender) Commit(tag transport.Tag) {
 	if c.err != nil {
 		return
 	}
-	i := int(c.tail % uint64(c.g.count))
-	off := c.g.sendOff(i)
+	off := c.g.sendOff(int(c.tail % uint64(c.g.count)))
 	putHeader(c.buf[off:], c.n, c.tail, uint64(tag), c.head)
 	c.creditSent, c.creditOwed = c.head, false
-	parts := c.g.pieces(c.n)
-	imm := dataImm(c.tail, parts)
+	if c.up && !c.post(c.tail, c.n) {
+		return
+	}
+	c.tail++
+}
+
+// post posts message seq (n bytes, its header written) as one RDMA WRITE
+// with immediate per piece. It reports false when the connection failed.
+func (c *conn) post(seq uint64, n int) bool {
+	i := int(seq % uint64(c.g.count))
+	off := c.g.sendOff(i)
+	parts := c.g.pieces(n)
+	imm := dataImm(seq, parts)
 	raddr := c.raddr + uint64(c.g.recvOff(i))
 	for j := range parts {
-		po, pn := c.g.piece(c.n, parts, j)
+		po, pn := c.g.piece(n, parts, j)
 		c.sge[j] = verbs.SGE{Addr: c.base + uint64(off+po), Length: uint32(pn), LKey: c.lkey}
 		w := &c.wr[j]
 		w.Imm, w.RemoteAddr, w.RKey = imm, raddr+uint64(po), c.rkey
 		if err := c.qps[j].PostSend(c.wr[j : j+1]); err != nil {
-			c.fail(fmt.Errorf("ibverbs: rank %d -> %d: posting message %d: %w", e.rank, c.peer, c.tail, err))
-			return
+			c.fail(fmt.Errorf("ibverbs: rank %d -> %d: posting message %d: %w", c.e.rank, c.peer, seq, err))
+			return false
 		}
 		c.sqData[j]++
 		c.pieces[j]++
 	}
-	c.tail++
+	return true
 }
 
 // TryNext returns the oldest complete message of the receive ring.
@@ -471,8 +528,18 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	if !e.enter() {
 		return nil, 0, false, transport.ErrClosed
 	}
+	if c.tcpR != nil {
+		m, tag, ok, err := c.tcpNext()
+		e.leave()
+		return m, tag, ok, err
+	}
 	if c.head == c.ready {
 		e.progress()
+		if c.tcpR != nil { // moved to TCP just now
+			m, tag, ok, err := c.tcpNext()
+			e.leave()
+			return m, tag, ok, err
+		}
 		if c.head == c.ready {
 			// Waiting for the peer: let it have every slot.
 			if c.creditOwed {
@@ -496,6 +563,13 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	return c.buf[off : off+n : off+n], transport.Tag(tag), true, nil
 }
 
+func (c *conn) tcpNext() ([]byte, transport.Tag, bool, error) {
+	if c.err != nil {
+		return nil, 0, false, c.err
+	}
+	return c.tcpR.TryNext()
+}
+
 // Release frees the oldest message's slot and credits it to the peer.
 func (r *receiver) Release() {
 	c := (*conn)(r)
@@ -503,7 +577,10 @@ func (r *receiver) Release() {
 	if !e.enter() {
 		return
 	}
-	if c.head != c.ready {
+	switch {
+	case c.tcpR != nil:
+		c.tcpR.Release()
+	case c.head != c.ready:
 		c.head++
 		c.creditOwed = true
 		if c.head-c.creditSent >= c.g.creditBatch() {

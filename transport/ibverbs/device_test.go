@@ -34,6 +34,7 @@ func TestExchange(t *testing.T) {
 		t.Run(fmt.Sprintf("ranks=%d,qps=%d", c.n, c.qps), func(t *testing.T) {
 			w := connectWorld(t, worldConfig{n: c.n, slotSize: slot, slotCount: 4,
 				env: map[string]string{"GCCL_IB_QPS_PER_CONNECTION": fmt.Sprint(c.qps)}}, false)
+			w.allPump(t, all)
 			for r, ep := range w.eps {
 				require.Regexp(t, `^NET/IB/\w+:\d+$`, ep.Name())
 				for p := range c.n {
@@ -45,7 +46,6 @@ func TestExchange(t *testing.T) {
 				}
 				require.Contains(t, w.logs[r].String(), "device buffers cross hosts through registered host staging")
 			}
-			w.allPump(t, all)
 			// Large messages went out striped over every QP.
 			if c.qps > 1 {
 				for r, ep := range w.eps {
@@ -219,6 +219,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 // them).
 func TestCloseDrains(t *testing.T) {
 	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4}, false)
+	w.up(t)
 	live := verbs.Live()
 	require.Equal(t, int64(2), live.Contexts)
 	require.Equal(t, int64(2), live.CQs)
@@ -288,10 +289,13 @@ func recvOne(e *Endpoint, r transport.Receiver) ([]byte, transport.Tag, error) {
 	}
 }
 
-// Abort: a peer asleep waiting for a message is woken and sees the reason;
-// the aborted endpoint's own sleeper sees ErrClosed.
+// Abort: a connected peer asleep waiting for a message is woken and sees
+// the reason; the aborted endpoint's own sleeper sees ErrClosed. (A peer
+// waiting for a pair's first use learns of the abort from the job, as over
+// TCP: the transport has no connection to tell it by.)
 func TestAbortReachesPeer(t *testing.T) {
 	w := connectWorld(t, worldConfig{n: 3, slotSize: 4096, slotCount: 4}, false)
+	w.up(t)
 	errc := make(chan error, 2)
 	for _, r := range []int{1, 2} {
 		go func() {
@@ -325,6 +329,7 @@ func TestAbortReachesPeer(t *testing.T) {
 func TestVanishedPeer(t *testing.T) {
 	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4,
 		env: map[string]string{"GCCL_IB_TIMEOUT": "10", "GCCL_IB_RETRY_CNT": "1", "GCCL_IB_QPS_PER_CONNECTION": "1"}}, false)
+	w.up(t)
 	victim := w.eps[1].conns[0]
 	for _, q := range victim.qps {
 		require.NoError(t, q.Close())
@@ -355,7 +360,8 @@ func TestVanishedPeer(t *testing.T) {
 
 // A pair whose QPs cannot reach RTR: TCP carries it, with a WARN on both
 // sides naming the pair and the reason; other pairs stay on RDMA. Under
-// GCCL_STRICT=1, Connect fails on both sides instead.
+// GCCL_STRICT=1 the pair fails instead: its first use on both sides, or
+// Connect when pairs connect at Init (GCCL_RUNTIME_CONNECT=0).
 func TestFallbackToTCP(t *testing.T) {
 	t.Setenv("GCCL_SOCKET_IFNAME", "lo")
 	breakConnect = func(rank, peer int) error {
@@ -365,8 +371,7 @@ func TestFallbackToTCP(t *testing.T) {
 		return nil
 	}
 	defer func() { breakConnect = nil }()
-	t.Run("fallback", func(t *testing.T) {
-		w := connectWorld(t, worldConfig{n: 3, slotSize: 64 << 10, slotCount: 4}, false)
+	checkFallback := func(t *testing.T, w *world) {
 		require.Equal(t, "TCP", w.eps[0].Via(1))
 		require.Equal(t, "TCP", w.eps[1].Via(0))
 		require.Equal(t, w.eps[0].name, w.eps[0].Via(2))
@@ -374,14 +379,78 @@ func TestFallbackToTCP(t *testing.T) {
 		require.Contains(t, w.logs[0].String(), "WARN INIT rank 0 -> 1 via TCP instead of IB (QP failed to reach RTR/RTS: ibv_modify_qp to RTR: network is unreachable)")
 		require.Contains(t, w.logs[1].String(), "WARN INIT rank 1 -> 0 via TCP instead of IB (on rank 0: QP failed to reach RTR/RTS")
 		require.NotContains(t, w.logs[2].String(), "WARN")
+	}
+	t.Run("fallback", func(t *testing.T) {
+		w := connectWorld(t, worldConfig{n: 3, slotSize: 64 << 10, slotCount: 4}, false)
+		w.allPump(t, []int{1, 1000, 64 << 10, 3, 0})
+		checkFallback(t, w)
+	})
+	t.Run("fallback at Init", func(t *testing.T) {
+		w := connectWorld(t, worldConfig{n: 3, slotSize: 64 << 10, slotCount: 4, env: map[string]string{"GCCL_RUNTIME_CONNECT": "0"}}, false)
+		checkFallback(t, w)
 		w.allPump(t, []int{1, 1000, 64 << 10, 3, 0})
 	})
+	// What rank 0 queued before the pair failed, and the message it had
+	// reserved then, go over TCP in order.
+	t.Run("queued messages move", func(t *testing.T) {
+		w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4}, false)
+		s, err := w.eps[0].Sender(1)
+		require.NoError(t, err)
+		for i := range 2 {
+			b, ok, err := s.TryReserve(100 + i)
+			require.NoError(t, err)
+			require.True(t, ok)
+			copy(b, pattern(0, i, 100+i))
+			s.Commit(transport.Tag(i))
+		}
+		b, ok, err := s.TryReserve(102)
+		require.NoError(t, err)
+		require.True(t, ok)
+		r, err := w.eps[1].Receiver(0)
+		require.NoError(t, err)
+		// Rank 0 is in no call: its set-up applies the outcome itself.
+		c := w.eps[0].conns[1]
+		waitUntil(t, c.applied.Load)
+		require.Equal(t, "TCP", w.eps[0].Via(1))
+		copy(b, pattern(0, 2, 102))
+		s.Commit(2)
+		for i := range 3 {
+			m, tag, err := recvOne(w.eps[1], r)
+			require.NoError(t, err)
+			require.Equal(t, transport.Tag(i), tag)
+			require.Equal(t, pattern(0, i, 100+i), m, "message %d", i)
+		}
+		w.allPump(t, []int{7, 4096})
+	})
+	strictWant := func(t *testing.T, r int, err error) {
+		require.ErrorContains(t, err, "GCCL_STRICT=1 forbids a downgrade", "rank %d", r)
+		require.ErrorContains(t, err, fmt.Sprintf("rank %d -> %d via TCP instead of IB", r, 1-r))
+		require.ErrorIs(t, err, verbs.ErrNotSupported)
+	}
 	t.Run("strict", func(t *testing.T) {
-		w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 2, env: map[string]string{"GCCL_STRICT": "1"}}, true)
+		w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 2, env: map[string]string{"GCCL_STRICT": "1"}}, false)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = pump(w.raw[r], []int{1 - r}, []int{8})
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			strictWant(t, r, err)
+			var pe *transport.PeerError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, 1-r, pe.Peer)
+		}
+	})
+	t.Run("strict at Init", func(t *testing.T) {
+		w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 2,
+			env: map[string]string{"GCCL_STRICT": "1", "GCCL_RUNTIME_CONNECT": "0"}}, true)
 		for r, err := range w.errs {
-			require.ErrorContains(t, err, "GCCL_STRICT=1 forbids a downgrade", "rank %d", r)
-			require.ErrorContains(t, err, fmt.Sprintf("rank %d -> %d via TCP instead of IB", r, 1-r))
-			require.ErrorIs(t, err, verbs.ErrNotSupported)
+			strictWant(t, r, err)
 		}
 		require.Zero(t, verbs.Live().Total(), "a failed Connect left %v", verbs.Live())
 	})
@@ -428,6 +497,7 @@ func TestListenReasons(t *testing.T) {
 	for env, want := range map[string]string{
 		"GCCL_IB_QPS_PER_CONNECTION=99": "GCCL_IB_QPS_PER_CONNECTION=\"99\"",
 		"GCCL_IB_HCA=nosuchdevice":      "not selected by GCCL_IB_HCA=nosuchdevice",
+		"GCCL_RUNTIME_CONNECT=yes":      "GCCL_RUNTIME_CONNECT=\"yes\": want 1",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		s := transport.Setup{JobID: "x", Rank: 0, Size: 2, SlotSize: 4096, SlotCount: 2, Hosts: []string{"a", "b"}, Pids: []int{1, 2},

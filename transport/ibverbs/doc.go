@@ -24,18 +24,31 @@
 //
 // Each pair gets, on each side, one registered region (a receive ring, a
 // send ring, control words; layout.go) and GCCL_IB_QPS_PER_CONNECTION RC
-// QPs (the smaller of the two ranks' values; default 1, as NCCL's). The QP numbers,
-// the region's address and key and the geometry are exchanged once per pair
-// through the job's key-value store (the bootstrap's), in three steps that
-// every rank runs for all its peers before reading any: publish this side,
-// connect the QPs to the peer's (INIT -> RTR -> RTS), publish whether that
-// worked. A pair that failed on either side (a QP that did not reach RTR,
-// with the driver's errno; memory the kernel would not register) is carried
-// by TCP instead, with a WARN on both sides naming the pair and the reason
-// (Connect's error under GCCL_STRICT=1). The endpoint's name is
+// QPs (the smaller of the two ranks' values; default 1, as NCCL's), made
+// at the pair's first use (pair.go): the endpoint's first Sender or
+// Receiver for the peer, so that a rank pins rings only for the peers its
+// plans use. Connect itself makes the completion queue and returns. A
+// goroutine per pair registers the region, creates the QPs and exchanges
+// the QP numbers, the region's address and key and the geometry through
+// the job's key-value store (the bootstrap's): publish this side, read the
+// peer's, connect the QPs (INIT -> RTR -> RTS), publish whether that
+// worked, read the peer's verdict. Until then sends wait in the send ring
+// (at most SlotCount) and receives find nothing, so ranks may first use a
+// pair in any order; the outcome is applied by the owner's next call, or by
+// the set-up goroutine itself when the owner is away, so that queued
+// messages go out while the rank waits elsewhere. GCCL_RUNTIME_CONNECT=0
+// connects every pair in Connect instead, as NCCL_RUNTIME_CONNECT=0 does.
+//
+// A pair that failed on either side (a QP that did not reach RTR, with the
+// driver's errno; memory the kernel would not register) is carried by TCP
+// instead, with a WARN on both sides naming the pair and the reason, and
+// what it had queued moves there in order; under GCCL_STRICT=1 the pair
+// fails instead (its first use on both sides, or Connect at Init). The TCP
+// fallback listens from Listen on, its address in the rank's descriptor,
+// and connects only the pairs that move to it. The endpoint's name is
 // "NET/IB/<device>:<port>", which Comm.Via and gccl-perf's header show per
-// pair ("TCP" for a pair that fell back); Connect logs each pair's port,
-// GID and QP count at INFO.
+// pair ("TCP" for a pair that fell back); each pair's port, GID and QP
+// count are logged at INFO when it comes up.
 //
 // # Moving data
 //

@@ -44,17 +44,34 @@ type Endpoint struct {
 	ctx   *verbs.Context
 	pd    *verbs.PD
 	port  verbs.Port
+	me    portAddr
 	cq    *verbs.CQ
-	conns []*conn // by rank; nil for self and peers served otherwise
-	list  []*conn
+	conns []*conn // by rank, from the pair's first use; nil for self and peers served otherwise
+	list  []*conn // the connections that are up
 	wcs   []verbs.WC
 	dirty []*conn // connections with receives to post again or a credit owed
 
-	// Pairs whose RDMA connection failed at Connect, carried by TCP.
-	fallback *tcp.Endpoint
-	viaTCP   []bool
+	// Setting pairs up at their first use (pair.go).
+	o        options
+	store    transport.Store
+	job      string
+	addrs    []portAddr // by rank; Device "" for peers served otherwise
+	geos     []geometry // by rank
+	pending  []*conn    // set-ups whose outcome is not applied yet
+	setupCtx context.Context
+	endSetup context.CancelFunc
+	setups   sync.WaitGroup
+	closing  *error // while Close drains: the reason its notices carry
 
-	// owner is 1 while the owner is inside a call, 2 once Close took over.
+	registered atomic.Int64 // bytes registered with the device (MemStats)
+
+	// Pairs whose RDMA connection failed, carried by TCP (connecting each
+	// pair at its first use too).
+	fallback *tcp.Endpoint
+	viaTCP   []atomic.Bool
+
+	// owner is ownerBusy while the owner is inside a call, ownerSetUp while
+	// a set-up goroutine applies outcomes, ownerClosed once Close took over.
 	owner   atomic.Int32
 	closed  atomic.Bool
 	closeMu sync.Mutex
@@ -76,35 +93,43 @@ func (e *Endpoint) Seq() uint64   { return e.bell.Seq() }
 // Via names what carries traffic to peer: this endpoint's name, or TCP for
 // a pair whose RDMA connection failed.
 func (e *Endpoint) Via(peer int) string {
-	if peer >= 0 && peer < len(e.viaTCP) && e.viaTCP[peer] {
+	if peer >= 0 && peer < len(e.viaTCP) && e.viaTCP[peer].Load() {
 		return transport.Via(e.fallback, peer)
 	}
 	return e.name
 }
 
+const (
+	ownerBusy   = 1
+	ownerClosed = 2
+)
+
 // enter makes the caller the owner for one call, or reports false once
 // Close has taken the endpoint over.
-func (e *Endpoint) enter() bool { return e.owner.CompareAndSwap(0, 1) }
-func (e *Endpoint) leave()      { e.owner.Store(0) }
-
-func (e *Endpoint) conn(peer int) (*conn, error) {
-	if e.closed.Load() {
-		return nil, transport.ErrClosed
+func (e *Endpoint) enter() bool {
+	if e.owner.CompareAndSwap(0, ownerBusy) {
+		return true
 	}
+	return e.enterSlow()
+}
+
+func (e *Endpoint) leave() { e.owner.Store(0) }
+
+// conn returns the connection with peer, starting its set-up at the first
+// use.
+func (e *Endpoint) conn(peer int) (*conn, error) {
 	if peer < 0 || peer >= e.size || peer == e.rank {
 		return nil, fmt.Errorf("ibverbs: rank %d has no peer %d", e.rank, peer)
 	}
-	if c := e.conns[peer]; c != nil {
-		return c, nil
+	if !e.enter() {
+		return nil, transport.ErrClosed
 	}
-	return nil, &transport.PeerError{Peer: peer, Err: fmt.Errorf("ibverbs: rank %d is not connected to rank %d", e.rank, peer)}
+	defer e.leave()
+	return e.use(peer)
 }
 
 // Sender returns the sending half of the connection to peer.
 func (e *Endpoint) Sender(peer int) (transport.Sender, error) {
-	if e.viaTCP != nil && peer >= 0 && peer < len(e.viaTCP) && e.viaTCP[peer] {
-		return e.fallback.Sender(peer)
-	}
 	c, err := e.conn(peer)
 	if err != nil {
 		return nil, err
@@ -114,9 +139,6 @@ func (e *Endpoint) Sender(peer int) (transport.Sender, error) {
 
 // Receiver returns the receiving half of the connection from peer.
 func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
-	if e.viaTCP != nil && peer >= 0 && peer < len(e.viaTCP) && e.viaTCP[peer] {
-		return e.fallback.Receiver(peer)
-	}
 	c, err := e.conn(peer)
 	if err != nil {
 		return nil, err
@@ -128,6 +150,9 @@ func (e *Endpoint) Receiver(peer int) (transport.Receiver, error) {
 // receives consumed and the credits owed. It reports whether anything
 // completed. The caller is the owner (inside enter).
 func (e *Endpoint) progress() bool {
+	if len(e.pending) > 0 {
+		e.applyPending()
+	}
 	any := false
 	for {
 		n, err := e.cq.Poll(e.wcs)
@@ -185,11 +210,11 @@ func (e *Endpoint) settle() {
 // before the arming raises no event; if that finds one, it rings the bell
 // so the sleep ends at once.
 func (e *Endpoint) PrepareWait() {
-	if e.fallback != nil {
-		e.fallback.PrepareWait()
-	}
 	if !e.enter() {
 		return // closed
+	}
+	if e.fallback != nil {
+		e.fallback.PrepareWait()
 	}
 	if !e.waiting.Load() {
 		if err := e.cq.Arm(); err != nil {
@@ -264,10 +289,21 @@ func (e *Endpoint) shut(reason error) error {
 	}
 	// A rank asleep on the bell should see ErrClosed now.
 	e.bell.Ring()
-	// Take the endpoint over from the owner: its calls are short.
-	for !e.owner.CompareAndSwap(0, 2) {
+	// Take the endpoint over from the owner and the set-ups: their turns
+	// are short.
+	for !e.owner.CompareAndSwap(0, ownerClosed) {
 		runtime.Gosched()
 	}
+	linger := closeLinger
+	if reason != nil {
+		linger = abortLinger
+	}
+	e.closing = &reason
+	for _, c := range e.list {
+		c.sendNotice(reason)
+	}
+	e.drain(time.Now().Add(linger), reason == nil)
+	// What moved to TCP, even while draining, goes out now.
 	var fb error
 	if e.fallback != nil {
 		if reason == nil {
@@ -276,21 +312,14 @@ func (e *Endpoint) shut(reason error) error {
 			e.fallback.Abort(reason)
 		}
 	}
-	linger := closeLinger
-	if reason != nil {
-		linger = abortLinger
-	}
-	for _, c := range e.list {
-		c.sendNotice(reason)
-	}
-	e.drain(time.Now().Add(linger), reason == nil)
 	err := errors.Join(fb, e.release())
 	e.bell.Ring()
 	return err
 }
 
 // drain polls until every connection has nothing outstanding and, when
-// closing, its peer's notice came; or until the deadline.
+// closing, its peer's notice came, and every pair with messages queued is
+// up and has posted them; or until the deadline.
 func (e *Endpoint) drain(deadline time.Time, peers bool) {
 	for {
 		done := true
@@ -298,6 +327,11 @@ func (e *Endpoint) drain(deadline time.Time, peers bool) {
 			if c.err == nil && (!c.idle() || peers && c.peerState == peerOpen) {
 				done = false
 				break
+			}
+		}
+		for _, c := range e.pending {
+			if peers && c.tail > 0 {
+				done = false
 			}
 		}
 		if done || !time.Now().Before(deadline) {
@@ -312,8 +346,14 @@ func (e *Endpoint) drain(deadline time.Time, peers bool) {
 // release frees every verbs object, children first, and ends the waiter.
 func (e *Endpoint) release() error {
 	var errs []error
-	for _, c := range e.list {
-		errs = append(errs, c.release())
+	if e.endSetup != nil {
+		e.endSetup() // a set-up waiting on the store gives up
+		e.setups.Wait()
+	}
+	for _, c := range e.conns {
+		if c != nil {
+			errs = append(errs, c.release())
+		}
 	}
 	var cqErr error
 	if e.cq != nil {

@@ -293,6 +293,23 @@ func pump(ep transport.Endpoint, peers []int, sizes []int) error {
 	}
 }
 
+// up connects every pair of w (a message each way), so that tests may look
+// at the connections.
+func (w *world) up(t *testing.T) {
+	t.Helper()
+	w.allPump(t, []int{1})
+}
+
+// waitUntil polls cond until it holds, failing t after testTimeout.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out")
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // allPump runs pump on every rank of w with every other rank.
 func (w *world) allPump(t *testing.T, sizes []int) {
 	t.Helper()

@@ -112,10 +112,15 @@ func TestPortAddr(t *testing.T) {
 	gid, err := verbs.ParseGID("::ffff:169.254.77.1")
 	require.NoError(t, err)
 	a := portAddr{Device: "mlx5_0", Port: 1, LinkLayer: verbs.LinkEthernet, GIDType: verbs.GIDRoCEv2, GIDIndex: 3,
-		GID: gid, LID: 0, MTU: verbs.MTU4096, QPs: 2}
+		GID: gid, LID: 0, MTU: verbs.MTU4096, QPs: 2, TCP: "10.0.0.1:40000"}
 	b, err := parseAddr(a.marshal())
 	require.NoError(t, err)
 	require.Equal(t, a, b)
+	a.TCP = "" // no fallback
+	b, err = parseAddr(a.marshal())
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	a.TCP = "10.0.0.1:40000"
 	require.Equal(t, "mlx5_0:1", b.Name())
 	require.Equal(t, "RoCE v2", b.Fabric())
 	a.LinkLayer, a.GIDType = verbs.LinkInfiniBand, verbs.GIDIB
@@ -127,6 +132,7 @@ func TestPortAddr(t *testing.T) {
 		"version":    append([]byte{9}, good[1:]...),
 		"truncated":  good[:len(good)-1],
 		"long":       append(good, 'x'),
+		"no tcp len": good[:33+len("mlx5_0")],
 		"link layer": func() []byte { b := append([]byte(nil), good...); b[1] = 7; return b }(),
 		"mtu":        func() []byte { b := append([]byte(nil), good...); b[6] = 0; return b }(),
 		"qps":        func() []byte { b := append([]byte(nil), good...); b[7] = MaxQPs + 1; return b }(),

@@ -2,6 +2,7 @@ package ibverbs
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/gccl/gccl/internal/logx"
 	"github.com/gccl/gccl/internal/verbs"
 	"github.com/gccl/gccl/transport"
+	"github.com/gccl/gccl/transport/tcp"
 )
 
 // Name is the transport's name in descriptors and in the registry's logs
@@ -87,11 +89,21 @@ func (ibTransport) Listen(ctx context.Context, s *transport.Setup) (transport.Li
 	if err != nil {
 		return nil, err
 	}
+	eager, err := transport.EagerConnect(s.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("ibverbs: %w", err)
+	}
 	g, err := newGeometry(s.SlotSize, s.SlotCount, o.qps)
 	if err != nil {
 		return nil, err
 	}
-	if why := memlockCheck(uint64(len(s.Unclaimed)) * uint64(g.bytes())); why != "" {
+	// Pinned at once: every pair's rings, or, connecting at first use, one
+	// pair's (a pair whose registration fails later moves to TCP).
+	pairs := uint64(1)
+	if eager {
+		pairs = uint64(len(s.Unclaimed))
+	}
+	if why := memlockCheck(pairs * uint64(g.bytes())); why != "" {
 		return nil, errors.New(why)
 	}
 	log := logger(s)
@@ -113,10 +125,18 @@ func (ibTransport) Listen(ctx context.Context, s *transport.Setup) (transport.Li
 		vctx.Close()
 		return nil, err
 	}
-	l := &listener{s: *s, o: o, log: log, ctx: vctx, pd: pd, port: port, addr: portAddr{
+	l := &listener{s: *s, o: o, eager: eager, log: log, ctx: vctx, pd: pd, port: port, addr: portAddr{
 		Device: cand.Device, Port: port.Num, LinkLayer: port.Attr.LinkLayer, GIDType: port.GID.Type,
 		GIDIndex: port.GID.Index, GID: port.GID.GID, LID: port.Attr.LID, MTU: port.Attr.ActiveMTU, QPs: o.qps,
 	}}
+	// The fallback listens now so that its address travels in the
+	// descriptor: a pair that moves to TCP later needs no store round.
+	token := sha256.Sum256([]byte("gccl-ib-fallback:" + s.JobID))
+	if fb, err := tcp.Listen(s.Rank, s.Size, tcp.Config{SlotSize: s.SlotSize, SlotCount: s.SlotCount, Token: token[:]}); err == nil {
+		l.fallback, l.addr.TCP = fb, fb.Addr()
+	} else {
+		log.Info(fmt.Sprintf("NET/IB : no TCP fallback for pairs whose RDMA fails: %v", err), "subsys", "NET")
+	}
 	return l, nil
 }
 
@@ -124,6 +144,8 @@ func (ibTransport) Listen(ctx context.Context, s *transport.Setup) (transport.Li
 type listener struct {
 	s         transport.Setup
 	o         options
+	eager     bool // GCCL_RUNTIME_CONNECT=0
+	fallback  *tcp.Listener
 	log       *slog.Logger
 	ctx       *verbs.Context
 	pd        *verbs.PD
@@ -136,6 +158,10 @@ func (l *listener) Addr() []byte { return l.addr.marshal() }
 
 // Release closes the device unless Connect handed it to an endpoint.
 func (l *listener) Release() error {
+	if l.fallback != nil {
+		l.fallback.Close()
+		l.fallback = nil
+	}
 	if l.connected || l.ctx == nil {
 		return nil
 	}

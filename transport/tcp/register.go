@@ -40,13 +40,9 @@ func (tcpTransport) Listen(ctx context.Context, s *transport.Setup) (transport.L
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
-	eager := false
-	switch v := getenv(EnvRuntimeConnect); v {
-	case "", "1":
-	case "0":
-		eager = true
-	default:
-		return nil, fmt.Errorf("tcp: %s=%q: want 1 (connect each pair at its first use, the default) or 0 (every pair at Init)", EnvRuntimeConnect, v)
+	eager, err := transport.EagerConnect(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	streams := 0 // DefaultStreams
 	if v := getenv(EnvSockets); v != "" {
@@ -70,11 +66,9 @@ func (tcpTransport) Reach(me, peer *transport.Descriptor) transport.Reach {
 	return transport.ReachBoth(Name, me, peer)
 }
 
-// EnvRuntimeConnect, as NCCL_RUNTIME_CONNECT: 1 (the default) connects a
-// pair at its first use, 0 connects every pair at Init, so that an
-// unreachable peer fails Init rather than the first collective that needs
-// it.
-const EnvRuntimeConnect = "GCCL_RUNTIME_CONNECT"
+// EnvRuntimeConnect is transport.EnvRuntimeConnect: 0 connects every pair
+// at Init.
+const EnvRuntimeConnect = transport.EnvRuntimeConnect
 
 // EnvSockets sets the sockets per peer (Config.Streams; default
 // DefaultStreams); every rank of a job must set the same.

@@ -221,6 +221,15 @@ func pickAddr(ifs []Interface, family string) (Interface, netip.Addr, error) {
 	return Interface{}, netip.Addr{}, fmt.Errorf("tcp: no selected interface has an %s address", family)
 }
 
+// SetBell makes b the bell of the endpoint Connect will make, for a caller
+// that listens before it has the rank's bell (the RDMA transport's
+// fallback).
+func (l *Listener) SetBell(b transport.Bell) {
+	l.mu.Lock()
+	l.cfg.Bell = b
+	l.mu.Unlock()
+}
+
 // Addr is the address peers dial (host:port), to publish via the bootstrap.
 func (l *Listener) Addr() string { return l.ln.Addr().String() }
 

@@ -1,0 +1,274 @@
+package ibverbs
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/gccl/gccl/internal/verbs"
+	"github.com/gccl/gccl/transport"
+)
+
+// Connecting a pair. A pair's memory, QPs and exchange are made at its first
+// use, the endpoint's first Sender or Receiver for the peer, so that a rank
+// registers rings only for the peers its plans use. The owner allocates the
+// connection's region and returns at once; a goroutine per pair registers
+// the region, creates the QPs and runs the exchange through the job's store
+// (publish this side, read the peer's, connect the QPs, publish whether that
+// worked, read the peer's verdict), so a first use in any order cannot
+// deadlock. Until the pair is up its sends wait in the send ring (up to
+// count messages, as for a slow peer) and its receives find nothing.
+//
+// The outcome is applied by whoever owns the endpoint next: the owner's own
+// progress, or the set-up goroutine itself when the owner is away (so that
+// what a rank queued goes out even while it waits on another transport or
+// is outside any call). Up: the queued messages are posted. RDMA failed on
+// either side: the pair moves to the endpoint's TCP fallback, with a WARN
+// naming the pair and the reason, and what was queued is copied there in
+// order; under GCCL_STRICT=1 the pair fails instead. The exchange itself
+// failed (the store): the pair fails with that error.
+
+// setupResult is what a pair's set-up found.
+type setupResult struct {
+	why string // RDMA failed on one side or the other, and why; "" when it is up
+	err error  // the exchange failed: the pair fails with it
+}
+
+// storeRetry is how long a set-up waits before asking the store again when
+// a read timed out: a peer may first use the pair much later.
+var storeRetry = 100 * time.Millisecond
+
+// use returns the connection with peer, starting its set-up at the first
+// use. The caller owns the endpoint.
+func (e *Endpoint) use(peer int) (*conn, error) {
+	if c := e.conns[peer]; c != nil {
+		return c, nil
+	}
+	if e.addrs[peer].Device == "" {
+		return nil, &transport.PeerError{Peer: peer, Err: fmt.Errorf("ibverbs: rank %d does not connect to rank %d over RDMA", e.rank, peer)}
+	}
+	c := e.newConn(peer, e.geos[peer])
+	e.conns[peer] = c
+	e.pending = append(e.pending, c)
+	e.setups.Add(1)
+	go e.setUp(c)
+	return c, nil
+}
+
+// setUp connects the pair, publishes the outcome and rings the bell, then
+// applies it unless the owner did first.
+func (e *Endpoint) setUp(c *conn) {
+	defer e.setups.Done()
+	c.setup.Store(e.exchange(c))
+	e.bell.Ring()
+	for !c.applied.Load() && !e.closed.Load() {
+		if e.owner.CompareAndSwap(0, ownerSetUp) {
+			if !e.closed.Load() {
+				e.applyPending()
+			}
+			e.owner.Store(0)
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// exchange sets up this side of the pair and meets the peer's through the
+// store. Every rank publishes before it reads, so the peer's first use may
+// come before or after this one.
+func (e *Endpoint) exchange(c *conn) *setupResult {
+	why := ""
+	info := pairInfo{}
+	if err := c.open(); err != nil {
+		why = fmt.Sprintf("rank %d could not set up its side: %v", e.rank, err)
+		info.Failed = why
+	} else {
+		info = c.info()
+	}
+	if err := e.store.Set(e.setupCtx, infoKey(e.job, e.rank, c.peer), info.marshal()); err != nil {
+		return &setupResult{err: fmt.Errorf("ibverbs: publishing the QPs for rank %d: %w", c.peer, err)}
+	}
+	b, err := e.storeGet(infoKey(e.job, c.peer, e.rank))
+	if err != nil {
+		return &setupResult{err: fmt.Errorf("ibverbs: reading rank %d's QPs: %w", c.peer, err)}
+	}
+	p, err := parsePairInfo(b)
+	switch {
+	case err != nil:
+		if why == "" {
+			why = err.Error()
+		}
+	case p.Failed != "" && why == "":
+		why = p.Failed
+	case why == "":
+		if err := c.connect(p, e.o.verbs); err != nil {
+			why = err.Error()
+		}
+	}
+	if err := e.store.Set(e.setupCtx, readyKey(e.job, e.rank, c.peer), []byte(why)); err != nil {
+		return &setupResult{err: fmt.Errorf("ibverbs: publishing the state of the QPs for rank %d: %w", c.peer, err)}
+	}
+	b, err = e.storeGet(readyKey(e.job, c.peer, e.rank))
+	if err != nil {
+		return &setupResult{err: fmt.Errorf("ibverbs: reading the state of rank %d's QPs: %w", c.peer, err)}
+	}
+	if why == "" && len(b) > 0 {
+		why = fmt.Sprintf("on rank %d: %s", c.peer, b)
+	}
+	return &setupResult{why: why}
+}
+
+// storeGet reads key, asking again while the store times out and the
+// endpoint is open.
+func (e *Endpoint) storeGet(key string) ([]byte, error) {
+	for {
+		b, err := e.store.Get(e.setupCtx, key)
+		if err == nil || e.setupCtx.Err() != nil || !errors.Is(err, transport.ErrTimeout) {
+			return b, err
+		}
+		time.Sleep(storeRetry)
+	}
+}
+
+// applyPending applies the set-ups that ended. The caller owns the
+// endpoint.
+func (e *Endpoint) applyPending() {
+	for i := 0; i < len(e.pending); {
+		c := e.pending[i]
+		r := c.setup.Load()
+		if r == nil {
+			i++
+			continue
+		}
+		e.pending = slices.Delete(e.pending, i, i+1)
+		e.apply(c, r)
+		c.applied.Store(true)
+	}
+}
+
+func (e *Endpoint) apply(c *conn, r *setupResult) {
+	switch {
+	case r.err != nil:
+		c.fail(r.err)
+	case r.why == "":
+		c.up = true
+		e.list = append(e.list, c)
+		e.logUp(c)
+		c.postQueued()
+		if e.closing != nil {
+			// Up while Close drains: the peer waits for this side's notice.
+			c.sendNotice(*e.closing)
+		}
+	default:
+		line := downgrade(e.rank, c.peer, r.why)
+		switch {
+		case e.o.strict:
+			c.fail(fmt.Errorf("%w: GCCL_STRICT=1 forbids a downgrade: %s", verbs.ErrNotSupported, line))
+		case e.fallback == nil:
+			c.fail(fmt.Errorf("ibverbs: %s, but this rank has no TCP fallback", line))
+		default:
+			e.toTCP(c, line)
+		}
+	}
+}
+
+// downgrade is the WARN (or, under GCCL_STRICT=1, the error) of a pair
+// whose RDMA failed.
+func downgrade(rank, peer int, why string) string {
+	return fmt.Sprintf("rank %d -> %d via TCP instead of IB (%s)", rank, peer, why)
+}
+
+func (e *Endpoint) logUp(c *conn) {
+	a := e.addrs[c.peer]
+	qps := "1 QP"
+	if c.g.qps > 1 {
+		qps = fmt.Sprintf("%d QPs", c.g.qps)
+	}
+	e.log.Info(fmt.Sprintf("rank %d -> %d via %s (%s, GID %d %s; peer %s GID %v; %s, MTU %v)",
+		e.rank, c.peer, e.name, e.me.Fabric(), e.me.GIDIndex, e.me.GID, a.Name(), a.GID, qps,
+		min(e.me.MTU.Bytes(), a.MTU.Bytes())), "subsys", "INIT")
+}
+
+// postQueued posts the messages committed before the pair was up.
+func (c *conn) postQueued() {
+	for seq := c.credit; seq < c.tail; seq++ {
+		off := c.g.sendOff(int(seq % uint64(c.g.count)))
+		n, _, _ := header(c.buf[off:])
+		if !c.post(seq, n) {
+			return
+		}
+	}
+}
+
+// toTCP hands the pair to the TCP fallback: the messages queued so far go
+// there in order, and every later call goes through it. Nothing came from
+// the peer over RDMA, which decided the same at the same point.
+func (e *Endpoint) toTCP(c *conn, line string) {
+	s, err := e.fallback.Sender(c.peer)
+	var r transport.Receiver
+	if err == nil {
+		r, err = e.fallback.Receiver(c.peer)
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("ibverbs: %s: %w", line, err))
+		return
+	}
+	for seq := range c.tail {
+		off := c.g.sendOff(int(seq % uint64(c.g.count)))
+		n, _, tag := header(c.buf[off:])
+		b, ok, err := s.TryReserve(n)
+		if err == nil && !ok {
+			err = fmt.Errorf("no room for message %d of %d queued", seq, c.tail)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("ibverbs: %s: handing over the queued messages: %w", line, err))
+			return
+		}
+		copy(b, c.buf[off+hdrSize:off+hdrSize+n])
+		s.Commit(transport.Tag(tag))
+	}
+	c.tcpS, c.tcpR = s, r
+	if err := c.release(); err != nil {
+		e.log.Warn(fmt.Sprintf("ibverbs: releasing the RDMA side of the pair %d -> %d: %v", e.rank, c.peer, err), "subsys", "NET")
+	}
+	e.viaTCP[c.peer].Store(true)
+	e.log.Warn(line, "subsys", "INIT")
+}
+
+// handOver commits, through the fallback, the message reserved in the send
+// ring before the pair moved there.
+func (c *conn) handOver(tag transport.Tag) {
+	off := c.g.sendOff(int(c.tail%uint64(c.g.count))) + hdrSize
+	b, ok, err := c.tcpS.TryReserve(c.n)
+	if err == nil && !ok {
+		err = errors.New("no room for the reserved message")
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("ibverbs: rank %d -> %d via TCP: %w", c.e.rank, c.peer, err))
+		return
+	}
+	copy(b, c.buf[off:off+c.n])
+	c.tcpS.Commit(tag)
+}
+
+// ownerSetUp is Endpoint.owner while a set-up goroutine applies outcomes.
+const ownerSetUp = 3
+
+// enterSlow waits out a set-up goroutine applying outcomes (short), and
+// reports false once Close took the endpoint over.
+func (e *Endpoint) enterSlow() bool {
+	for {
+		switch e.owner.Load() {
+		case ownerClosed:
+			return false
+		case 0:
+			if e.owner.CompareAndSwap(0, ownerBusy) {
+				return true
+			}
+		default:
+			runtime.Gosched()
+		}
+	}
+}
