@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/gccl/gccl/internal/verbs"
 	"github.com/gccl/gccl/transport"
@@ -81,38 +80,48 @@ func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*tr
 	if !l.eager {
 		return e, nil
 	}
-	if err := e.connectAll(ctx, peers); err != nil {
+	stop := context.AfterFunc(ctx, e.endSetup) // Connect's deadline bounds the store calls
+	err = e.connectAll(peers)
+	stop()
+	if err != nil {
 		return fail(err)
 	}
 	return e, nil
 }
 
-// connectAll sets up every pair with peers and waits for the outcomes
-// (GCCL_RUNTIME_CONNECT=0).
-func (e *Endpoint) connectAll(ctx context.Context, peers []*transport.Descriptor) error {
-	var cs []*conn
+// connectAll sets up every pair with peers (GCCL_RUNTIME_CONNECT=0): each
+// step of the exchange for all of them before the next, from this
+// goroutine, so that a rank has one store call in flight at a time.
+func (e *Endpoint) connectAll(peers []*transport.Descriptor) error {
+	xs := make([]*exchange, 0, len(peers))
 	for _, d := range peers {
-		c, err := e.conn(d.Rank)
+		c, _, err := e.add(d.Rank)
 		if err != nil {
 			return err
 		}
-		cs = append(cs, c)
+		xs = append(xs, &exchange{c: c})
 	}
-	for _, c := range cs {
-		for !c.applied.Load() {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("ibverbs: connecting to rank %d: %w", c.peer, err)
+	live := xs
+	for _, step := range steps {
+		next := live[:0:0]
+		for _, x := range live {
+			if step(x, e) {
+				next = append(next, x)
 			}
-			time.Sleep(100 * time.Microsecond)
 		}
+		live = next
 	}
 	var lines []string
 	var errs []error
-	for _, c := range cs {
-		switch r := c.setup.Load(); {
+	for _, x := range xs {
+		x.c.setup.Store(&x.r)
+	}
+	e.applyPending()
+	for _, x := range xs {
+		switch c := x.c; {
 		case c.err == nil:
-		case e.o.strict && r.err == nil && r.why != "":
-			lines = append(lines, downgrade(e.rank, c.peer, r.why))
+		case e.o.strict && x.r.err == nil && x.r.why != "":
+			lines = append(lines, downgrade(e.rank, c.peer, x.r.why))
 		default:
 			errs = append(errs, c.err)
 		}

@@ -429,17 +429,7 @@ func TestFallbackToTCP(t *testing.T) {
 	}
 	t.Run("strict", func(t *testing.T) {
 		w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 2, env: map[string]string{"GCCL_STRICT": "1"}}, false)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = pump(w.raw[r], []int{1 - r}, []int{8})
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
+		for r, err := range w.pumpEach([]int{8}) {
 			strictWant(t, r, err)
 			var pe *transport.PeerError
 			require.ErrorAs(t, err, &pe)

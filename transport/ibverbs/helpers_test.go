@@ -313,6 +313,11 @@ func waitUntil(t *testing.T, cond func() bool) {
 // allPump runs pump on every rank of w with every other rank.
 func (w *world) allPump(t *testing.T, sizes []int) {
 	t.Helper()
+	require.NoError(t, errors.Join(w.pumpEach(sizes)...))
+}
+
+// pumpEach is allPump returning each rank's error.
+func (w *world) pumpEach(sizes []int) []error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(w.raw))
 	for r, ep := range w.raw {
@@ -329,5 +334,5 @@ func (w *world) allPump(t *testing.T, sizes []int) {
 		}()
 	}
 	wg.Wait()
-	require.NoError(t, errors.Join(errs...))
+	return errs
 }

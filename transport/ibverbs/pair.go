@@ -43,25 +43,40 @@ var storeRetry = 100 * time.Millisecond
 // use returns the connection with peer, starting its set-up at the first
 // use. The caller owns the endpoint.
 func (e *Endpoint) use(peer int) (*conn, error) {
+	c, fresh, err := e.add(peer)
+	if fresh {
+		e.setups.Add(1)
+		go e.setUp(c)
+	}
+	return c, err
+}
+
+// add returns the connection with peer, making it (memory only) if it is
+// new.
+func (e *Endpoint) add(peer int) (*conn, bool, error) {
 	if c := e.conns[peer]; c != nil {
-		return c, nil
+		return c, false, nil
 	}
 	if e.addrs[peer].Device == "" {
-		return nil, &transport.PeerError{Peer: peer, Err: fmt.Errorf("ibverbs: rank %d does not connect to rank %d over RDMA", e.rank, peer)}
+		return nil, false, &transport.PeerError{Peer: peer, Err: fmt.Errorf("ibverbs: rank %d does not connect to rank %d over RDMA", e.rank, peer)}
 	}
 	c := e.newConn(peer, e.geos[peer])
 	e.conns[peer] = c
 	e.pending = append(e.pending, c)
-	e.setups.Add(1)
-	go e.setUp(c)
-	return c, nil
+	return c, true, nil
 }
 
 // setUp connects the pair, publishes the outcome and rings the bell, then
 // applies it unless the owner did first.
 func (e *Endpoint) setUp(c *conn) {
 	defer e.setups.Done()
-	c.setup.Store(e.exchange(c))
+	x := exchange{c: c}
+	for _, step := range steps {
+		if !step(&x, e) {
+			break
+		}
+	}
+	c.setup.Store(&x.r)
 	e.bell.Ring()
 	for !c.applied.Load() && !e.closed.Load() {
 		if e.owner.CompareAndSwap(0, ownerSetUp) {
@@ -75,49 +90,75 @@ func (e *Endpoint) setUp(c *conn) {
 	}
 }
 
-// exchange sets up this side of the pair and meets the peer's through the
-// store. Every rank publishes before it reads, so the peer's first use may
-// come before or after this one.
-func (e *Endpoint) exchange(c *conn) *setupResult {
-	why := ""
+// exchange is one pair's set-up: this side, then the peer's through the
+// store, in three steps that each publish before they read, so the peer's
+// first use may come before or after this one. A step reports false once
+// the outcome is known.
+type exchange struct {
+	c *conn
+	r setupResult
+}
+
+var steps = []func(*exchange, *Endpoint) bool{(*exchange).publish, (*exchange).join, (*exchange).verdict}
+
+// publish sets up this side and publishes it (or why it failed).
+func (x *exchange) publish(e *Endpoint) bool {
+	c := x.c
 	info := pairInfo{}
 	if err := c.open(); err != nil {
-		why = fmt.Sprintf("rank %d could not set up its side: %v", e.rank, err)
-		info.Failed = why
+		x.r.why = fmt.Sprintf("rank %d could not set up its side: %v", e.rank, err)
+		info.Failed = x.r.why
 	} else {
 		info = c.info()
 	}
 	if err := e.store.Set(e.setupCtx, infoKey(e.job, e.rank, c.peer), info.marshal()); err != nil {
-		return &setupResult{err: fmt.Errorf("ibverbs: publishing the QPs for rank %d: %w", c.peer, err)}
+		x.r.err = fmt.Errorf("ibverbs: publishing the QPs for rank %d: %w", c.peer, err)
+		return false
 	}
+	return true
+}
+
+// join reads the peer's side, connects the QPs to it and publishes
+// whether that worked.
+func (x *exchange) join(e *Endpoint) bool {
+	c := x.c
 	b, err := e.storeGet(infoKey(e.job, c.peer, e.rank))
 	if err != nil {
-		return &setupResult{err: fmt.Errorf("ibverbs: reading rank %d's QPs: %w", c.peer, err)}
+		x.r.err = fmt.Errorf("ibverbs: reading rank %d's QPs: %w", c.peer, err)
+		return false
 	}
 	p, err := parsePairInfo(b)
 	switch {
 	case err != nil:
-		if why == "" {
-			why = err.Error()
+		if x.r.why == "" {
+			x.r.why = err.Error()
 		}
-	case p.Failed != "" && why == "":
-		why = p.Failed
-	case why == "":
+	case p.Failed != "" && x.r.why == "":
+		x.r.why = p.Failed
+	case x.r.why == "":
 		if err := c.connect(p, e.o.verbs); err != nil {
-			why = err.Error()
+			x.r.why = err.Error()
 		}
 	}
-	if err := e.store.Set(e.setupCtx, readyKey(e.job, e.rank, c.peer), []byte(why)); err != nil {
-		return &setupResult{err: fmt.Errorf("ibverbs: publishing the state of the QPs for rank %d: %w", c.peer, err)}
+	if err := e.store.Set(e.setupCtx, readyKey(e.job, e.rank, c.peer), []byte(x.r.why)); err != nil {
+		x.r.err = fmt.Errorf("ibverbs: publishing the state of the QPs for rank %d: %w", c.peer, err)
+		return false
 	}
-	b, err = e.storeGet(readyKey(e.job, c.peer, e.rank))
+	return true
+}
+
+// verdict reads whether the peer's side connected.
+func (x *exchange) verdict(e *Endpoint) bool {
+	c := x.c
+	b, err := e.storeGet(readyKey(e.job, c.peer, e.rank))
 	if err != nil {
-		return &setupResult{err: fmt.Errorf("ibverbs: reading the state of rank %d's QPs: %w", c.peer, err)}
+		x.r.err = fmt.Errorf("ibverbs: reading the state of rank %d's QPs: %w", c.peer, err)
+		return false
 	}
-	if why == "" && len(b) > 0 {
-		why = fmt.Sprintf("on rank %d: %s", c.peer, b)
+	if x.r.why == "" && len(b) > 0 {
+		x.r.why = fmt.Sprintf("on rank %d: %s", c.peer, b)
 	}
-	return &setupResult{why: why}
+	return false
 }
 
 // storeGet reads key, asking again while the store times out and the
