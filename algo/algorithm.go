@@ -4,11 +4,11 @@ import "strings"
 
 // NumAlgorithms bounds the Algorithm values: an array indexed by Algorithm
 // has this length (index 0, no algorithm, stays unused).
-const NumAlgorithms = Hier + 1
+const NumAlgorithms = Doubling + 1
 
 // ParseAlgorithm returns the algorithm named s, in any case: "ring",
-// "tree", "pairwise", "direct" or "hier" (GCCL_ALGO's spelling), or
-// Algorithm.String's.
+// "tree", "pairwise", "direct", "hier" or "doubling" (GCCL_ALGO's
+// spelling), or Algorithm.String's.
 func ParseAlgorithm(s string) (Algorithm, bool) {
 	for a := Ring; a < NumAlgorithms; a++ {
 		if strings.EqualFold(s, a.String()) {

@@ -117,6 +117,7 @@ const (
 	Pairwise                      // pairwise exchange (all-to-all)
 	Direct                        // ranks talk to each other directly (gather, scatter, two-rank all-reduce)
 	Hier                          // hierarchical: within each host, then across hosts, then within (algo/hier)
+	Doubling                      // recursive doubling: log2(n) pairwise swaps (small all-reduce)
 )
 
 func (a Algorithm) String() string {
@@ -131,6 +132,8 @@ func (a Algorithm) String() string {
 		return "Direct"
 	case Hier:
 		return "Hier"
+	case Doubling:
+		return "Doubling"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }

@@ -45,9 +45,10 @@ const DefaultTimeout = 5 * time.Minute
 // Config tunes a communicator. The zero value is a good default.
 type Config struct {
 	// Algo forces an algorithm for the collectives that have several:
-	// "ring", "tree" or "hier" (hierarchical all-reduce and all-gather for
-	// jobs on several hosts; elsewhere it means ring). Empty means the
-	// tuner chooses; the environment variable GCCL_ALGO is the default.
+	// "ring", "tree", "hier" (hierarchical all-reduce and all-gather for
+	// jobs on several hosts; elsewhere it means ring) or "doubling"
+	// (recursive doubling for all-reduce, the ring elsewhere). Empty means
+	// the tuner chooses; the environment variable GCCL_ALGO is the default.
 	Algo string
 	// Timeout bounds how long one operation may wait for its peers before it
 	// fails with ErrTimeout and aborts the Comm. Zero means DefaultTimeout
@@ -100,6 +101,7 @@ type Comm struct {
 	timeout    time.Duration
 	watchdog   time.Duration
 	algoPref   algo.Algorithm // 0: the tuner decides
+	intraNet   bool           // a host's ranks talk over a network transport (intraOverNetwork)
 
 	reached  atomic.Uint64 // sequence number of the last collective entered
 	arrivals [arrivalLog]arrival
@@ -266,8 +268,10 @@ func newComm(ep transport.Endpoint, cfg *Config) (*Comm, error) {
 		c.algoPref = algo.Tree
 	case "hier":
 		c.algoPref = algo.Hier
+	case "doubling":
+		c.algoPref = algo.Doubling
 	default:
-		return nil, invalid("unknown algorithm %q (want ring, tree or hier)", pref)
+		return nil, invalid("unknown algorithm %q (want ring, tree, hier or doubling)", pref)
 	}
 	det, err := deterministic(cfg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/gccl/gccl/internal/units"
 	"github.com/gccl/gccl/topo"
 	"github.com/gccl/gccl/transport"
+	"github.com/gccl/gccl/transport/shm"
 )
 
 // Multi-process slot geometry: bigger slots than in-process, since there is
@@ -220,6 +221,13 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	// a core each, the syscall only slows polling (TCP 8 B: 29 -> 59 µs).
 	crowd := crowded(infos, me.HostID, sameHost)
 	c.exec.bo.OSYield = crowd
+	shmOn := make([]bool, size)
+	for p, info := range infos {
+		if d, err := transport.ParseDescriptor(p, info.HostID, info.Pid, info.Transports); err == nil {
+			shmOn[p] = d.Addr(shm.Name) != nil
+		}
+	}
+	c.intraNet = intraOverNetwork(hosts, shmOn)
 	c.setHosts(hosts)
 	c.initCMA(hosts, crowd, client.Env(os.Getenv))
 	c.boot = client

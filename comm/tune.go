@@ -37,7 +37,11 @@ func (c *Comm) retune(hostOf []string) {
 			perHost[i]++
 		}
 	}
-	sys, err := tune.Host(perHost...)
+	intra := "shm"
+	if c.intraNet {
+		intra = "tcp"
+	}
+	sys, err := tune.HostOver(intra, perHost...)
 	if err == nil {
 		c.tuner, err = tune.NewTuner(sys, c.algoPref)
 	}
@@ -111,6 +115,8 @@ func generate(k planKey, n, r int) *algo.Plan {
 		}
 	case algo.Pairwise:
 		return algo.PairwiseAllToAll(n, r)
+	case algo.Doubling:
+		return algo.DoublingAllReduce(n, r)
 	case algo.Direct:
 		switch k.coll {
 		case algo.AllReduce:
@@ -188,4 +194,26 @@ func (c *Comm) setRingOrder(order []int) error {
 		c.ringOrder, c.ringPos = order, pos
 	}
 	return nil
+}
+
+// intraOverNetwork reports whether no two ranks of one host share memory
+// (each host has at most one rank that published a shared-memory address:
+// GCCL_SHM_DISABLE=1, or /dev/shm unusable), while some host has several:
+// their pairs go over a network transport, which the tuner prices as TCP
+// inside a host. Every rank computes it from the same descriptors (hosts
+// and shm by rank), so all choose the same schedules.
+func intraOverNetwork(hosts []string, shm []bool) bool {
+	ranks, withShm := map[string]int{}, map[string]int{}
+	several := false
+	for p, h := range hosts {
+		ranks[h]++
+		several = several || ranks[h] > 1
+		if shm[p] {
+			withShm[h]++
+			if withShm[h] > 1 {
+				return false
+			}
+		}
+	}
+	return several
 }

@@ -2,6 +2,7 @@ package tune
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/gccl/gccl/algo"
@@ -114,6 +115,7 @@ func ThisMachine(transport string, ranks int) (System, error) {
 		sys.Intra, sys.BaseLatencyUs = shmLink(ranks)
 	case "tcp":
 		sys.Intra, sys.BaseLatencyUs = tcpLink(ranks)
+		sys.IntraNet = true
 	default:
 		return System{}, fmt.Errorf("tune: no calibration for transport %q (want shm or tcp)", transport)
 	}
@@ -123,7 +125,15 @@ func ThisMachine(transport string, ranks int) (System, error) {
 // Host returns the calibrated system for a job of host-memory ranks on
 // this machine class: perHost[i] ranks on host i (in any order), shared
 // memory inside a host, TCP across. In-process ranks count as one host.
-func Host(perHost ...int) (System, error) {
+func Host(perHost ...int) (System, error) { return HostOver("shm", perHost...) }
+
+// HostOver is Host with the ranks of a host talking over intra: "shm", or
+// "tcp" where shared memory is off (any network transport: a message costs
+// system calls and wake-ups on both sides).
+func HostOver(intra string, perHost ...int) (System, error) {
+	if intra != "shm" && intra != "tcp" {
+		return System{}, fmt.Errorf("tune: no calibration for transport %q inside a host (want shm or tcp)", intra)
+	}
 	if len(perHost) == 0 || slices.Min(perHost) < 1 {
 		return System{}, fmt.Errorf("tune: hosts of %v ranks", perHost)
 	}
@@ -137,10 +147,26 @@ func Host(perHost ...int) (System, error) {
 		sys.UnevenRanks = n
 	}
 	sys.Intra, sys.BaseLatencyUs = shmLink(most)
+	if intra == "tcp" {
+		sys.Intra, sys.BaseLatencyUs = tcpLink(most)
+		sys.IntraNet = true
+	}
 	if len(perHost) > 1 {
 		sys.Inter, sys.BaseLatencyUs = tcpLink(most)
 	}
 	return sys, sys.Validate()
+}
+
+// doublingFits says whether the recursive doubling may run coll of bytes
+// unforced: on one node whose ranks talk over the network, within
+// DirectMaxBytes of traffic per rank (docs/PERFORMANCE.md, "Recursive
+// doubling over TCP": measured faster than the exchange and the ring there
+// up to 32 KiB on 4 and 8 ranks, even at 64 KiB, slower from 256 KiB; on
+// shared memory slower than the exchange at small sizes).
+func (s System) doublingFits(coll algo.Collective, bytes float64, scaled bool) bool {
+	n := s.Ranks()
+	return s.applies(algo.Doubling, coll, scaled) && s.Nodes == 1 && s.IntraNet && n > 1 &&
+		float64(bits.Len(uint(n))-1)*bytes <= float64(s.DirectMaxBytes)
 }
 
 // directFits says whether coll of bytes (nccl-tests' size) is within the
@@ -172,6 +198,9 @@ func (s System) directFits(coll algo.Collective, bytes float64) bool {
 //	hier       k rings of p-1 steps inside each host (twice for all-reduce),
 //	           and across hosts one swap (k = 2) or a ring; the slower of
 //	           the bytes inside and across
+//	doubling   all-reduce: log2(n) swaps of a step each (two more hops
+//	           where n is not a power of two), ceil(log2 k) of them across
+//	           hosts; the whole input per swap at the ring's bandwidth
 func (s System) hostTime(a algo.Algorithm, coll algo.Collective, bytes float64) (float64, bool) {
 	if !s.applies(a, coll, false) {
 		return 0, false
@@ -247,6 +276,18 @@ func (s System) hostTime(a algo.Algorithm, coll algo.Collective, bytes float64) 
 			inside, across = 2*inside, 2*across
 		}
 		return t + max(bytes*inside*perByte(s.Intra.BW), bytes*across*perByte(s.Inter.BW)), true
+	case algo.Doubling:
+		// log2 of the largest power of two in n swaps, two more hops
+		// where n is not one (folding the rest in and handing them the
+		// result); the last log2(k) swaps cross hosts. Each swap moves
+		// the whole input.
+		pow := 1 << (bits.Len(uint(n)) - 1)
+		hops := bits.Len(uint(pow)) - 1
+		if pow < n {
+			hops += 2
+		}
+		t += steps(hops, min(hops, log2Ceil(k)), 1)
+		return t + float64(hops)*bytes*ring, true
 	}
 	return 0, false
 }

@@ -62,7 +62,7 @@ func Table(sys System, spec TableSpec) ([]Row, error) {
 	if spec.Force != "" {
 		var ok bool
 		if forced, ok = algo.ParseAlgorithm(spec.Force); !ok {
-			return nil, fmt.Errorf("tune: unknown algorithm %q (want ring, tree or hier)", spec.Force)
+			return nil, fmt.Errorf("tune: unknown algorithm %q (want ring, tree, hier or doubling)", spec.Force)
 		}
 	}
 	var rows []Row

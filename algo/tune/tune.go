@@ -89,6 +89,13 @@ type System struct {
 	// (n-1 copies of its input); zero: never.
 	DirectMaxBytes int64
 	DirectMaxRanks int
+	// HostSchedules only: IntraNet says the ranks of a node talk over a
+	// network transport (shared memory off): each message is a system
+	// call and a wake-up on each side, which is where recursive doubling
+	// (log2 n messages per rank) beats the one exchange (n-1). The
+	// doubling runs only there, on one node, while each rank sends at most
+	// DirectMaxBytes (log2 n copies of its input).
+	IntraNet bool
 }
 
 // Ranks returns the number of ranks of the job.
@@ -218,10 +225,11 @@ func PredictWith(sys System, coll algo.Collective, bytes int64, opt Options) (Pr
 
 // pricingOrder is the order algorithms are priced in; on a tie the first
 // wins: the one exchange first (on one rank every schedule is a copy, and
-// the exchange's plan is it), then the hierarchical schedule (on two hosts
-// its all-gather takes as many steps as the ring, and crosses the network
-// less), then the ring before the tree, as before.
-var pricingOrder = [...]algo.Algorithm{algo.Direct, algo.Hier, algo.Ring, algo.Tree}
+// the exchange's plan is it; on two ranks it is the doubling's one swap),
+// then the hierarchical schedule (on two hosts its all-gather takes as
+// many steps as the ring, and crosses the network less), then the ring
+// before the tree, as before, and the doubling last.
+var pricingOrder = [...]algo.Algorithm{algo.Direct, algo.Hier, algo.Ring, algo.Tree, algo.Doubling}
 
 // price returns time's figure for a within opt, or false where opt or the
 // system's bounds rule it out.
@@ -238,6 +246,9 @@ func (s System) price(a algo.Algorithm, coll algo.Collective, bytes float64, opt
 		return s.time(a, coll, bytes)
 	}
 	if a == algo.Direct && (!s.applies(a, coll, opt.Scaled) || !s.directFits(coll, bytes)) {
+		return 0, false
+	}
+	if a == algo.Doubling && !s.doublingFits(coll, bytes, opt.Scaled) {
 		return 0, false
 	}
 	return s.time(a, coll, bytes)
@@ -260,6 +271,8 @@ func (s System) applies(a algo.Algorithm, coll algo.Collective, scaled bool) boo
 	case algo.Hier:
 		even := s.Nodes > 1 && s.RanksPerNode > 1 && s.UnevenRanks == 0
 		return even && (coll == algo.AllReduce || host && coll == algo.AllGather)
+	case algo.Doubling:
+		return host && coll == algo.AllReduce && !scaled
 	}
 	return false
 }

@@ -67,8 +67,8 @@ func NewTuner(sys System, force algo.Algorithm) (*Tuner, error) {
 	if err := sys.Validate(); err != nil {
 		return nil, err
 	}
-	if force != 0 && force != algo.Ring && force != algo.Tree && force != algo.Hier {
-		return nil, fmt.Errorf("tune: cannot force %v (want ring, tree or hier)", force)
+	if force != 0 && force != algo.Ring && force != algo.Tree && force != algo.Hier && force != algo.Doubling {
+		return nil, fmt.Errorf("tune: cannot force %v (want ring, tree, hier or doubling)", force)
 	}
 	t = &Tuner{sys: sys, force: force}
 	for i := range t.tables {

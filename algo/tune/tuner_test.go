@@ -343,3 +343,60 @@ func BenchmarkNewTuner(b *testing.B) {
 		}
 	}
 }
+
+// TestTunerDoublingOverTCP: on one host whose ranks talk over TCP (shared
+// memory off), the recursive doubling measured faster than the one
+// exchange and the ring from 8 B to 32 KiB on 4 and 8 ranks, even at 64
+// KiB and slower from 256 KiB on 4 (docs/PERFORMANCE.md, "Recursive
+// doubling over TCP", 2026-12-03); it runs within log2(n) × input <= 64 KiB.
+// Over shared memory the exchange was faster at small sizes: the tuner
+// keeps it there (TestTunerMeasuredChoices), and on 2 ranks, where the
+// doubling is the exchange, and for pre-scaling ops.
+func TestTunerDoublingOverTCP(t *testing.T) {
+	tcp := func(perHost ...int) *Tuner {
+		sys, err := HostOver("tcp", perHost...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sys.IntraNet {
+			t.Fatalf("HostOver(tcp) gave %+v", sys)
+		}
+		tu, err := NewTuner(sys, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tu
+	}
+	// want 0: anything but the doubling.
+	for _, c := range []struct {
+		tu     *Tuner
+		name   string
+		upTo   int
+		scaled bool
+		want   algo.Algorithm
+		beyond int // a size past the doubling's bound
+	}{
+		{tcp(4), "4 over tcp", 32 << 10, false, algo.Doubling, 64 << 10},
+		{tcp(8), "8 over tcp", 21845, false, algo.Doubling, 21846},
+		{tcp(2), "2 over tcp", 32 << 10, false, algo.Direct, 64 << 10},
+		{tcp(4), "4 over tcp, pre-scaled", 32 << 10, true, 0, 64 << 10},
+		{hostTuner(t, []int{4}, 0), "4 over shm", 16 << 10, false, algo.Direct, 32 << 10},
+		{hostTuner(t, []int{2, 2}, 0), "2 hosts of 2", 64 << 10, false, algo.Hier, 1 << 20},
+	} {
+		for b := 8; ; b = min(2*b, c.upTo) {
+			got := c.tu.Choose(algo.AllReduce, b, c.scaled)
+			if c.want == 0 && got == algo.Doubling || c.want != 0 && got != c.want {
+				t.Errorf("%s: all-reduce of %d B: %s, want %v", c.name, b, got, c.want)
+			}
+			if b == c.upTo {
+				break
+			}
+		}
+		if got := c.tu.Choose(algo.AllReduce, c.beyond, c.scaled); got == algo.Doubling {
+			t.Errorf("%s: all-reduce of %d B: the doubling beyond its bound", c.name, c.beyond)
+		}
+	}
+	if _, err := HostOver("ib", 4); err == nil {
+		t.Error("HostOver(ib): no error")
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/gccl/gccl/algo/tune"
@@ -23,7 +24,12 @@ func runSimulate(cfg *config, stdout, stderr io.Writer) int {
 			return 2
 		}
 		var err error
-		if sys, err = tune.Host(slices.Repeat([]int{cfg.worldSize()}, max(cfg.nodes, 1))...); err != nil {
+		// As Init prices it: a host's ranks over TCP when shared memory is off.
+		intra := "shm"
+		if os.Getenv("GCCL_SHM_DISABLE") == "1" {
+			intra = "tcp"
+		}
+		if sys, err = tune.HostOver(intra, slices.Repeat([]int{cfg.worldSize()}, max(cfg.nodes, 1))...); err != nil {
 			fmt.Fprintf(stderr, "gccl-perf: --simulate: %v\n", err)
 			return 2
 		}
