@@ -329,6 +329,11 @@ func (c *conn) sendCredit() {
 		c.creditOwed = false
 		return
 	}
+	if !c.up {
+		// Messages can land before this side applied the set-up (the
+		// peer's came first): the credit waits for it (settle forces it).
+		return
+	}
 	if c.sqCtl >= c.g.ctlMax() {
 		c.markDirty() // finish tries again after the next poll
 		return

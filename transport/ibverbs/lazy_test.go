@@ -99,3 +99,54 @@ func TestCloseWithPairConnecting(t *testing.T) {
 	require.NoError(t, w.eps[0].Close())
 	require.Less(t, time.Since(start), closeLinger, "Close waited for a pair with nothing to deliver")
 }
+
+// The peer's side may be up, and its messages land, before this side has
+// applied its own outcome: they are taken in order, and the credits for
+// them wait for the outcome rather than go out on QPs the owner does not
+// own yet (this ran under -race in the VM).
+func TestMessagesBeforeOutcome(t *testing.T) {
+	hold := make(chan struct{})
+	testHookOutcome = func(rank, peer int) {
+		if rank == 1 {
+			<-hold
+		}
+	}
+	defer func() { testHookOutcome = nil }()
+	w := connectWorld(t, worldConfig{n: 2, slotSize: 4096, slotCount: 4}, false)
+	r, err := w.eps[1].Receiver(0)
+	require.NoError(t, err)
+	s, err := w.eps[0].Sender(1)
+	require.NoError(t, err)
+	send := func(i int) {
+		deadline := time.Now().Add(testTimeout)
+		for {
+			b, ok, err := s.TryReserve(32)
+			require.NoError(t, err)
+			if ok {
+				copy(b, pattern(0, i, 32))
+				s.Commit(transport.Tag(i))
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "no room for message %d", i)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := range 4 {
+		send(i)
+	}
+	for i := range 4 { // rank 1's set-up has not published its outcome
+		m, tag, err := recvOne(w.eps[1], r)
+		require.NoError(t, err)
+		require.Equal(t, transport.Tag(i), tag)
+		require.Equal(t, pattern(0, i, 32), m)
+	}
+	require.False(t, w.eps[1].conns[0].up)
+	close(hold)
+	for i := 4; i < 12; i++ { // needs the credits for the first four
+		send(i)
+		m, tag, err := recvOne(w.eps[1], r)
+		require.NoError(t, err)
+		require.Equal(t, transport.Tag(i), tag)
+		require.Equal(t, pattern(0, i, 32), m)
+	}
+}

@@ -36,6 +36,10 @@ type setupResult struct {
 	err error  // the exchange failed: the pair fails with it
 }
 
+// testHookOutcome, when set (tests), runs in a pair's set-up before it
+// publishes the outcome.
+var testHookOutcome func(rank, peer int)
+
 // storeRetry is how long a set-up waits before asking the store again when
 // a read timed out: a peer may first use the pair much later.
 var storeRetry = 100 * time.Millisecond
@@ -75,6 +79,9 @@ func (e *Endpoint) setUp(c *conn) {
 		if !step(&x, e) {
 			break
 		}
+	}
+	if testHookOutcome != nil {
+		testHookOutcome(e.rank, c.peer)
 	}
 	c.setup.Store(&x.r)
 	e.bell.Ring()
@@ -198,6 +205,9 @@ func (e *Endpoint) apply(c *conn, r *setupResult) {
 		e.list = append(e.list, c)
 		e.logUp(c)
 		c.postQueued()
+		if c.creditOwed { // for messages taken before the outcome
+			c.sendCredit()
+		}
 		if e.closing != nil {
 			// Up while Close drains: the peer waits for this side's notice.
 			c.sendNotice(*e.closing)
