@@ -269,16 +269,10 @@ func (e *Endpoint) toTCP(c *conn, line string) {
 	for seq := range c.tail {
 		off := c.g.sendOff(int(seq % uint64(c.g.count)))
 		n, _, tag := header(c.buf[off:])
-		b, ok, err := s.TryReserve(n)
-		if err == nil && !ok {
-			err = fmt.Errorf("no room for message %d of %d queued", seq, c.tail)
-		}
-		if err != nil {
-			c.fail(fmt.Errorf("ibverbs: %s: handing over the queued messages: %w", line, err))
+		if err := resend(s, c.buf[off+hdrSize:off+hdrSize+n], transport.Tag(tag)); err != nil {
+			c.fail(fmt.Errorf("ibverbs: %s: handing over queued message %d of %d: %w", line, seq, c.tail, err))
 			return
 		}
-		copy(b, c.buf[off+hdrSize:off+hdrSize+n])
-		s.Commit(transport.Tag(tag))
 	}
 	c.tcpS, c.tcpR = s, r
 	if err := c.release(); err != nil {
@@ -292,16 +286,24 @@ func (e *Endpoint) toTCP(c *conn, line string) {
 // ring before the pair moved there.
 func (c *conn) handOver(tag transport.Tag) {
 	off := c.g.sendOff(int(c.tail%uint64(c.g.count))) + hdrSize
-	b, ok, err := c.tcpS.TryReserve(c.n)
+	if err := resend(c.tcpS, c.buf[off:off+c.n], tag); err != nil {
+		c.fail(fmt.Errorf("ibverbs: rank %d -> %d via TCP: handing over the reserved message: %w", c.e.rank, c.peer, err))
+	}
+}
+
+// resend sends msg through s, which has room: the fallback holds as many
+// messages as the send ring.
+func resend(s transport.Sender, msg []byte, tag transport.Tag) error {
+	b, ok, err := s.TryReserve(len(msg))
 	if err == nil && !ok {
-		err = errors.New("no room for the reserved message")
+		err = errors.New("no room")
 	}
 	if err != nil {
-		c.fail(fmt.Errorf("ibverbs: rank %d -> %d via TCP: %w", c.e.rank, c.peer, err))
-		return
+		return err
 	}
-	copy(b, c.buf[off:off+c.n])
-	c.tcpS.Commit(tag)
+	copy(b, msg)
+	s.Commit(tag)
+	return nil
 }
 
 // ownerSetUp is Endpoint.owner while a set-up goroutine applies outcomes.
