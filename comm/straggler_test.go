@@ -94,16 +94,25 @@ func TestStragglersWithAsyncPending(t *testing.T) {
 	}
 }
 
-// TestArrivalClockIsTheWallClock: arrival times, read through the monotonic
-// clock, agree with the wall clock (other hosts compare against theirs).
+// TestArrivalClockIsTheWallClock: arrival times agree with the wall clock
+// (other hosts compare against theirs), also after the wall clock was set
+// since the process started, which the clock follows within 100 ms (a CI
+// VM's clock was stepped by 5.8 s while the tests ran).
 func TestArrivalClockIsTheWallClock(t *testing.T) {
 	for range 3 {
-		before := time.Now().UnixNano()
-		at := comm.WallNow()
-		after := time.Now().UnixNano()
-		// A wall-clock step since the process started would show here;
-		// allow for one millisecond of NTP slew.
-		if at < before-int64(time.Millisecond) || at > after+int64(time.Millisecond) {
+		var at, before, after int64
+		for try := range 2 {
+			before = time.Now().UnixNano()
+			at = comm.WallNow()
+			after = time.Now().UnixNano()
+			// Allow for one millisecond of NTP slew.
+			if at >= before-int64(time.Millisecond) && at <= after+int64(time.Millisecond) {
+				break
+			}
+			if try == 0 { // a step just now: followed within 100 ms
+				time.Sleep(150 * time.Millisecond)
+				continue
+			}
 			t.Fatalf("arrival clock %d, wall clock between %d and %d", at, before, after)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -6,32 +6,73 @@
 // counter's rate is known (the first tens of milliseconds of a process),
 // it is the system clock.
 //
-// Readings are the wall clock at the process's start plus the monotonic
-// time since: NTP slews are seen, a step of the wall clock after start is
-// not, which matters only across hosts, where records are compared at
-// NTP's precision anyway. Two readings of the cycle counter may differ
-// from the system clock's by the scaling's error: well under a
-// microsecond, as each reading's line is re-anchored on the system clock
-// every 100 ms.
+// Readings are the monotonic clock placed on the wall clock: NTP slews are
+// seen at once (they slew both), and a step of the wall clock (an NTP
+// step, settimeofday, a VM's clock set after it resumed) within
+// reanchorEvery of it, as records are compared across hosts. Two readings
+// of the cycle counter may differ from the system clock's by the scaling's
+// error: well under a microsecond, as each reading's line is re-anchored
+// on the system clock every 100 ms.
 package clock
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 var (
 	start     = time.Now()
 	startWall = start.UnixNano()
+	// stepped is how far the wall clock was set since start: the wall
+	// clock minus monotonic(). It is read afresh when stepDue (monotonic
+	// ns since start) has passed, or when the counter's line is
+	// re-anchored.
+	stepped atomic.Int64
+	stepDue atomic.Int64
 )
+
+// minStep is the least change of the wall clock's offset from the
+// monotonic clock taken as a step: the two clocks are read one after the
+// other, tens of ns apart, and a step below it is under the precision
+// records are compared at across hosts.
+const minStep = 100e3 // ns
+
+// wallNanos reads the wall clock (a variable for tests, which cannot set
+// the real one).
+var wallNanos = func() int64 { return time.Now().UnixNano() }
 
 // Now is the wall clock in nanoseconds since 1970.
 func Now() int64 {
 	if ns, ok := fromCounter(); ok {
-		return ns
+		return ns + stepped.Load()
 	}
 	return system()
 }
 
-// system is Now from the system clock: one monotonic reading.
-func system() int64 { return startWall + int64(time.Since(start)) }
+// monotonic is the wall clock at start plus the monotonic time since: the
+// scale the counter's line maps onto.
+func monotonic() int64 { return startWall + int64(time.Since(start)) }
+
+// system is Now from the system clock: one monotonic reading, and a
+// reading of the wall clock every reanchorEvery.
+func system() int64 {
+	since := int64(time.Since(start))
+	if since >= stepDue.Load() {
+		checkStep()
+	}
+	return startWall + since + stepped.Load()
+}
+
+// checkStep re-reads the wall clock's offset from monotonic() and keeps
+// it when it moved by minStep or more.
+func checkStep() {
+	since := int64(time.Since(start))
+	off := wallNanos() - (startWall + since)
+	if d := off - stepped.Load(); d >= minStep || d <= -minStep {
+		stepped.Store(off)
+	}
+	stepDue.Store(since + reanchorEvery)
+}
 
 // source names what Now reads now: "tsc" or "system".
 func source() string {

@@ -118,3 +118,50 @@ func TestRateChangeIsCaught(t *testing.T) {
 	}
 	bracket(t, Now, 2000)
 }
+
+// TestWallClockStepIsFollowed: when the wall clock is set (here through
+// the hook: a test cannot set the real one), Now follows within
+// reanchorEvery, on the counter's path and the system clock's alike, and
+// a change below minStep is not taken for a step.
+func TestWallClockStepIsFollowed(t *testing.T) {
+	real := wallNanos
+	defer func() { wallNanos = real }()
+	setWall := func(by int64) {
+		wallNanos = func() int64 { return real() + by }
+	}
+	// follows waits up to three re-anchorings for Now to agree with the
+	// wall clock set by; false if it never did.
+	follows := func(by int64) bool {
+		end := time.Now().Add(3 * reanchorEvery * time.Nanosecond)
+		for time.Now().Before(end) {
+			a := time.Now().UnixNano() + by
+			n := Now()
+			b := time.Now().UnixNano() + by
+			if n >= a-2000 && n <= b+2000 {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
+	}
+	const step = 5 * int64(time.Second) // as a VM's clock set after boot
+	for _, by := range []int64{step, -step, 0} {
+		setWall(by)
+		if !follows(by) {
+			t.Fatalf("wall clock set by %v: Now = %d, time.Now %d (source %s)",
+				time.Duration(by), Now(), time.Now().UnixNano(), source())
+		}
+		if off := stepped.Load() - by; off > minStep || off < -minStep {
+			t.Fatalf("wall clock set by %v: stepped = %v", time.Duration(by), time.Duration(stepped.Load()))
+		}
+	}
+	// A wobble of the two readings' distance is not a step.
+	before := stepped.Load()
+	setWall(minStep / 2)
+	stepDue.Store(0)
+	system()
+	if got := stepped.Load(); got != before {
+		t.Fatalf("a %v change was taken for a step: stepped %v -> %v",
+			time.Duration(minStep/2), time.Duration(before), time.Duration(got))
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"github.com/gccl/gccl/internal/seqlock"
 )
 
-// A line maps counter readings onto the system clock: ns = ns0 +
+// A line maps counter readings onto monotonic(): ns = ns0 +
 // (t - t0) * mult / 2^32, for t until t0 + span. It is published in a
 // sequence-locked slot, so that readers take no lock.
 const (
@@ -106,7 +106,7 @@ func pair() (t uint64, ns int64) {
 	spread := uint64(math.MaxUint64)
 	for range 5 {
 		a := ticks()
-		n := system()
+		n := monotonic()
 		b := ticks()
 		if b-a < spread {
 			t, ns, spread = a+(b-a)/2, n, b-a
@@ -124,6 +124,7 @@ func reanchor() {
 		return
 	}
 	defer anchorMu.Unlock()
+	checkStep()
 	var w [seqlock.Words]uint64
 	seq, _ := line.Read(&w) // whole: only the lock's holder writes it
 	t, ns := pair()
