@@ -16,6 +16,7 @@
 package clock
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -64,10 +65,20 @@ func system() int64 {
 }
 
 // checkStep re-reads the wall clock's offset from monotonic() and keeps
-// it when it moved by minStep or more.
+// it when it moved by minStep or more. The wall clock is read between two
+// monotonic readings, the closest of three tries, and set against their
+// midpoint: the offset's error is then half their distance.
 func checkStep() {
-	since := int64(time.Since(start))
-	off := wallNanos() - (startWall + since)
+	var off, spread int64 = 0, math.MaxInt64
+	var since int64
+	for range 3 {
+		a := int64(time.Since(start))
+		w := wallNanos()
+		b := int64(time.Since(start))
+		if b-a < spread {
+			off, spread, since = w-(startWall+a+(b-a)/2), b-a, b
+		}
+	}
 	if d := off - stepped.Load(); d >= minStep || d <= -minStep {
 		stepped.Store(off)
 	}
