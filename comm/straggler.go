@@ -20,6 +20,8 @@ type arrival struct {
 	seq uint64
 	op  string
 	at  int64 // wall clock, ns since 1970, comparable between processes
+	// at on clock.Read's line, from which the operation's record is timed.
+	line int64
 }
 
 // arrive marks the collective seq as reached, for the watchdog and for
@@ -28,7 +30,8 @@ type arrival struct {
 // a time).
 func (c *Comm) arrive(seq uint64, op string) {
 	c.reached.Store(seq)
-	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: clock.Now()}
+	line, off := clock.Read()
+	c.arrivals[seq%arrivalLog] = arrival{seq: seq, op: op, at: line + off, line: line}
 }
 
 // Straggle is one collective's arrival spread: which rank reached it last,

@@ -204,7 +204,8 @@ type telemetry struct {
 		n, seq uint64
 		meta   uint64
 		bytes  int64
-		start  int64
+		start  int64 // wall clock
+		line   int64 // clock.Read's line at start: the end is timed on it
 	}
 
 	file    string // Config.TelemetryFile or GCCL_TELEMETRY_FILE, unexpanded
@@ -249,8 +250,8 @@ func (c *Comm) telBegin(cl *call) {
 		}
 	}
 	// arrive's clock reading: the arrival time Stragglers compares.
-	c.telStartRecord(cl.seq, packMeta(kind, cl.dtype(), op, cl.path, 0, false, root), bytes,
-		c.arrivals[cl.seq%arrivalLog].at)
+	a := &c.arrivals[cl.seq%arrivalLog]
+	c.telStartRecord(cl.seq, packMeta(kind, cl.dtype(), op, cl.path, 0, false, root), bytes, a.at, a.line)
 }
 
 // telBeginGroup starts the record of a group of sends and receives (a
@@ -271,13 +272,16 @@ func (c *Comm) telBeginGroup(ops []P2P) {
 			kind = recRecv
 		}
 	}
-	c.telStartRecord(0, packMeta(kind, dt, 0, pathGroup, 0, false, 0), bytes, clock.Now())
+	line, off := clock.Read()
+	c.telStartRecord(0, packMeta(kind, dt, 0, pathGroup, 0, false, 0), bytes, line+off, line)
 }
 
-func (c *Comm) telStartRecord(seq, meta uint64, bytes, start int64) {
+// telStartRecord begins a record at wall-clock time start, which was line
+// on clock.Read's line.
+func (c *Comm) telStartRecord(seq, meta uint64, bytes, start, line int64) {
 	cur := &c.tel.cur
 	cur.n = c.tel.n.Load() + 1
-	cur.seq, cur.meta, cur.bytes, cur.start = seq, meta, bytes, start
+	cur.seq, cur.meta, cur.bytes, cur.start, cur.line = seq, meta, bytes, start, line
 	// The plan path sets args.plan: clear the last call's, so that a call
 	// that runs no plan reports none.
 	c.args.plan = nil
@@ -287,7 +291,9 @@ func (c *Comm) telStartRecord(seq, meta uint64, bytes, start int64) {
 func (c *Comm) telEnd(failed bool) {
 	t := &c.tel
 	cur := &t.cur
-	end := clock.Now()
+	// Timed on the line: a step of the wall clock during the operation
+	// moves its record, not its duration.
+	end := cur.start + (clock.Line() - cur.line)
 	meta := cur.meta
 	if p := c.args.plan; p != nil {
 		meta |= uint64(p.Algo) << 32

@@ -6,10 +6,12 @@
 // counter's rate is known (the first tens of milliseconds of a process),
 // it is the system clock.
 //
-// Readings are the monotonic clock placed on the wall clock: NTP slews are
+// A reading is a line, the wall clock at the process's start plus the
+// monotonic time since, and the wall clock's offset from it: NTP slews are
 // seen at once (they slew both), and a step of the wall clock (an NTP
 // step, settimeofday, a VM's clock set after it resumed) within
-// reanchorEvery of it, as records are compared across hosts. Two readings
+// reanchorEvery of it, as records are compared across hosts. Durations are
+// taken on the line alone (Read, Line), which no step moves. Two readings
 // of the cycle counter may differ from the system clock's by the scaling's
 // error: well under a microsecond, as each reading's line is re-anchored
 // on the system clock every 100 ms.
@@ -44,18 +46,39 @@ var wallNanos = func() int64 { return time.Now().UnixNano() }
 
 // Now is the wall clock in nanoseconds since 1970.
 func Now() int64 {
+	line, off := Read()
+	return line + off
+}
+
+// Read returns Now in its two parts: a reading of the line, the wall clock
+// at the process's start plus the monotonic time since, and the wall
+// clock's offset from it (how far it was set since start). Two readings of
+// the line are apart by the time between them, whatever the wall clock
+// did: records time their operations on it.
+func Read() (line, offset int64) {
 	if ns, ok := fromCounter(); ok {
-		return ns + stepped.Load()
+		return ns, stepped.Load()
 	}
-	return system()
+	since := int64(time.Since(start))
+	if since >= stepDue.Load() {
+		checkStep()
+	}
+	return startWall + since, stepped.Load()
+}
+
+// Line is Read's first part alone.
+func Line() int64 {
+	if ns, ok := fromCounter(); ok {
+		return ns
+	}
+	return monotonic()
 }
 
 // monotonic is the wall clock at start plus the monotonic time since: the
 // scale the counter's line maps onto.
 func monotonic() int64 { return startWall + int64(time.Since(start)) }
 
-// system is Now from the system clock: one monotonic reading, and a
-// reading of the wall clock every reanchorEvery.
+// system is Now from the system clock alone.
 func system() int64 {
 	since := int64(time.Since(start))
 	if since >= stepDue.Load() {

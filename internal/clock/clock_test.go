@@ -168,6 +168,11 @@ func TestWallClockStepIsFollowed(t *testing.T) {
 		if off := stepped.Load() - by; off > minStep || off < -minStep {
 			t.Fatalf("wall clock set by %v: stepped = %v", time.Duration(by), time.Duration(stepped.Load()))
 		}
+		// The line, which records time operations on, did not move.
+		if a, l, b := monotonic(), Line(), monotonic(); l < a-2000 || l > b+2000 {
+			t.Fatalf("wall clock set by %v: Line = %d, outside the monotonic clock's [%d, %d]",
+				time.Duration(by), l, a, b)
+		}
 	}
 	// A wobble of the two readings' distance is not a step.
 	before := stepped.Load()
