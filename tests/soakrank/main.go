@@ -35,7 +35,6 @@ import (
 	"github.com/gccl/gccl/comm"
 	"github.com/gccl/gccl/internal/leakcheck"
 	"github.com/gccl/gccl/p2p"
-	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -82,17 +81,11 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
-	// CLOCK_MONOTONIC is one clock for every process of the host, and
-	// unlike the wall clock is never set (a CI VM's was stepped by 5.8 s).
-	var failedAt unix.Timespec
-	if cerr := unix.ClockGettime(unix.CLOCK_MONOTONIC, &failedAt); cerr != nil {
-		fmt.Fprintf(os.Stderr, "soakrank: %v\n", cerr)
-		os.Exit(1)
-	}
+	failedAt := monotonicNow()
 	if err == nil {
 		err = errors.New("the loop ended without an error")
 	}
-	fmt.Printf("soakrank: %s failed at %d: %v\n", who, failedAt.Nano(), strings.ReplaceAll(err.Error(), "\n", " "))
+	fmt.Printf("soakrank: %s failed at %d: %v\n", who, failedAt, strings.ReplaceAll(err.Error(), "\n", " "))
 	if ctx.Err() != nil {
 		os.Exit(2)
 	}
