@@ -63,6 +63,7 @@ func newPeer(e *Endpoint, rank int, cfg *Config, secure bool) *peer {
 		read, write = p.readTLS, p.writeTLS
 	}
 	p.rx = newRxRing(cfg.SlotSize, cfg.SlotCount, cfg.Streams, read)
+	p.rx.shortDrains = !secure
 	p.tx = newTxRing(cfg.SlotSize, cfg.SlotCount, cfg.Streams, write)
 	return p
 }

@@ -91,6 +91,11 @@ type rxRing struct {
 	// read reads from stream j into p, returning errWouldBlock when the
 	// socket is empty and io.EOF when the peer closed it.
 	read func(j int, p []byte) (int, error)
+	// shortDrains: a read that returned less than it asked for left the
+	// socket empty, so a pass stops there rather than make a read that
+	// finds nothing (one system call per message). True for raw sockets;
+	// a TLS stream may hold decrypted bytes that its socket no longer has.
+	shortDrains bool
 
 	head    atomic.Uint64 // messages released by the owner
 	ready   atomic.Uint64 // messages complete, in order
@@ -252,6 +257,10 @@ func (r *rxRing) stripesIdle() bool {
 func (r *rxRing) pumpFrames() error {
 	c := &r.cur[0]
 	r.windowStop = false
+	// drained: the last read returned less than it asked (shortDrains):
+	// at a frame boundary the socket is then empty, most likely until the
+	// peer's next message, and the pass ends there.
+	drained := false
 	for {
 		if c.active {
 			if r.lo < r.hi {
@@ -259,6 +268,9 @@ func (r *rxRing) pumpFrames() error {
 				r.lo += k
 				c.off += k
 			} else {
+				// Inside a message a short read is not the end: the
+				// rest is being sent, and is read at once as before.
+				want := c.end - c.off
 				n, err := r.read(0, c.buf[c.off:c.end])
 				if err == errWouldBlock {
 					return nil
@@ -270,6 +282,7 @@ func (r *rxRing) pumpFrames() error {
 					return err
 				}
 				c.off += n
+				drained = r.shortDrains && n < want
 			}
 			if c.off == c.end {
 				c.active = false
@@ -289,6 +302,10 @@ func (r *rxRing) pumpFrames() error {
 				r.hi = copy(r.stage, r.stage[r.lo:r.hi])
 				r.lo = 0
 			}
+			if drained {
+				return nil
+			}
+			want := len(r.stage) - r.hi
 			n, err := r.read(0, r.stage[r.hi:])
 			if err == errWouldBlock {
 				return nil
@@ -304,6 +321,7 @@ func (r *rxRing) pumpFrames() error {
 				return err
 			}
 			r.hi += n
+			drained = r.shortDrains && n < want
 			continue
 		}
 		h, err := parseFrameHeader(r.stage[r.lo:r.lo+frameHeaderLen], r.slotSize)
