@@ -59,11 +59,7 @@ func Read() (line, offset int64) {
 	if ns, ok := fromCounter(); ok {
 		return ns, stepped.Load()
 	}
-	since := int64(time.Since(start))
-	if since >= stepDue.Load() {
-		checkStep()
-	}
-	return startWall + since, stepped.Load()
+	return readSystem()
 }
 
 // Line is Read's first part alone.
@@ -78,13 +74,20 @@ func Line() int64 {
 // scale the counter's line maps onto.
 func monotonic() int64 { return startWall + int64(time.Since(start)) }
 
-// system is Now from the system clock alone.
-func system() int64 {
+// readSystem is Read from the system clock alone: one monotonic reading,
+// and the wall clock's once per reanchorEvery.
+func readSystem() (line, offset int64) {
 	since := int64(time.Since(start))
 	if since >= stepDue.Load() {
 		checkStep()
 	}
-	return startWall + since + stepped.Load()
+	return startWall + since, stepped.Load()
+}
+
+// system is Now from the system clock alone.
+func system() int64 {
+	line, off := readSystem()
+	return line + off
 }
 
 // checkStep re-reads the wall clock's offset from monotonic() and keeps
