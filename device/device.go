@@ -98,3 +98,35 @@ type Reduce struct {
 	Count    int
 	In, Out  []uintptr
 }
+
+// StreamEngine is an Engine that also queues a collective's work on the
+// caller's stream, where the device itself waits for its peers: each rank
+// posts and waits for 32-bit flag words in host memory that every rank of
+// the host maps (stream memory operations), so the host only queues the
+// work and returns, with no host round and no wait for the device. Work on
+// one stream runs in the order it was queued.
+type StreamEngine interface {
+	Engine
+	// MapFlags makes host memory b (page-aligned memory from mmap, shared
+	// with the peers, kept mapped until UnmapFlags) reachable by the
+	// device's stream operations, and returns its device address.
+	MapFlags(b []byte) (uintptr, error)
+	// UnmapFlags undoes MapFlags; no work queued on a stream may still
+	// use b.
+	UnmapFlags(b []byte) error
+	// WriteFlag queues on stream s a store of v into the 32-bit word at
+	// device address p, made once every write of the work queued on s
+	// before it is visible to the peers' devices and the host.
+	WriteFlag(s, p uintptr, v uint32) error
+	// WaitFlag queues on stream s a wait until the 32-bit word at device
+	// address p reaches v, read as a wrapping counter: int32(word-v) >= 0.
+	WaitFlag(s, p uintptr, v uint32) error
+	// ReduceOn queues r on stream s.
+	ReduceOn(s uintptr, r *Reduce) error
+	// CopyOn queues on stream s a copy of n bytes between device
+	// addresses.
+	CopyOn(s, dst, src uintptr, n int) error
+	// Follow queues on stream s a wait for the work queued on stream prev
+	// so far.
+	Follow(s, prev uintptr) error
+}

@@ -250,6 +250,7 @@ var symbols = []string{
 // ErrNotSupported otherwise.
 var optionalSymbols = []string{
 	"cuMemGetHandleForAddressRange", // DmaBufFD: CUDA 11.7
+	"cuStreamWriteValue32_v2",       // WriteValue32: CUDA 11.7
 }
 
 // Symbols returns the driver entry points gccl resolves at Load.

@@ -61,6 +61,10 @@ static int c_host_dptr(void *f, uint64_t *d, void *p) { return ((int (*)(uint64_
 static int c_wait_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
 	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
 }
+// cuStreamWriteValue32_v2 has cuStreamWaitValue32_v2's signature.
+static int c_write_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
+	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
+}
 // CUipcMemHandle is a struct of 64 bytes, passed by value.
 typedef struct { char reserved[64]; } ipc_handle;
 static int c_ipc_open(void *f, uint64_t *p, const void *h, unsigned flags) {
@@ -534,6 +538,24 @@ func (c *Context) WaitValue32(s Stream, p DevicePtr, v uint32, cond WaitCond) er
 	})
 }
 
+// WriteValue32 queues on s a store of v into the 32-bit word at device
+// address p (cuStreamWriteValue32_v2, CU_STREAM_WRITE_VALUE_DEFAULT): the
+// store is preceded by a memory barrier, so the writes of the work queued
+// on s before it are visible, to the host and to other devices, before the
+// word is. p is typically mapped host memory (AllocHostMapped,
+// HostRegisterMapped) that the host or a peer's stream waits on. A driver
+// without the call (older than CUDA 11.7) returns an error wrapping
+// ErrNotSupported.
+func (c *Context) WriteValue32(s Stream, p DevicePtr, v uint32) error {
+	f := c.d.fn["cuStreamWriteValue32_v2"]
+	if f == nil {
+		return fmt.Errorf("%w: the driver has no cuStreamWriteValue32_v2 (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported)
+	}
+	return c.Do(func() error {
+		return c.d.check("cuStreamWriteValue32_v2", C.c_write_value(f, C.uintptr_t(s), C.uint64_t(p), C.uint32_t(v), 0))
+	})
+}
+
 // FreeHost releases memory from AllocHost or AllocHostMapped.
 func (c *Context) FreeHost(b []byte) error {
 	if len(b) == 0 {
@@ -556,7 +578,34 @@ func (c *Context) HostRegister(b []byte) error {
 	})
 }
 
-// HostUnregister unpins memory from HostRegister.
+// HostRegisterMapped pins existing host memory and maps it for every
+// device (cuMemHostRegister_v2, portable and device-mapped), returning the
+// address at which kernels and stream memory operations reach it
+// (cuMemHostGetDevicePointer_v2). The memory rules of HostRegister apply;
+// HostUnregister undoes it.
+func (c *Context) HostRegisterMapped(b []byte) (DevicePtr, error) {
+	if len(b) == 0 {
+		return 0, &Error{Call: "cuMemHostRegister_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	var d C.uint64_t
+	err := c.Do(func() error {
+		p := unsafe.Pointer(&b[0])
+		if err := c.d.check("cuMemHostRegister_v2", C.c_host_register(c.d.fn["cuMemHostRegister_v2"], p, C.size_t(len(b)), 3)); err != nil {
+			return err
+		}
+		if err := c.d.check("cuMemHostGetDevicePointer_v2", C.c_host_dptr(c.d.fn["cuMemHostGetDevicePointer_v2"], &d, p)); err != nil {
+			C.c_host_ptr(c.d.fn["cuMemHostUnregister"], p)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return DevicePtr(d), nil
+}
+
+// HostUnregister unpins memory from HostRegister or HostRegisterMapped.
 func (c *Context) HostUnregister(b []byte) error {
 	if len(b) == 0 {
 		return nil

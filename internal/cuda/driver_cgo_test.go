@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gccl/gccl/internal/cuda/cudatest"
 )
 
@@ -456,4 +458,135 @@ func TestDriverStaysLoaded(t *testing.T) {
 		t.Fatalf("Load after Close: %v", err)
 	}
 	d.Close()
+}
+
+// WriteValue32 stores its word when the stream reaches it, after the work
+// queued before it: behind a wait for a gate word the host has not
+// written, the word keeps its value; behind a delayed memset, the memset's
+// bytes are in place once the word is seen.
+func TestWriteValue32FollowsStreamWork(t *testing.T) {
+	fakeDriver(t)
+	t.Setenv("FAKECUDA_STREAM_DELAY_US", "20000")
+	_, ctx := device0(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := ctx.NewStream()
+	must(err)
+	defer ctx.DestroyStream(s)
+	words, wp, err := ctx.AllocHostMapped(8)
+	must(err)
+	defer ctx.FreeHost(words)
+	gate := (*uint32)(unsafe.Pointer(&words[0]))
+	flag := (*uint32)(unsafe.Pointer(&words[4]))
+	atomic.StoreUint32(gate, 0) // pinned memory is not zeroed
+	atomic.StoreUint32(flag, 0)
+	defer atomic.StoreUint32(gate, 1) // on failure too: freeing waits for the stream
+
+	must(ctx.WaitValue32(s, wp, 1, WaitGEQ))
+	must(ctx.WriteValue32(s, wp+4, 7))
+	time.Sleep(100 * time.Millisecond)
+	if v := atomic.LoadUint32(flag); v != 0 {
+		t.Fatalf("the word was written (%d) before the wait queued ahead of it was satisfied", v)
+	}
+	atomic.StoreUint32(gate, 1)
+	must(ctx.SyncStream(s))
+	if v := atomic.LoadUint32(flag); v != 7 {
+		t.Fatalf("after the gate opened and the stream synchronized: %d, want 7", v)
+	}
+
+	a, err := ctx.Alloc(64)
+	must(err)
+	defer ctx.Free(a)
+	must(ctx.MemsetAsync(a, 5, 64, s))
+	must(ctx.WriteValue32(s, wp+4, 8))
+	if v := atomic.LoadUint32(flag); v != 7 {
+		t.Fatalf("the word was written (%d) before its call returned, ahead of a delayed memset", v)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for atomic.LoadUint32(flag) != 8 {
+		if time.Now().After(deadline) {
+			t.Fatal("the word was never written")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := make([]byte, 64)
+	must(ctx.CopyFromDevice(got, a)) // the legacy stream: no wait for s
+	if !bytes.Equal(got, bytes.Repeat([]byte{5}, 64)) {
+		t.Fatalf("the word was visible before the memset queued ahead of it: %v", got[:8])
+	}
+	if err := ctx.WriteValue32(s, wp+2, 1); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("WriteValue32 on a misaligned word: %v", err)
+	}
+}
+
+// HostRegisterMapped makes mmap'd memory reachable by stream memory
+// operations at the address it returns; the empty slice is refused.
+func TestHostRegisterMapped(t *testing.T) {
+	fakeDriver(t)
+	_, ctx := device0(t)
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(page)
+	d, err := ctx.HostRegisterMapped(page)
+	if err != nil || d == 0 {
+		t.Fatalf("HostRegisterMapped: %#x, %v", d, err)
+	}
+	if info, err := ctx.PointerInfo(d + 8); err != nil || info.Type != MemoryHost || info.Size != len(page) {
+		t.Errorf("PointerInfo of the registered page: %+v, %v", info, err)
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	gate := (*uint32)(unsafe.Pointer(&page[8]))
+	defer atomic.StoreUint32(gate, 4) // on failure too: destroying s waits for its work
+	if err := ctx.WaitValue32(s, d+8, 3, WaitGEQ); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.WriteValue32(s, d+12, 0xC0FFEE); err != nil {
+		t.Fatal(err)
+	}
+	atomic.StoreUint32(gate, 4) // past 3: GEQ
+	if err := ctx.SyncStream(s); err != nil {
+		t.Fatal(err)
+	}
+	if v := atomic.LoadUint32((*uint32)(unsafe.Pointer(&page[12]))); v != 0xC0FFEE {
+		t.Fatalf("the stream wrote %#x through the registered page, want 0xc0ffee", v)
+	}
+	if err := ctx.HostUnregister(page); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx.PointerInfo(d + 8); err == nil {
+		t.Error("the page is still registered after HostUnregister")
+	}
+	if _, err := ctx.HostRegisterMapped(nil); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("HostRegisterMapped of nothing: %v", err)
+	}
+}
+
+// A driver without cuStreamWriteValue32_v2 (older than CUDA 11.7) still
+// loads; WriteValue32 then says the driver lacks it.
+func TestWriteValue32WithoutTheCall(t *testing.T) {
+	fakeDriver(t, "-DOMIT_WRITE_VALUE")
+	_, ctx := device0(t)
+	words, wp, err := ctx.AllocHostMapped(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.FreeHost(words)
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&words[0])), 0) // pinned memory is not zeroed
+	err = ctx.WriteValue32(0, wp, 1)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamWriteValue32_v2") {
+		t.Fatalf("WriteValue32 on a driver without the call: %v", err)
+	}
+	if v := atomic.LoadUint32((*uint32)(unsafe.Pointer(&words[0]))); v != 0 {
+		t.Fatalf("the word changed to %d", v)
+	}
 }

@@ -4,8 +4,9 @@
 // (over NVLink or PCIe peer-to-peer where the GPUs differ; on one GPU,
 // within its memory), and an Engine reduces with gccl's kernels
 // (internal/kernels) and copies with the copy engines, straight between the
-// mapped buffers. It implements device.Engine; package gpu gives every
-// Device one, and is its only user.
+// mapped buffers. It implements device.Engine, and device.StreamEngine on
+// the caller's streams (stream.go); package gpu gives every Device one,
+// and is its only user.
 package engine
 
 import (
@@ -69,6 +70,9 @@ type Engine struct {
 	// holds no Go pointers, and the rest of Engine does.
 	args   *kernels.ReduceArgs
 	closed bool
+	// follow is the event Follow records on one stream for another to
+	// wait for, made at the first Follow (stream.go).
+	follow cuda.Event
 
 	holds  holdState // callers' streams held by calls (hold.go)
 	shared *ctxState // what the engines on ctx share: holds, kernels (hold.go)
@@ -265,7 +269,10 @@ func kernelOp(r *device.Reduce) (kernels.Op, float64) {
 }
 
 // Reduce queues one reduction kernel on the engine's stream.
-func (e *Engine) Reduce(r *device.Reduce) error {
+func (e *Engine) Reduce(r *device.Reduce) error { return e.launchReduce(e.stream, r) }
+
+// launchReduce queues one reduction kernel on stream s.
+func (e *Engine) launchReduce(s cuda.Stream, r *device.Reduce) error {
 	if len(r.In) < 1 || len(r.In) > kernels.MaxInputs || len(r.Out) < 1 || len(r.Out) > kernels.MaxOutputs {
 		return fmt.Errorf("engine: a reduction of %d inputs into %d outputs (at most %d and %d): %w",
 			len(r.In), len(r.Out), kernels.MaxInputs, kernels.MaxOutputs, errs.ErrInvalidArgument)
@@ -290,7 +297,7 @@ func (e *Engine) Reduce(r *device.Reduce) error {
 		a.Out[i] = uint64(p)
 	}
 	grid, block := kernels.LaunchShape(r.Count, dt, e.sms)
-	if err := e.ctx.Launch(f, grid, block, e.stream, unsafe.Pointer(a)); err != nil {
+	if err := e.ctx.Launch(f, grid, block, s, unsafe.Pointer(a)); err != nil {
 		return fmt.Errorf("engine: %v %v reduction of %d elements: %w", r.DataType, r.Op, r.Count, err)
 	}
 	return nil
@@ -428,7 +435,7 @@ func (e *Engine) isClosed() bool {
 }
 
 // Close releases the streams calls still hold, and closes the peers'
-// mappings, the modules and the stream.
+// mappings, the modules, Follow's event and the stream.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -466,6 +473,12 @@ func (e *Engine) Close() error {
 		}
 		clear(k.funcs)
 		k.mu.Unlock()
+	}
+	if e.follow != 0 {
+		if derr := e.ctx.DestroyEvent(e.follow); err == nil {
+			err = derr
+		}
+		e.follow = 0
 	}
 	if serr := e.ctx.DestroyStream(e.stream); err == nil {
 		err = serr

@@ -13,17 +13,25 @@
 //     calls made off the binding's locked OS thread.
 //   - Streams run asynchronously, as on a GPU: each stream made by
 //     cuStreamCreate has a worker thread that runs its queued copies,
-//     memsets, kernel launches, event records and waits in order, after the
-//     call that queued them returned. FAKECUDA_STREAM_DELAY_US, read when a
-//     stream is made, delays every operation queued on it, so that a
-//     missing synchronization shows as wrong data rather than passing by
-//     luck. The legacy default stream (0) runs
-//     its work before the call returns. cuMemFree, cuMemFreeHost,
-//     cuMemHostUnregister and cuIpcCloseMemHandle first wait for every
-//     stream, as the real driver's frees synchronize.
+//     memsets, kernel launches, event records, value writes and waits in
+//     order, after the call that queued them returned.
+//     FAKECUDA_STREAM_DELAY_US, read when a stream is made, delays every
+//     operation queued on it but the waits, so that a missing
+//     synchronization shows as wrong data rather than passing by luck;
+//     with FAKECUDA_STREAM_JITTER=1 each delay is drawn from [0, twice
+//     it), differently in each process, so that streams of different
+//     processes do not run in step either.
+//     The legacy default stream (0) runs its work before the call returns.
+//     cuMemFree, cuMemFreeHost, cuMemHostUnregister and cuIpcCloseMemHandle
+//     first wait for every stream, as the real driver's frees synchronize.
 //   - cuStreamWaitValue32_v2 makes a stream wait for a 32-bit word of host
-//     memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2) that the host
-//     writes.
+//     memory (cuMemHostAlloc or cuMemHostRegister, then
+//     cuMemHostGetDevicePointer_v2, which returns the host address: unified
+//     addressing) that the host writes; cuStreamWriteValue32_v2 stores such
+//     a word when the stream reaches it, after a full fence (the default
+//     flags' memory barrier), so the stream's earlier work is visible
+//     first. Built with -DOMIT_WRITE_VALUE, the library lacks
+//     cuStreamWriteValue32_v2, as drivers before CUDA 11.7 do.
 //   - Modules are PTX text or cubins (64-bit ELF for EM_CUDA);
 //     cuModuleGetFunction finds only the kernels the PTX declares (.entry)
 //     or the cubin defines (STT_FUNC symbols), and cuLaunchKernel runs the same kernel
@@ -92,7 +100,7 @@ struct event { uint64_t recorded, done; };
 static pthread_mutex_t evmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t evcv = PTHREAD_COND_INITIALIZER;
 
-enum { OP_COPY, OP_SET, OP_LAUNCH, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE };
+enum { OP_COPY, OP_SET, OP_LAUNCH, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE, OP_WRITE_VALUE };
 struct op {
 	struct op *next;
 	int kind;
@@ -118,6 +126,8 @@ struct stream {
 	uint64_t queued, done;
 	int quit;
 	long delay_us; // FAKECUDA_STREAM_DELAY_US when the stream was made
+	int jitter;    // FAKECUDA_STREAM_JITTER=1: each delay drawn from [0, 2*delay_us)
+	unsigned seed;
 	pthread_t thr;
 	struct stream *next;
 };
@@ -160,6 +170,13 @@ static void run_op(struct op *o) {
 	case OP_WAIT_VALUE:
 		while (!value_ok(__atomic_load_n(o->word, __ATOMIC_ACQUIRE), o->value, o->flags)) usleep(20);
 		break;
+	case OP_WRITE_VALUE:
+		// The earlier ops' writes (memmove, memset, kernels) are plain
+		// stores: the fence orders them before the word's, as the real
+		// driver's barrier does.
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		__atomic_store_n(o->word, o->value, __ATOMIC_RELEASE);
+		break;
 	}
 }
 static void *stream_main(void *arg) {
@@ -170,7 +187,8 @@ static void *stream_main(void *arg) {
 		if (!st->head) break;
 		struct op *o = st->head;
 		pthread_mutex_unlock(&st->mu);
-		if (st->delay_us > 0 && o->kind != OP_WAIT_EVENT && o->kind != OP_WAIT_VALUE) usleep(st->delay_us);
+		if (st->delay_us > 0 && o->kind != OP_WAIT_EVENT && o->kind != OP_WAIT_VALUE)
+			usleep(st->jitter ? (useconds_t)(rand_r(&st->seed) % (2 * st->delay_us)) : (useconds_t)st->delay_us);
 		run_op(o);
 		pthread_mutex_lock(&st->mu);
 		st->head = o->next;
@@ -422,6 +440,9 @@ CUresult cuStreamCreate(uintptr_t *s, unsigned flags) {
 	pthread_cond_init(&st->cv, NULL);
 	const char *d = getenv("FAKECUDA_STREAM_DELAY_US");
 	st->delay_us = d ? atol(d) : 0;
+	const char *j = getenv("FAKECUDA_STREAM_JITTER");
+	st->jitter = j && j[0] == '1';
+	st->seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(uintptr_t)st;
 	if (pthread_create(&st->thr, NULL, stream_main, st) != 0) { free(st); return OUT_OF_MEMORY; }
 	pthread_mutex_lock(&mu);
 	st->next = streams;
@@ -526,6 +547,20 @@ CUresult cuStreamWaitValue32_v2(uintptr_t s, uint64_t addr, uint32_t value, unsi
 	o->flags = flags;
 	return submit(s, o);
 }
+#ifndef OMIT_WRITE_VALUE
+// flags: CU_STREAM_WRITE_VALUE_DEFAULT (0) or _NO_MEMORY_BARRIER (1); the
+// fake fences either way.
+CUresult cuStreamWriteValue32_v2(uintptr_t s, uint64_t addr, uint32_t value, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	if (!addr || (addr & 3) || (flags & ~1u)) return INVALID_VALUE;
+	struct op *o = new_op(OP_WRITE_VALUE);
+	if (!o) return OUT_OF_MEMORY;
+	o->word = (volatile uint32_t *)(uintptr_t)addr;
+	o->value = value;
+	o->flags = flags;
+	return submit(s, o);
+}
+#endif
 
 // IPC handles: a magic, the owner's pid, the memfd, its inode and the
 // size. The inode makes a handle name one allocation, as the real driver's

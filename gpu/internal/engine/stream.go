@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/gccl/gccl/device"
+	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/errs"
+)
+
+// The stream path (device.StreamEngine): a collective queued on the
+// caller's stream, its ranks ordered by flag words in host memory that
+// every rank maps and the streams write and wait for (stream memory
+// operations), so that the host returns once the work is queued. Streams
+// are the caller's CUDA streams (cuda.Stream) of the engine's context.
+
+var _ device.StreamEngine = (*Engine)(nil)
+
+// MapFlags pins host memory b and maps it for the device
+// (cuda.Context.HostRegisterMapped), returning its device address. b must
+// stay mapped, outside the Go heap (mmap), until UnmapFlags, which must
+// come before Close: after it, UnmapFlags fails and b stays registered.
+func (e *Engine) MapFlags(b []byte) (uintptr, error) {
+	if e.isClosed() {
+		return 0, errClosed
+	}
+	p, err := e.ctx.HostRegisterMapped(b)
+	if err != nil {
+		return 0, fmt.Errorf("engine: mapping %d bytes of flags for device %d: %w", len(b), e.ordinal, err)
+	}
+	return uintptr(p), nil
+}
+
+// UnmapFlags unregisters memory from MapFlags. The driver first waits for
+// the device's work, so no stream may still wait for a word of b.
+func (e *Engine) UnmapFlags(b []byte) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if err := e.ctx.HostUnregister(b); err != nil {
+		return fmt.Errorf("engine: unmapping %d bytes of flags from device %d: %w", len(b), e.ordinal, err)
+	}
+	return nil
+}
+
+// WriteFlag queues on stream s a store of v into the word at p, after the
+// writes of the work queued on s before it are visible
+// (cuStreamWriteValue32_v2 with its memory barrier). A driver older than
+// CUDA 11.7 has no such call: the error then wraps errs.ErrNotSupported.
+func (e *Engine) WriteFlag(s, p uintptr, v uint32) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if err := e.ctx.WriteValue32(cuda.Stream(s), cuda.DevicePtr(p), v); err != nil {
+		return fmt.Errorf("engine: writing %d to the flag at %#x on stream %#x: %w", v, p, s, err)
+	}
+	return nil
+}
+
+// WaitFlag queues on stream s a wait until the word at p reaches v in
+// wrapping order (cuStreamWaitValue32_v2, CU_STREAM_WAIT_VALUE_GEQ).
+func (e *Engine) WaitFlag(s, p uintptr, v uint32) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if err := e.ctx.WaitValue32(cuda.Stream(s), cuda.DevicePtr(p), v, cuda.WaitGEQ); err != nil {
+		return fmt.Errorf("engine: waiting for the flag at %#x to reach %d on stream %#x: %w", p, v, s, err)
+	}
+	return nil
+}
+
+// ReduceOn queues the reduction kernel on stream s, as Reduce does on the
+// engine's stream.
+func (e *Engine) ReduceOn(s uintptr, r *device.Reduce) error {
+	if e.isClosed() { // launchReduce finds it only when it has a kernel to launch
+		return errClosed
+	}
+	return e.launchReduce(cuda.Stream(s), r)
+}
+
+// CopyOn queues a copy of n bytes on stream s (copy engines).
+func (e *Engine) CopyOn(s, dst, src uintptr, n int) error {
+	if e.isClosed() {
+		return errClosed
+	}
+	if n < 0 {
+		return fmt.Errorf("engine: a copy of %d bytes: %w", n, errs.ErrInvalidArgument)
+	}
+	if err := e.ctx.CopyAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), n, cuda.Stream(s)); err != nil {
+		return fmt.Errorf("engine: copying %d bytes from %#x to %#x on stream %#x: %w", n, src, dst, s, err)
+	}
+	return nil
+}
+
+// Follow queues on stream s a wait for the work queued on stream prev so
+// far: an event recorded on prev, which s waits for. One event serves
+// every call: the wait is for the record made last when it was queued,
+// which a later record does not change; e.mu keeps another Follow from
+// recording in between.
+func (e *Engine) Follow(s, prev uintptr) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed
+	}
+	if s == prev {
+		return nil // a stream's work already runs in order
+	}
+	if e.follow == 0 {
+		ev, err := e.ctx.NewEvent()
+		if err != nil {
+			return fmt.Errorf("engine: an event to order streams: %w", err)
+		}
+		e.follow = ev
+	}
+	if err := e.ctx.RecordEvent(e.follow, cuda.Stream(prev)); err != nil {
+		return fmt.Errorf("engine: recording stream %#x's work for stream %#x to follow: %w", prev, s, err)
+	}
+	if err := e.ctx.StreamWaitEvent(cuda.Stream(s), e.follow); err != nil {
+		return fmt.Errorf("engine: making stream %#x follow stream %#x: %w", s, prev, err)
+	}
+	return nil
+}
