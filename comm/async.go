@@ -134,6 +134,10 @@ func (c *Comm) issueAsync(cl *call) *Request {
 	if err := c.holdStreams(cl); err != nil {
 		return doneRequest(err)
 	}
+	if cl.path == pathDeviceFlags && c.async.pending.Load() == 0 {
+		// Queueing on the stream does not block: no progress goroutine.
+		return doneRequest(c.run(context.Background(), cl))
+	}
 	r := &Request{cl: cl.detach(), c: c}
 	if !c.async.push(c, r) {
 		r.cl.releaseStreams()

@@ -157,6 +157,11 @@ type Comm struct {
 	multiHost bool
 	// dev is the device collectives' state (devexec.go).
 	dev devState
+	// Device windows and flag pages (devflags.go).
+	winSeq uint32
+	winMu  sync.Mutex
+	wins   atomic.Pointer[devWinTable]
+	flags  atomic.Pointer[flagState]
 	// cma is the single-copy path's state (cmaexec.go).
 	cma cmaState
 	// topo is the job's system graph (multi-process communicators whose
@@ -346,6 +351,7 @@ func (c *Comm) abortWith(err error, announce bool) {
 	}
 	c.state.Store(stateAborted)
 	c.ep.Abort(err)
+	c.releaseFlags() // this rank's stream must not wait for peers that may be gone
 	if first && announce && c.boot != nil {
 		// Tell every rank through the rendezvous too: peers that wait on
 		// others (or on shared memory, which has no EOF) fail at once.
@@ -413,6 +419,7 @@ func (c *Comm) Close() error {
 	// Symmetric memory goes once no async operation can touch it.
 	c.async.stop(c)
 	c.telClose()
+	c.closeFlags()
 	c.freeAllSym()
 	err := c.ep.Close()
 	// An abort notice leaves through the rendezvous connection: let it

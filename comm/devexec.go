@@ -120,6 +120,9 @@ type devState struct {
 	// sends, MaxDeviceDescLen bytes per op, and whether it was logged.
 	p2pDescs  []byte
 	p2pLogged bool
+	// The stream-ordered path (devflags.go): logged, and its queue.
+	flagLogged bool
+	sq         streamQueue
 }
 
 // deviceCall reports whether cl goes through the device arrival round: a
@@ -316,8 +319,15 @@ func (c *Comm) deviceRefusal(cl *call) string {
 	return ""
 }
 
+// devQueue is where device work goes: the engine's own stream (Engine's
+// Reduce and Copy) or a caller's (streamQueue).
+type devQueue interface {
+	Reduce(r *DeviceReduce) error
+	Copy(dst, src uintptr, n int) error
+}
+
 // deviceWork queues this rank's share of the operation.
-func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
+func (c *Comm) deviceWork(eng devQueue, cl *call, esz int) error {
 	d := &c.dev
 	n, r := c.size, c.rank
 	switch cl.coll {
@@ -382,7 +392,7 @@ func (c *Comm) deviceWork(eng DeviceEngine, cl *call, esz int) error {
 }
 
 // copyIfApart queues a copy of n bytes unless it is empty or in place.
-func copyIfApart(eng DeviceEngine, dst, src uintptr, n int) error {
+func copyIfApart(eng devQueue, dst, src uintptr, n int) error {
 	if dst == src || n == 0 {
 		return nil
 	}

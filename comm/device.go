@@ -48,6 +48,10 @@ type (
 	StreamBuffer = device.StreamBuffer
 	// StreamHold is a call's claim on a stream.
 	StreamHold = device.Hold
+	// DeviceStreamEngine is a DeviceEngine that can also queue a
+	// collective's work on the caller's stream, with flags in host memory
+	// that the devices wait on (package gpu's engine; RegisterDevice).
+	DeviceStreamEngine = device.StreamEngine
 	// DeviceReduce is one queued device reduction.
 	DeviceReduce = device.Reduce
 )

@@ -44,6 +44,10 @@ const (
 	// kernel copy (cmaexec.go), or, when the ranks find that one of them
 	// may not, runs pathPlan.
 	pathCMA
+	// pathDeviceFlags: StreamBuffers in device windows; the work and the
+	// flags the devices wait on are queued on the stream, and the host
+	// returns (devflags.go).
+	pathDeviceFlags
 )
 
 // classify decides a prepared call's path. Each rank decides alone, from
@@ -57,6 +61,8 @@ func (c *Comm) classify(cl *call) path {
 		return pathBarrier
 	case c.cfg.Deterministic && cl.coll.Reducing():
 		return pathDeterministic
+	case cl.hasDevice() && c.flagCall(cl):
+		return pathDeviceFlags
 	case cl.hasDevice() && c.deviceCall(cl):
 		return pathDevice
 	case cl.hasDevice():
@@ -106,6 +112,8 @@ func (c *Comm) runHeld(ctx context.Context, cl *call) error {
 	switch cl.path {
 	case pathDevice:
 		err = c.runOnDevices(ctx, cl)
+	case pathDeviceFlags:
+		err = c.runDeviceFlags(cl)
 	case pathStaged:
 		err = c.runStaged(ctx, cl)
 	case pathGroup:

@@ -14,8 +14,8 @@ import "slices"
 // would not be harmless, since a stream held makes whatever synchronizes
 // the device (another rank's cudaFree) wait until it is released.
 func (c *Comm) holdStreams(cl *call) error {
-	if !cl.hasDevice() {
-		return nil
+	if !cl.hasDevice() || cl.path == pathDeviceFlags {
+		return nil // stream-ordered calls queue their work on the stream itself
 	}
 	var bound, unbound int
 	for db := range cl.deviceBuffers {
