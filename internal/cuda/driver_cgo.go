@@ -547,13 +547,22 @@ func (c *Context) WaitValue32(s Stream, p DevicePtr, v uint32, cond WaitCond) er
 // without the call (older than CUDA 11.7) returns an error wrapping
 // ErrNotSupported.
 func (c *Context) WriteValue32(s Stream, p DevicePtr, v uint32) error {
-	f := c.d.fn["cuStreamWriteValue32_v2"]
-	if f == nil {
-		return fmt.Errorf("%w: the driver has no cuStreamWriteValue32_v2 (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported)
+	if err := c.CanWriteValue32(); err != nil {
+		return err
 	}
+	f := c.d.fn["cuStreamWriteValue32_v2"]
 	return c.Do(func() error {
 		return c.d.check("cuStreamWriteValue32_v2", C.c_write_value(f, C.uintptr_t(s), C.uint64_t(p), C.uint32_t(v), 0))
 	})
+}
+
+// CanWriteValue32 says why WriteValue32 cannot work here (a driver older
+// than CUDA 11.7), or nil.
+func (c *Context) CanWriteValue32() error {
+	if c.d.fn["cuStreamWriteValue32_v2"] == nil {
+		return fmt.Errorf("%w: the driver has no cuStreamWriteValue32_v2 (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported)
+	}
+	return nil
 }
 
 // FreeHost releases memory from AllocHost or AllocHostMapped.

@@ -17,12 +17,19 @@ import (
 var _ device.StreamEngine = (*Engine)(nil)
 
 // MapFlags pins host memory b and maps it for the device
-// (cuda.Context.HostRegisterMapped), returning its device address. b must
+// (cuda.Context.HostRegisterMapped), returning its device address; on a
+// driver that cannot write memory from a stream it fails with
+// errs.ErrNotSupported. b must
 // stay mapped, outside the Go heap (mmap), until UnmapFlags, which must
 // come before Close: after it, UnmapFlags fails and b stays registered.
 func (e *Engine) MapFlags(b []byte) (uintptr, error) {
 	if e.isClosed() {
 		return 0, errClosed
+	}
+	// Flags are only useful to streams that can write them: refuse here,
+	// where the caller can do without, not at a collective's first flag.
+	if err := e.ctx.CanWriteValue32(); err != nil {
+		return 0, fmt.Errorf("engine: flags for device %d: %w", e.ordinal, err)
 	}
 	p, err := e.ctx.HostRegisterMapped(b)
 	if err != nil {

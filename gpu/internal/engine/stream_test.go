@@ -19,6 +19,8 @@ import (
 	"github.com/gccl/gccl/dtype"
 	"github.com/gccl/gccl/gpu/internal/engine"
 	"github.com/gccl/gccl/internal/cuda"
+	"github.com/gccl/gccl/internal/cuda/cudatest"
+	"github.com/gccl/gccl/internal/cuda/devtest"
 	"github.com/gccl/gccl/internal/errs"
 )
 
@@ -258,5 +260,30 @@ func TestStreamCallsAfterClose(t *testing.T) {
 		if !errors.Is(err, errs.ErrClosed) {
 			t.Errorf("%s after Close: %v", name, err)
 		}
+	}
+}
+
+// On a driver that cannot write memory from a stream, MapFlags refuses
+// (ErrNotSupported), so a caller learns it when it maps its flags, not at
+// a collective's first flag write.
+func TestMapFlagsNeedsStreamWrites(t *testing.T) {
+	if cudatest.RealGPU() {
+		t.Skip("needs the fake driver built without cuStreamWriteValue32_v2")
+	}
+	cudatest.Fake(t, "-DOMIT_WRITE_VALUE")
+	sh := devtest.Shared(t)
+	bus, _ := sh.PCIBusID(0)
+	e, err := engine.NewEngine(sh, 0, bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	if _, err := e.MapFlags(b); !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamWriteValue32_v2") {
+		t.Fatalf("MapFlags on a driver without stream writes: %v", err)
 	}
 }
