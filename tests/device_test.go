@@ -52,6 +52,30 @@ func TestDeviceCollectivesOnStreamsAcrossProcesses(t *testing.T) {
 	mustNotContain(t, res.out, "send/recv direct: false")
 }
 
+// The same checks on views of one device window that every rank registered
+// (devcheck -stream -window): the calls run stream-ordered, the devices
+// waiting for each other on flags in host memory, with nothing but the
+// queueing on the host; the fake driver's slowed streams, out of step
+// across processes, make a flag written or waited for too early show as a
+// wrong result.
+func TestStreamOrderedDeviceCollectivesAcrossProcesses(t *testing.T) {
+	lib := cudatest.Build(t)
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			res := run(t, 3*time.Minute, []string{"GCCL_CUDA_LIBRARY=" + lib, "FAKECUDA_STREAM_DELAY_US=200", "FAKECUDA_STREAM_JITTER=1"},
+				bins.run, "-np", fmt.Sprint(np), bins.devcheck, "-count", "1031", "-stream", "-window")
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			for r := 0; r < np; r++ {
+				mustContain(t, res.out, fmt.Sprintf("devcheck: rank %d of %d ok", r, np))
+			}
+			mustContain(t, res.out, "on a stream: true; stream-ordered: true")
+			mustNotContain(t, res.out, "stream-ordered: false")
+		})
+	}
+}
+
 // Without a driver, devcheck says so instead of failing obscurely.
 func TestDevcheckWithoutDriver(t *testing.T) {
 	res := run(t, time.Minute, []string{"GCCL_CUDA_LIBRARY=/nonexistent/libcuda.so.1"}, bins.run, "-np", "2", bins.devcheck)

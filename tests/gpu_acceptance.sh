@@ -9,7 +9,7 @@
 #
 #  -b BUNDLE  run the binaries of BUNDLE (tests/gpu_bundle.sh: a tar.xz, or
 #             the directory of its -d) instead of building them with Go;
-#  -s STEPS   run only these steps (default: "1 2 3 3b 4 5 6");
+#  -s STEPS   run only these steps (default: "1 2 2b 3 3b 4 5 6");
 #  -rehearse  run on the fake driver (internal/cuda/testdata/fakecuda.c,
 #             built with gcc and loaded as libcuda.so.1, one device) and the
 #             fake libcufile, at smaller sizes: it checks this script and
@@ -27,6 +27,11 @@
 #  2. devcheck across 2 and 4 processes (every type and op, float64
 #     reference, on the devices through CUDA IPC; send/recv device to
 #     device), and across 2 with every call async on a stream (-stream);
+#  2b. the same on views of a registered device window (-stream -window:
+#     stream-ordered, the devices waiting on flags), and the latency of
+#     all-reduce and all-gather from 8 B to 64 KiB, the stream held per
+#     call against stream-ordered (-latency; issue 27's target: at most
+#     25 us on an H100);
 #  3. device all-reduce of 256 MiB between 2 processes against a
 #     device-to-device copy in the same run, timed by each rank alone and
 #     by both at once (target: >= 70%; on one GPU at most 50% of the lone
@@ -46,7 +51,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-bundle= steps="1 2 3 3b 4 5 6" rehearse=0
+bundle= steps="1 2 2b 3 3b 4 5 6" rehearse=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) bundle=$2; shift 2 ;;
@@ -57,7 +62,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 for s in $steps; do
-	case " 1 2 3 3b 4 5 6 " in
+	case " 1 2 2b 3 3b 4 5 6 " in
 	*" $s "*) ;;
 	*) echo "$0: no step $s (the steps are 1 2 3 3b 4 5 6)" >&2; exit 2 ;;
 	esac
@@ -154,6 +159,13 @@ if wanted 2; then
 		expect $np "$direct" "$bin/gccl-run" -np $np "$bin/devcheck" -count $count
 	done
 	expect 2 "$direct; on a stream: true" "$bin/gccl-run" -np 2 "$bin/devcheck" -count $count -stream
+fi
+
+cur=2b
+if wanted 2b; then
+	step "2b. stream-ordered calls on device windows: checks, then small-size latency, 2 processes"
+	expect 2 "on a stream: true; stream-ordered: true" "$bin/gccl-run" -np 2 "$bin/devcheck" -count $count -stream -window
+	expect 20 'latency all_(reduce|gather) [0-9]+ B: stream held .* stream-ordered' "$bin/gccl-run" -np 2 "$bin/devcheck" -count 1031 -latency -bench-iters $((iters * 50))
 fi
 
 cur=3

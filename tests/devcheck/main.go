@@ -50,12 +50,14 @@ func main() {
 	benchBytes := flag.Int("bench-bytes", 256<<20, "bytes of the -bench all-reduce and copy")
 	iters := flag.Int("bench-iters", 20, "timed iterations of -bench")
 	onStream := flag.Bool("stream", false, "run every call async on buffers bound to a CUDA stream, and read its results through that stream only")
+	window := flag.Bool("window", false, "with -stream: every buffer a view of one device window all ranks registered (calls run stream-ordered)")
+	latency := flag.Bool("latency", false, "also time small all-reduces and all-gathers on a stream: buffers held per call against a registered window (stream-ordered)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	var onDevice, direct atomic.Bool
-	logger := slog.New(&watch{seen: &onDevice, direct: &direct, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	var onDevice, direct, flagged atomic.Bool
+	logger := slog.New(&watch{seen: &onDevice, direct: &direct, flagged: &flagged, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
 	c, err := comm.Init(ctx, &comm.Config{Logger: logger})
 	if err != nil {
 		fail("init: %v", err)
@@ -78,14 +80,29 @@ func main() {
 		}
 		defer k.stream.Close()
 	}
+	if *window {
+		if k.stream == nil {
+			fail("-window needs -stream")
+		}
+		if err := k.registerArena(); err != nil {
+			fail("rank %d: %v", c.Rank(), err)
+		}
+		defer k.arena.Free()
+		defer k.win.Deregister()
+	}
 	if err := k.all(); err != nil {
 		fail("rank %d: %v", c.Rank(), err)
 	}
-	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v; send/recv direct: %v; on a stream: %v\n",
-		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load(), direct.Load(), *onStream)
+	fmt.Printf("devcheck: rank %d of %d ok (device %d, %s): %d checks; on the devices: %v; send/recv direct: %v; on a stream: %v; stream-ordered: %v\n",
+		c.Rank(), c.Size(), dev.Ordinal(), dev.PCIBusID(), k.checks, onDevice.Load(), direct.Load(), *onStream, flagged.Load())
 	if *bench {
 		if err := k.bench(*benchBytes, *iters); err != nil {
 			fail("rank %d: bench: %v", c.Rank(), err)
+		}
+	}
+	if *latency {
+		if err := k.latency(*iters); err != nil {
+			fail("rank %d: latency: %v", c.Rank(), err)
 		}
 	}
 }
@@ -112,8 +129,8 @@ func openDevice(local int) (*gpu.Device, error) {
 // watch notes comm's log lines saying collectives run on the devices and
 // Send/Recv copies between device buffers directly.
 type watch struct {
-	seen, direct *atomic.Bool
-	next         slog.Handler
+	seen, direct, flagged *atomic.Bool
+	next                  slog.Handler
 }
 
 func (w *watch) Enabled(ctx context.Context, l slog.Level) bool { return true }
@@ -124,16 +141,19 @@ func (w *watch) Handle(ctx context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "Send/Recv copies straight") {
 		w.direct.Store(true)
 	}
+	if strings.Contains(r.Message, "collectives queued on the stream") {
+		w.flagged.Store(true)
+	}
 	if w.next.Enabled(ctx, r.Level) {
 		return w.next.Handle(ctx, r)
 	}
 	return nil
 }
 func (w *watch) WithAttrs(a []slog.Attr) slog.Handler {
-	return &watch{w.seen, w.direct, w.next.WithAttrs(a)}
+	return &watch{w.seen, w.direct, w.flagged, w.next.WithAttrs(a)}
 }
 func (w *watch) WithGroup(g string) slog.Handler {
-	return &watch{w.seen, w.direct, w.next.WithGroup(g)}
+	return &watch{w.seen, w.direct, w.flagged, w.next.WithGroup(g)}
 }
 
 type checker struct {
@@ -144,6 +164,29 @@ type checker struct {
 	round  uint64
 	checks int
 	stream *gpu.Stream // -stream
+	// -window: the registered arena, and the next of its two halves that
+	// upload hands out (every rank uploads in the same order, so a call's
+	// buffers are at the same offsets of the window on every rank).
+	arena *gpu.Buffer
+	win   *comm.DeviceWindow
+	half  int
+}
+
+// registerArena allocates the window every check's buffers are views of:
+// two halves, each as large as the largest buffer of a check.
+func (k *checker) registerArena() error {
+	half := (k.n*k.c.Size()*8 + 255) &^ 255
+	a, err := k.dev.Alloc(comm.Uint8, 2*half)
+	if err != nil {
+		return err
+	}
+	w, err := k.c.RegisterDevice(k.ctx, a)
+	if err != nil {
+		a.Free()
+		return fmt.Errorf("RegisterDevice: %w", err)
+	}
+	k.arena, k.win = a, w
+	return nil
 }
 
 // do runs one call on send and recv and returns recv's contents after it.
@@ -367,7 +410,15 @@ func compare(what string, dt comm.DataType, op comm.Op, out []byte, ins [][]byte
 
 // upload allocates a device buffer holding b.
 func (k *checker) upload(dt comm.DataType, b []byte) (*gpu.Buffer, error) {
-	d, err := k.dev.Alloc(dt, len(b)/dt.Size())
+	var d *gpu.Buffer
+	var err error
+	if k.arena != nil {
+		half := k.arena.Len() / 2
+		d, err = k.arena.View(k.half*half, dt, len(b)/dt.Size())
+		k.half = 1 - k.half
+	} else {
+		d, err = k.dev.Alloc(dt, len(b)/dt.Size())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -685,6 +736,94 @@ func (k *checker) bench(bytes, iters int) error {
 	fmt.Printf("devcheck: rank %d: %d bytes: device copy alone %.1f GB/s (%v), on every rank at once %.1f GB/s (%v); "+
 		"all_reduce %v, busbw %.1f GB/s = %.0f%% of the copy alone, %.0f%% of the copy at once\n",
 		k.c.Rank(), bytes, gbs(alone), alone, gbs(shared), shared, arTime, busBW, 100*busBW/gbs(alone), 100*busBW/gbs(shared))
+	return nil
+}
+
+// latency times back-to-back all-reduces and all-gathers of 8 B to 64 KiB
+// (float32; all-gather: each rank's input) on a stream, each size two ways in the same run: buffers bound
+// to the stream but not registered (each call holds the stream and runs a
+// host round), and views of a window every rank registered (each call is
+// queued on the stream, the devices wait on flags). Per call: the time of
+// iters calls and one stream synchronize, over iters (at least 100), the
+// median of 5 such rounds.
+func (k *checker) latency(iters int) error {
+	iters = max(iters, 100)
+	n := k.c.Size()
+	const maxBytes = 64 << 10
+	st, err := k.dev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	plain, err := k.dev.Alloc(comm.Uint8, 2*n*maxBytes)
+	if err != nil {
+		return err
+	}
+	defer plain.Free()
+	arena, err := k.dev.Alloc(comm.Uint8, 2*n*maxBytes)
+	if err != nil {
+		return err
+	}
+	defer arena.Free()
+	w, err := k.c.RegisterDevice(k.ctx, arena)
+	if err != nil {
+		return fmt.Errorf("RegisterDevice: %w", err)
+	}
+	defer w.Deregister()
+	bufs := func(mem *gpu.Buffer, inBytes, outBytes int) (in, out *gpu.StreamBuffer, err error) {
+		vi, err := mem.View(0, comm.Float32, inBytes/4)
+		if err != nil {
+			return nil, nil, err
+		}
+		vo, err := mem.View(n*maxBytes, comm.Float32, outBytes/4)
+		if err != nil {
+			return nil, nil, err
+		}
+		if in, err = vi.OnStream(st); err != nil {
+			return nil, nil, err
+		}
+		out, err = vo.OnStream(st)
+		return in, out, err
+	}
+	for _, coll := range []string{"all_reduce", "all_gather"} {
+		for _, size := range []int{8, 128, 1 << 10, 8 << 10, maxBytes} {
+			var per [2]time.Duration
+			for i, mem := range []*gpu.Buffer{plain, arena} {
+				outBytes := size
+				if coll == "all_gather" {
+					outBytes = n * size
+				}
+				in, out, err := bufs(mem, size, outBytes)
+				if err != nil {
+					return err
+				}
+				call := func() error {
+					if coll == "all_reduce" {
+						return k.c.AllReduce(k.ctx, in, out, comm.Sum)
+					}
+					return k.c.AllGather(k.ctx, in, out)
+				}
+				if err := k.c.Barrier(k.ctx); err != nil {
+					return err
+				}
+				round := func() error {
+					for range iters {
+						if err := call(); err != nil {
+							return err
+						}
+					}
+					return st.Synchronize()
+				}
+				t, err := timeIt(5, round)
+				if err != nil {
+					return fmt.Errorf("%s of %d bytes: %w", coll, size, err)
+				}
+				per[i] = t / time.Duration(iters)
+			}
+			fmt.Printf("devcheck: rank %d: latency %s %d B: stream held %.2f us, stream-ordered %.2f us\n",
+				k.c.Rank(), coll, size, float64(per[0].Nanoseconds())/1e3, float64(per[1].Nanoseconds())/1e3)
+		}
+	}
 	return nil
 }
 
