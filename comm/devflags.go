@@ -208,13 +208,13 @@ func (c *Comm) registerWindow(ctx context.Context, id uint32, eng DeviceStreamEn
 	newFlags := c.flags.Load() == nil
 	var f *flagState
 	if newFlags {
-		reg, err := c.allocRegion(ctx, 0, flagPageBytes(c.size), bad)
-		if err != nil {
+		var reg *symRegion
+		if reg, err = c.allocRegion(ctx, 0, flagPageBytes(c.size), bad); err != nil {
 			return nil, err
 		}
 		f = &flagState{eng: eng, region: reg, n: c.size, me: c.rank, dev: make([]uintptr, c.size)}
 		defer func() {
-			if err != nil {
+			if err != nil { // the result: any failure from here on
 				f.unmap()
 				for _, m := range reg.maps {
 					m.Close()
@@ -272,11 +272,6 @@ func (c *Comm) registerWindow(ctx context.Context, id uint32, eng DeviceStreamEn
 	blobs, err = c.rv.allGather(ctx, allocInfo{size: size, err: mapErr}.marshal())
 	if err != nil {
 		return nil, err
-	}
-	if newFlags {
-		for _, m := range f.region.maps[:1] {
-			m.Unlink() // every rank mapped it: a crash now leaves nothing in /dev/shm
-		}
 	}
 	for p, b := range blobs {
 		info, err := unmarshalAllocInfo(b)
