@@ -19,6 +19,37 @@ func onStream(b *devicetest.Buffer) *devicetest.StreamBuffer {
 	return &devicetest.StreamBuffer{Buffer: b, StreamID: 7}
 }
 
+// windowRanks makes n in-process ranks with the given timeout, each with a
+// registered window of count float32s on a devicetest engine of its own,
+// and closes them when t ends.
+func windowRanks(t *testing.T, n, count int, timeout time.Duration) ([]*Comm, []*devicetest.Buffer) {
+	t.Helper()
+	cs, err := InitLocal(n, &Config{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	arenas := make([]*devicetest.Buffer, n)
+	errs := make(chan error, n)
+	for r := range n {
+		arenas[r] = devicetest.NewBuffer(t, devicetest.NewEngine("fake"), Float32, count)
+		go func() {
+			_, err := cs[r].RegisterDevice(context.Background(), arenas[r])
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cs, arenas
+}
+
 // Every collective on StreamBuffers inside registered windows runs
 // stream-ordered (flags written and waited for, no stream held, no arrival
 // round), in and out of place, and gets the right result.
@@ -309,31 +340,8 @@ func TestRegisterDeviceFailsOnEveryRank(t *testing.T) {
 // work in the call, so the call returns) and Close does not wait.
 func TestAbortReleasesTheStream(t *testing.T) {
 	const n, count = 2, 16
-	cs, err := InitLocal(n, &Config{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
-	arenas := make([]*devicetest.Buffer, n)
-	for r := range n {
-		arenas[r] = devicetest.NewBuffer(t, devicetest.NewEngine("fake"), Float32, count)
-	}
-	done := make(chan error, n)
-	for r := range n {
-		go func() {
-			_, err := cs[r].RegisterDevice(context.Background(), arenas[r])
-			done <- err
-		}()
-	}
-	for range n {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
+	cs, arenas := windowRanks(t, n, count, 5*time.Second)
+	done := make(chan error, 1)
 	b := onStream(arenas[0])
 	go func() { done <- cs[0].AllReduce(context.Background(), b, b, Sum) }()
 	select {
@@ -363,31 +371,8 @@ func TestAbortReleasesTheStream(t *testing.T) {
 // returned already and Err, or the next call, reports it.)
 func TestStreamOrderedDeadlineNamesTheMissingRank(t *testing.T) {
 	const n, count = 3, 16
-	cs, err := InitLocal(n, &Config{Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
-	arenas := make([]*devicetest.Buffer, n)
-	for r := range n {
-		arenas[r] = devicetest.NewBuffer(t, devicetest.NewEngine("fake"), Float32, count)
-	}
+	cs, arenas := windowRanks(t, n, count, 300*time.Millisecond)
 	errs := make(chan error, n)
-	for r := range n {
-		go func() {
-			_, err := cs[r].RegisterDevice(context.Background(), arenas[r])
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
 	for r := range n - 1 {
 		go func() {
 			b := onStream(arenas[r])
@@ -409,30 +394,9 @@ func TestStreamOrderedDeadlineNamesTheMissingRank(t *testing.T) {
 // A stream-ordered call allocates nothing: queueing is the whole call.
 func TestStreamOrderedAllocatesNothing(t *testing.T) {
 	const n, count = 2, 64
-	cs, err := InitLocal(n, &Config{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
-	bufs := make([]*devicetest.StreamBuffer, n)
-	errs := make(chan error, n)
-	for r := range n {
-		a := devicetest.NewBuffer(t, devicetest.NewEngine("fake"), Float32, count)
-		bufs[r] = onStream(a)
-		go func() {
-			_, err := cs[r].RegisterDevice(context.Background(), a)
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	cs, arenas := windowRanks(t, n, count, 5*time.Second)
+	bufs := []*devicetest.StreamBuffer{onStream(arenas[0]), onStream(arenas[1])}
+	errs := make(chan error, 1)
 	const runs = 50
 	go func() {
 		for range runs + 2 {
