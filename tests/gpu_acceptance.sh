@@ -37,7 +37,8 @@
 #     by both at once (target: >= 70%; on one GPU at most 50% of the lone
 #     copy, docs/PERFORMANCE.md);
 #  3b. gccl-perf all_reduce and all_gather on device buffers (-M device), for
-#     comparison with nccl-tests' figures on the same machine;
+#     comparison with nccl-tests' figures on the same machine, and 8 B to
+#     64 KiB of both on registered windows (-R 2: stream-ordered);
 #  4. the sum kernel in place for float32 and bfloat16, beside a
 #     device-to-device copy of the same buffers (compare with torch's add_
 #     when python3 has torch: target within 10%);
@@ -180,6 +181,10 @@ if wanted 3b; then
 	ok='Out of bounds values : 0 OK'
 	expect 1 "$ok" "$bin/gccl-run" -np 2 "$bin/gccl-perf" all_reduce -M device -b 8 -e $bigh -f 4 -c 1 -w 5 -n $iters -J "$out/perf-device.json"
 	expect 1 "$ok" "$bin/gccl-run" -np 2 "$bin/gccl-perf" all_gather -M device -b 8 -e $bigh -f 4 -c 1 -w 5 -n $iters
+	# Stream-ordered on registered windows (-R 2), the small sizes of issue 27.
+	for c in all_reduce all_gather; do
+		expect 1 "$ok" "$bin/gccl-run" -np 2 "$bin/gccl-perf" $c -M device -R 2 -b 8 -e 64K -f 2 -c 1 -w 5 -n $((iters * 50))
+	done
 fi
 
 cur=4

@@ -95,11 +95,14 @@ type config struct {
 	jsonPath   string     // -J
 	metrics    string     // --metrics: serve Prometheus metrics at this address during the run
 	register   bool       // -R 1 or 2: buffers from comm.Comm.Alloc
-	memory     memoryKind // -M: where the send and receive buffers live
-	simulate   bool       // --simulate: print the cost model's table instead of running
-	topoFile   string     // --topo-file, for --simulate
-	nodes      int        // --nodes, for --simulate
-	args       []string   // the command line, for the header and the JSON
+	// -R 2 with -M device: the device buffers are windows every rank
+	// registered, bound to a stream of each rank (stream-ordered calls).
+	deviceWindows bool
+	memory        memoryKind // -M: where the send and receive buffers live
+	simulate      bool       // --simulate: print the cost model's table instead of running
+	topoFile      string     // --topo-file, for --simulate
+	nodes         int        // --nodes, for --simulate
+	args          []string   // the command line, for the header and the JSON
 	// rankArgs is args without -np: the command line of each rank that
 	// -np launches.
 	rankArgs []string
@@ -316,9 +319,12 @@ func (c *config) resolve(raw *rawChoices, jobProcs int) error {
 	}
 	c.register = raw.register > 0
 	if c.register && c.memory == memoryDevice {
-		// comm.Comm.Alloc's symmetric memory is host memory: the two
-		// flags ask for buffers in different places.
-		return usagef("-R %d with -M device: registered buffers are host memory from comm.Comm.Alloc; use -R 0 with -M device", raw.register)
+		if raw.register != 2 {
+			// comm.Comm.Alloc's symmetric memory is host memory; device
+			// buffers register only symmetrically (-R 2), as windows.
+			return usagef("-R %d with -M device: device buffers register as symmetric windows (comm.Comm.RegisterDevice): use -R 2, or -R 0", raw.register)
+		}
+		c.register, c.deviceWindows = false, true
 	}
 	if raw.threads > 1 {
 		return usagef("-t %d: only one thread drives the ranks; use -g N for N in-process ranks", raw.threads)

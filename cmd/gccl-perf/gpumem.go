@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -68,6 +69,37 @@ func (r *rankInfo) onGPU(dev *gpu.Device) {
 // rankGPU is one rank's device memory.
 type rankGPU struct {
 	send, recv *gpu.Buffer // maxBytes each, mirrored by rankState.send and recv
+	// Under -R 2: the rank's stream, which every view is bound to, and
+	// the windows of send and recv.
+	stream  *gpu.Stream
+	windows []*comm.DeviceWindow
+}
+
+// register makes send and recv windows of c (collective: every rank of
+// the job at once) and binds the views to a new stream.
+func (g *rankGPU) register(ctx context.Context, c *comm.Comm, dev *gpu.Device) error {
+	s, err := dev.NewStream()
+	if err != nil {
+		return fmt.Errorf("-R 2: a stream on CUDA device %d: %w", dev.Ordinal(), err)
+	}
+	g.stream = s
+	for _, b := range []*gpu.Buffer{g.send, g.recv} {
+		w, err := c.RegisterDevice(ctx, b)
+		if err != nil {
+			return fmt.Errorf("-R 2: %w", err)
+		}
+		g.windows = append(g.windows, w)
+	}
+	return nil
+}
+
+// sync waits for the rank's stream under -R 2, where a call returns once
+// it is queued.
+func (g *rankGPU) sync() error {
+	if g == nil || g.stream == nil {
+		return nil
+	}
+	return g.stream.Synchronize()
 }
 
 // newRankGPU allocates size-byte send and receive buffers on dev.
@@ -84,8 +116,17 @@ func newRankGPU(dev *gpu.Device, size int) (*rankGPU, error) {
 	return g, nil
 }
 
-// free releases g's buffers; the device stays open.
+// free releases g's windows, stream and buffers; the device stays open.
 func (g *rankGPU) free() {
+	for _, w := range g.windows {
+		w.Deregister()
+	}
+	g.windows = nil
+	if g.stream != nil {
+		g.stream.Synchronize()
+		g.stream.Close()
+		g.stream = nil
+	}
 	for _, b := range []*gpu.Buffer{g.send, g.recv} {
 		if b != nil {
 			b.Free()
@@ -117,10 +158,14 @@ func (g *rankGPU) download(recv []byte) error {
 // a collective's argument: a view of the send or receive buffer (ranges,
 // because successive operations move through the buffers, and in place one
 // rank's block of a buffer is the other argument).
-func (g *rankGPU) view(dt comm.DataType, r region) (*gpu.Buffer, error) {
+func (g *rankGPU) view(dt comm.DataType, r region) (comm.Buffer, error) {
 	mem := g.send
 	if r.inRecv {
 		mem = g.recv
 	}
-	return mem.View(int(r.off), dt, int(r.n)/dt.Size())
+	v, err := mem.View(int(r.off), dt, int(r.n)/dt.Size())
+	if err != nil || g.stream == nil {
+		return v, err
+	}
+	return v.OnStream(g.stream)
 }

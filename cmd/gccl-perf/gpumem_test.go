@@ -133,3 +133,40 @@ func TestDeviceMemoryMultiProcess(t *testing.T) {
 		checkOnDevices(t, res.stderr, 2)
 	}
 }
+
+// -M device -R 2: the device buffers are windows every rank registered,
+// each rank's views bound to its stream: every call is queued on the
+// stream (stream-ordered, logged), each loop ends with a synchronize, and
+// every result checks, in one process and across two, with the fake
+// driver's streams slowed so that a loop timed or checked before its
+// stream finished reads stale results.
+func TestDeviceWindows(t *testing.T) {
+	env, devices := deviceDriver(t)
+	env = append(env, "GCCL_DEBUG=INFO", "GCCL_DEBUG_SUBSYS=COLL", "FAKECUDA_STREAM_DELAY_US=100")
+	for _, tc := range []struct{ args, transport string }{
+		{"all_reduce -g 2 -M device -R 2 -b 8 -e 64K -f 8 -c 1 -n 5 -w 1", "INPROC"},
+		{"all_gather -np 2 -M device -R 2 -b 8 -e 64K -f 8 -c 1 -n 5 -w 1 -z 1", "SHM"},
+	} {
+		res := perf(t, env, tc.args)
+		if res.status != 0 {
+			t.Fatalf("%s: exit status %d\nstdout:\n%s\nstderr:\n%s", tc.args, res.status, res.stdout, res.stderr)
+		}
+		procs := 1
+		if tc.transport == "SHM" {
+			procs = 2
+		}
+		checkGPUHeader(t, res.stdout, 2, procs, devices, tc.transport)
+		checkOneCleanTable(t, res.stdout, 5)
+		if !strings.Contains(res.stdout, "\n# Registered device windows") {
+			t.Errorf("%s: the header does not say the buffers are windows:\n%s", tc.args, res.stdout)
+		}
+		for r := range 2 {
+			if !regexp.MustCompile(`collectives queued on the stream.* rank=` + strconv.Itoa(r) + `\b`).MatchString(res.stderr) {
+				t.Errorf("%s: rank %d did not log stream-ordered calls:\n%s", tc.args, r, res.stderr)
+			}
+		}
+	}
+	if res := perf(t, env, "all_reduce -g 2 -M device -R 1"); res.status == 0 || !strings.Contains(res.stderr, "use -R 2") {
+		t.Errorf("-M device -R 1: exit status %d, stderr:\n%s", res.status, res.stderr)
+	}
+}

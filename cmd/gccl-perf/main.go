@@ -76,10 +76,15 @@ K, M and G suffixes (powers of 1024).
   -R, --local_register <n>   1 or 2: buffers from comm.Comm.Alloc (symmetric
                              memory that peers on the host map, so large
                              all-reduces read peers' buffers directly);
+                             with -M device, 2: the device buffers are
+                             windows every rank registered
+                             (comm.Comm.RegisterDevice), bound to a stream:
+                             calls are queued on it, stream-ordered, and
+                             each loop ends with a stream synchronize;
                              0: Go heap (default)
   -M, --memory <kind>        host: buffers in host memory (default);
                              device: in GPU memory (package gpu; needs the
-                             CUDA driver; not with -R), each rank's on
+                             CUDA driver; with -R 2 only), each rank's on
                              device (its index among its host's ranks)
                              modulo the number of GPUs
   -t, --nthreads <n>         accepted for compatibility; must be 1

@@ -56,6 +56,9 @@ func writeHeader(w io.Writer, h headerInfo) {
 	if c.memory == memoryDevice {
 		fmt.Fprintf(w, "# Memory: device (CUDA): send and receive buffers in GPU memory, on each rank's device below\n")
 	}
+	if c.deviceWindows {
+		fmt.Fprintf(w, "# Registered device windows: calls queued on each rank's stream (stream-ordered); each loop ends with a stream synchronize\n")
+	}
 	fmt.Fprintf(w, "#\n# Using devices\n")
 	for _, d := range h.devices {
 		// Where nccl-tests prints the GPU's PCI address.

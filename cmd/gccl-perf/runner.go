@@ -193,6 +193,14 @@ func (rn *runner) benchmark(emit func(*row)) error {
 				return err
 			}
 		}
+		if rn.cfg.deviceWindows {
+			// RegisterDevice is collective: every local rank at once.
+			if err := rn.parallel(func(rs *rankState) error {
+				return rs.gpu.register(rn.ctx, rs.comm, rn.gpus[rs.local])
+			}); err != nil {
+				return err
+			}
+		}
 	}
 	c := rn.cfg
 	for _, dt := range c.dataTypes {
@@ -339,10 +347,12 @@ func (rn *runner) issue(rs *rankState, seq opSequence) error {
 			last = t.start(c, a)
 		}
 	}
-	if last == nil {
-		return nil
+	if last != nil {
+		if err := last.Wait(rn.ctx); err != nil {
+			return err
+		}
 	}
-	return last.Wait(rn.ctx)
+	return rs.gpu.sync()
 }
 
 func (rn *runner) warmUp(p *point) error {
