@@ -137,7 +137,8 @@ func (c *Comm) findWin(p uintptr, n int) (*devWindow, uintptr, bool) {
 // fails on every rank, and calls on the buffer run as they would
 // unregistered. A failure on one rank fails it everywhere. It is slow
 // (rounds through the rendezvous, a mapping per peer): register once and
-// reuse, as with NCCL's ncclCommWindowRegister.
+// reuse, as with NCCL's ncclCommWindowRegister. Close waits for the
+// stream's last stream-ordered call (at most 10 s, then releases it).
 func (c *Comm) RegisterDevice(ctx context.Context, buf DeviceBuffer) (*DeviceWindow, error) {
 	if err := c.enter(); err != nil {
 		return nil, err
@@ -628,12 +629,12 @@ type streamQueue struct {
 func (q *streamQueue) Reduce(r *DeviceReduce) error       { return q.eng.ReduceOn(q.s, r) }
 func (q *streamQueue) Copy(dst, src uintptr, n int) error { return q.eng.CopyOn(q.s, dst, src, n) }
 
-// releaseFlags lets this rank's stream pass every flag wait it has queued
-// or will: after an abort, peers may never arrive or depart. The words of
-// this rank's page get the last call's number plus 2^30 (ahead of it in
-// the wrapping order), again and again until the stream has done its last
-// call, since a peer's stream still running may write a lower number over
-// them.
+// releaseFlags lets this rank's stream pass every flag wait it has queued:
+// after an abort, peers may never arrive or depart (and no call is queued
+// any more). The words of this rank's page get the last call's number plus
+// 2^30 (ahead of it in the wrapping order), again and again until the
+// stream has done its last call, since a peer's stream still running may
+// write a lower number over them.
 func (c *Comm) releaseFlags() {
 	f := c.flags.Load()
 	if f == nil {
@@ -647,6 +648,9 @@ func (c *Comm) releaseFlags() {
 			defer t.Stop()
 			for {
 				f.release()
+				if f.done() {
+					return // nothing left to wait for
+				}
 				select {
 				case <-f.stop:
 					return
