@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"sync"
+	"unsafe"
 
 	"github.com/gccl/gccl/device"
 	"github.com/gccl/gccl/internal/cuda"
@@ -26,24 +28,67 @@ func (e *Engine) MapFlags(b []byte) (uintptr, error) {
 	if e.isClosed() {
 		return 0, errClosed
 	}
+	if len(b) == 0 {
+		return 0, fmt.Errorf("engine: mapping no flags: %w", errs.ErrInvalidArgument)
+	}
 	// Flags are only useful to streams that can write them: refuse here,
 	// where the caller can do without, not at a collective's first flag.
 	if err := e.ctx.CanWriteValue32(); err != nil {
 		return 0, fmt.Errorf("engine: flags for device %d: %w", e.ordinal, err)
 	}
+	key := uintptr(unsafe.Pointer(&b[0]))
+	hostFlags.Lock()
+	defer hostFlags.Unlock()
+	if r, ok := hostFlags.m[key]; ok {
+		if r.n != len(b) {
+			return 0, fmt.Errorf("engine: flags of %d bytes at %#x, mapped before with %d: %w", len(b), key, r.n, errs.ErrInvalidArgument)
+		}
+		r.refs++
+		return r.dev, nil
+	}
 	p, err := e.ctx.HostRegisterMapped(b)
 	if err != nil {
 		return 0, fmt.Errorf("engine: mapping %d bytes of flags for device %d: %w", len(b), e.ordinal, err)
 	}
+	hostFlags.m[key] = &flagReg{n: len(b), refs: 1, dev: uintptr(p)}
 	return uintptr(p), nil
 }
 
-// UnmapFlags unregisters memory from MapFlags. The driver first waits for
-// the device's work, so no stream may still wait for a word of b.
+// hostFlags counts the process's mappings of flag memory. The driver
+// registers host memory once per process, for every device (portable),
+// and the ranks of one process map the same pages (their own and each
+// other's): the first MapFlags registers, the last UnmapFlags unregisters.
+var hostFlags = struct {
+	sync.Mutex
+	m map[uintptr]*flagReg
+}{m: map[uintptr]*flagReg{}}
+
+type flagReg struct {
+	n, refs int
+	dev     uintptr // the memory's device address (the same on every device)
+}
+
+// UnmapFlags undoes MapFlags; the last of the process's unregisters the
+// memory. The driver first waits for the device's work, so no stream may
+// still wait for a word of b.
 func (e *Engine) UnmapFlags(b []byte) error {
 	if e.isClosed() {
 		return errClosed
 	}
+	if len(b) == 0 {
+		return nil
+	}
+	key := uintptr(unsafe.Pointer(&b[0]))
+	hostFlags.Lock()
+	defer hostFlags.Unlock()
+	r, ok := hostFlags.m[key]
+	if !ok {
+		return fmt.Errorf("engine: unmapping flags at %#x that MapFlags did not map: %w", key, errs.ErrInvalidArgument)
+	}
+	if r.refs--; r.refs > 0 {
+		return nil
+	}
+	delete(hostFlags.m, key)
 	if err := e.ctx.HostUnregister(b); err != nil {
 		return fmt.Errorf("engine: unmapping %d bytes of flags from device %d: %w", len(b), e.ordinal, err)
 	}

@@ -287,3 +287,40 @@ func TestMapFlagsNeedsStreamWrites(t *testing.T) {
 		t.Fatalf("MapFlags on a driver without stream writes: %v", err)
 	}
 }
+
+// The ranks of one process map the same flag pages (their own and each
+// other's), while the driver registers a range once per process: the
+// second MapFlags of a page gets the first's address, and only the last
+// UnmapFlags unregisters it.
+func TestMapFlagsTwice(t *testing.T) {
+	_, e := openEngine(t)
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(page)
+	p1, err := e.MapFlags(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := e.MapFlags(page)
+	if err != nil || p2 != p1 {
+		t.Fatalf("second MapFlags: %#x, %v; want %#x", p2, err, p1)
+	}
+	if err := e.UnmapFlags(page); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.UnmapFlags(page); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.UnmapFlags(page); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("a third UnmapFlags: %v, want ErrInvalidArgument", err)
+	}
+	// Unregistered: the driver takes the page again.
+	if _, err := e.MapFlags(page); err != nil {
+		t.Fatalf("MapFlags after the last UnmapFlags: %v", err)
+	}
+	if err := e.UnmapFlags(page); err != nil {
+		t.Fatal(err)
+	}
+}

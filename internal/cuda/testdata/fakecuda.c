@@ -32,6 +32,9 @@
 //     flags' memory barrier), so the stream's earlier work is visible
 //     first. Built with -DOMIT_WRITE_VALUE, the library lacks
 //     cuStreamWriteValue32_v2, as drivers before CUDA 11.7 do.
+//   - cuMemHostRegister_v2 refuses a range that overlaps one already
+//     registered or pinned (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), as
+//     the real driver does: a range registers once per process.
 //   - Modules are PTX text or cubins (64-bit ELF for EM_CUDA);
 //     cuModuleGetFunction finds only the kernels the PTX declares (.entry)
 //     or the cubin defines (STT_FUNC symbols), and cuLaunchKernel runs the same kernel
@@ -397,6 +400,16 @@ CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
 CUresult cuMemFreeHost(void *p) { sync_all(); host_untrack(p); free(p); return OK; }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
 	if (!cur) return INVALID_CONTEXT;
+	// As the real driver: a range registers once per process.
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAX_HOST; i++) {
+		char *h = hosts[i].p;
+		if (h && (char *)p < h + hosts[i].n && h < (char *)p + n) {
+			pthread_mutex_unlock(&mu);
+			return 712; // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+		}
+	}
+	pthread_mutex_unlock(&mu);
 	host_track(p, n);
 	return OK;
 }
