@@ -713,6 +713,9 @@ func (c *Comm) closeFlags() {
 			}
 		}
 	}
+	// From here an abort starts no release loop (the stream is done), and
+	// one started before is seen (f.stop: the Once orders it).
+	f.releaseOnce.Do(func() {})
 	if f.stop != nil {
 		close(f.stop)
 		<-f.loopDone
