@@ -133,8 +133,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{"broadcast -np 2 -r 2", `invalid root "2": want a rank in [0,2)`},
 		{"all_reduce -t 2", "only one thread"},
 		{"all_reduce -M gpu", `invalid value "gpu" for -M/--memory: want host or device`},
-		{"all_reduce -M device -R 1", "-R 1 with -M device"},
-		{"all_reduce --local_register=2 --memory=device", "-R 2 with -M device"},
+		{"all_reduce -M device -R 1", "-R 1 with -M device: device buffers register as symmetric windows"},
+		{"all_reduce --local_register=1 --memory=device", "use -R 2, or -R 0"},
 	} {
 		_, err := parseArgs(strings.Fields(tc.args))
 		var ue *usageError
@@ -164,6 +164,22 @@ func TestParseArgsMemory(t *testing.T) {
 		}
 		if c.memory != want {
 			t.Errorf("%q: memory %v, want %v", args, c.memory, want)
+		}
+	}
+	// -R 2 with -M device: device windows, not comm.Comm.Alloc's memory.
+	for args, want := range map[string]bool{
+		"all_reduce -M device -R 2":                     true,
+		"all_reduce --local_register=2 --memory=device": true,
+		"all_reduce -M device":                          false,
+		"all_reduce -R 2":                               false,
+	} {
+		c, err := parseArgs(strings.Fields(args))
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if c.deviceWindows != want || c.deviceWindows && c.register {
+			t.Errorf("%q: device windows %v (register %v), want %v", args, c.deviceWindows, c.register, want)
 		}
 	}
 	// The ranks that -np starts get -M too.
