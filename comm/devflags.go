@@ -59,8 +59,6 @@ type flagState struct {
 	n, me  int           // ranks, and this rank
 	seq    atomic.Uint32 // the number of the last call queued
 	last   uintptr       // the stream of the last call queued
-	// queued counts the calls queued (tests, debugging).
-	queued atomic.Uint64
 	// broken: a call was queued only in part, so its done word may never
 	// be written: Close must not wait for it, nor unmap the pages.
 	broken atomic.Bool
@@ -97,7 +95,6 @@ type DeviceWindow struct {
 
 // devWindow is one registration on one rank.
 type devWindow struct {
-	id    uint32
 	eng   DeviceStreamEngine
 	base  uintptr // this rank's buffer
 	size  int     // bytes, the same on every rank
@@ -179,7 +176,7 @@ func (c *Comm) RegisterDevice(ctx context.Context, buf DeviceBuffer) (*DeviceWin
 			bad = fmt.Errorf("gccl: internal error: %s exported a description longer than %d bytes", eng.Name(), MaxDeviceDescLen)
 		}
 	}
-	w, err := c.registerWindow(ctx, id, eng, base, size, desc, bad)
+	w, err := c.registerWindow(ctx, eng, base, size, desc, bad)
 	if err != nil {
 		var oe *OpError
 		if errors.As(err, &oe) {
@@ -204,7 +201,7 @@ func (c *Comm) RegisterDevice(ctx context.Context, buf DeviceBuffer) (*DeviceWin
 // Comm's first window), then a round that swaps the buffers' descriptions,
 // each rank's mapping of its peers' buffers (and pages), and a round that
 // agrees on the outcome. Every rank fails if one does.
-func (c *Comm) registerWindow(ctx context.Context, id uint32, eng DeviceStreamEngine, base uintptr, size int,
+func (c *Comm) registerWindow(ctx context.Context, eng DeviceStreamEngine, base uintptr, size int,
 	desc []byte, bad error) (_ *devWindow, err error) {
 	newFlags := c.flags.Load() == nil
 	var f *flagState
@@ -230,25 +227,11 @@ func (c *Comm) registerWindow(ctx context.Context, id uint32, eng DeviceStreamEn
 	if bad != nil {
 		sent, desc = 0, nil
 	}
-	blobs, err := c.rv.allGather(ctx, allocInfo{sent, string(desc), bad}.marshal())
+	sizes, descs, err := c.allocRound(ctx, "RegisterDevice", allocInfo{sent, string(desc), bad}, size, nil)
 	if err != nil {
 		return nil, err
 	}
-	sizes := make([]int, c.size)
-	descs := make([]string, c.size)
-	errs := make([]error, c.size)
-	for p, b := range blobs {
-		info, err := unmarshalAllocInfo(b)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rank %d's RegisterDevice reply: %w", ErrMismatch, p, err)
-		}
-		sizes[p], descs[p], errs[p] = info.size, info.name, info.err
-	}
-	errs[c.rank] = bad
-	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
-		return nil, err
-	}
-	w := &devWindow{id: id, eng: eng, base: base, size: size, peers: make([]uintptr, c.size)}
+	w := &devWindow{eng: eng, base: base, size: size, peers: make([]uintptr, c.size)}
 	var mapErr error
 	for p := range c.size {
 		if p == c.rank {
@@ -270,19 +253,7 @@ func (c *Comm) registerWindow(ctx context.Context, id uint32, eng DeviceStreamEn
 			f.mapped = append(f.mapped, page)
 		}
 	}
-	blobs, err = c.rv.allGather(ctx, allocInfo{size: size, err: mapErr}.marshal())
-	if err != nil {
-		return nil, err
-	}
-	for p, b := range blobs {
-		info, err := unmarshalAllocInfo(b)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rank %d's RegisterDevice reply: %w", ErrMismatch, p, err)
-		}
-		errs[p] = info.err
-	}
-	errs[c.rank] = mapErr
-	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
+	if _, _, err = c.allocRound(ctx, "RegisterDevice", allocInfo{size: size, err: mapErr}, size, sizes); err != nil {
 		return nil, err
 	}
 	if newFlags {
@@ -340,13 +311,14 @@ func (c *Comm) flagCall(cl *call) bool {
 	default:
 		return false
 	}
-	_, _, ok := c.flagBuffers(cl)
+	_, _, _, ok := c.flagBuffers(cl)
 	return ok
 }
 
-// flagBuffers returns the stream of cl's buffers and the windows that hold
-// them (nil where the rank does not use the buffer), or false.
-func (c *Comm) flagBuffers(cl *call) (s uintptr, wins [2]*devWindow, ok bool) {
+// flagBuffers returns the stream of cl's buffers, and the window that holds
+// each (in, out; nil where the rank does not use the buffer) with the
+// buffer's offset in it, or false.
+func (c *Comm) flagBuffers(cl *call) (s uintptr, wins [2]*devWindow, offs [2]uintptr, ok bool) {
 	needIn, needOut := cl.deviceUses(c.rank)
 	bufs := [2]*view{&cl.in, &cl.out}
 	need := [2]bool{needIn, needOut}
@@ -356,23 +328,23 @@ func (c *Comm) flagBuffers(cl *call) (s uintptr, wins [2]*devWindow, ok bool) {
 		}
 		sb, isStream := v.dev.(StreamBuffer)
 		if !v.addr || !isStream || (s != 0 && sb.Stream() != s) {
-			return 0, wins, false
+			return 0, wins, offs, false
 		}
 		s = sb.Stream()
-		w, _, found := c.findWin(addrOf(v.b), len(v.b))
+		w, off, found := c.findWin(addrOf(v.b), len(v.b))
 		if !found || w.eng != c.flags.Load().eng {
-			return 0, wins, false
+			return 0, wins, offs, false
 		}
-		wins[i] = w
+		wins[i], offs[i] = w, off
 	}
-	return s, wins, need[0] || need[1]
+	return s, wins, offs, need[0] || need[1]
 }
 
 // runDeviceFlags queues cl on its buffers' stream (the file comment's
 // steps).
 func (c *Comm) runDeviceFlags(cl *call) error {
 	f := c.flags.Load()
-	s, wins, ok := c.flagBuffers(cl)
+	s, wins, offs, ok := c.flagBuffers(cl)
 	if !ok {
 		// Deregistered between its issue and its turn (async).
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1,
@@ -386,16 +358,12 @@ func (c *Comm) runDeviceFlags(cl *call) error {
 	for p := range d.peers {
 		d.peers[p] = devPeer{}
 	}
-	if w := wins[0]; w != nil {
-		_, off, _ := c.findWin(addrOf(cl.in.b), len(cl.in.b))
-		for p := range d.peers {
-			d.peers[p].in = w.peers[p] + off
+	for p := range d.peers {
+		if w := wins[0]; w != nil {
+			d.peers[p].in = w.peers[p] + offs[0]
 		}
-	}
-	if w := wins[1]; w != nil {
-		_, off, _ := c.findWin(addrOf(cl.out.b), len(cl.out.b))
-		for p := range d.peers {
-			d.peers[p].out = w.peers[p] + off
+		if w := wins[1]; w != nil {
+			d.peers[p].out = w.peers[p] + offs[1]
 		}
 	}
 	eng := f.eng
@@ -415,7 +383,6 @@ func (c *Comm) runDeviceFlags(cl *call) error {
 		f.broken.Store(true)
 		return &OpError{Op: cl.name(), Rank: c.rank, Seq: cl.seq, Peer: -1, Err: fmt.Errorf("queueing on the stream: %w", err)}
 	}
-	f.queued.Add(1)
 	return nil
 }
 
@@ -522,46 +489,25 @@ func (f *flagState) late(k uint32) ([]int, string) {
 // queueFlagged queues steps 1 to 5 of the file comment.
 func (c *Comm) queueFlagged(eng DeviceStreamEngine, cl *call, s uintptr, seq uint32) error {
 	f := c.flags.Load()
-	me := c.rank
 	if f.last != 0 && f.last != s {
 		// The Comm's calls run in issue order whatever their streams.
 		if err := eng.Follow(s, f.last); err != nil {
 			return err
 		}
 	}
-	for p := range f.n {
-		if p != me {
-			if err := eng.WriteFlag(s, f.dev[p]+f.arriveOff(me), seq); err != nil {
-				return err
-			}
-		}
-	}
-	for p := range f.n {
-		if p != me {
-			if err := eng.WaitFlag(s, f.dev[me]+f.arriveOff(p), seq); err != nil {
-				return err
-			}
-		}
+	// Arrive: post this rank's word in every peer's page, wait for every
+	// peer's in this rank's.
+	if err := f.post(eng, s, f.arriveOff, seq); err != nil {
+		return err
 	}
 	c.dev.sq = streamQueue{eng, s} // in the Comm: a pointer to it does not allocate
 	if err := c.flagWork(&c.dev.sq, cl); err != nil {
 		return err
 	}
-	for p := range f.n {
-		if p != me {
-			if err := eng.WriteFlag(s, f.dev[p]+f.departOff(me), seq); err != nil {
-				return err
-			}
-		}
+	if err := f.post(eng, s, f.departOff, seq); err != nil {
+		return err
 	}
-	for p := range f.n {
-		if p != me {
-			if err := eng.WaitFlag(s, f.dev[me]+f.departOff(p), seq); err != nil {
-				return err
-			}
-		}
-	}
-	return eng.WriteFlag(s, f.dev[me]+f.doneOff(), seq)
+	return eng.WriteFlag(s, f.dev[f.me]+f.doneOff(), seq)
 }
 
 // flagWork queues this rank's share of cl. A rank knows where its peers'
@@ -618,6 +564,27 @@ func (c *Comm) flagWork(q devQueue, cl *call) error {
 		return q.Reduce(red)
 	}
 	return c.deviceWork(q, cl, cl.dtype().Size())
+}
+
+// post queues on stream s, for one kind of flag (off: arrival or
+// departure), a write of seq into this rank's word in every peer's page,
+// then a wait for every peer's word in this rank's page to reach it.
+func (f *flagState) post(eng DeviceStreamEngine, s uintptr, off func(int) uintptr, seq uint32) error {
+	for p := range f.n {
+		if p != f.me {
+			if err := eng.WriteFlag(s, f.dev[p]+off(f.me), seq); err != nil {
+				return err
+			}
+		}
+	}
+	for p := range f.n {
+		if p != f.me {
+			if err := eng.WaitFlag(s, f.dev[f.me]+off(p), seq); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // streamQueue queues device work on a caller's stream.

@@ -269,22 +269,8 @@ func (c *Comm) allocRegion(ctx context.Context, id uint32, size int, bad error) 
 	if bad != nil {
 		sent = 0 // may be out of range; the error is what counts
 	}
-	blobs, err := c.rv.allGather(ctx, allocInfo{sent, name, bad}.marshal())
+	sizes, names, err := c.allocRound(ctx, "Alloc", allocInfo{sent, name, bad}, size, nil)
 	if err != nil {
-		return nil, err
-	}
-	sizes := make([]int, c.size)
-	names := make([]string, c.size)
-	errs := make([]error, c.size)
-	for p, b := range blobs {
-		info, err := unmarshalAllocInfo(b)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rank %d's Alloc reply: %w", ErrMismatch, p, err)
-		}
-		sizes[p], names[p], errs[p] = info.size, info.name, info.err
-	}
-	errs[c.rank] = bad // this rank's own, with its identity (the wire keeps the text)
-	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
 		return nil, err
 	}
 	var mapErr error
@@ -305,25 +291,44 @@ func (c *Comm) allocRegion(ctx context.Context, id uint32, size int, bad error) 
 		reg.maps = append(reg.maps, m)
 		reg.peers[p] = m.Bytes()
 	}
-	blobs, err = c.rv.allGather(ctx, allocInfo{size: size, err: mapErr}.marshal())
+	_, _, err = c.allocRound(ctx, "Alloc", allocInfo{size: size, err: mapErr}, size, sizes)
+	if own != nil {
+		own.Unlink() // every rank has mapped it, or failed: a crash now leaves nothing in /dev/shm
+	}
 	if err != nil {
 		return nil, err
 	}
-	if own != nil {
-		own.Unlink()
+	return reg, nil
+}
+
+// allocRound is one round of the rendezvous of Alloc and RegisterDevice
+// (op, for errors): it swaps this rank's info with every rank's and fails
+// on every rank if one rank failed or asked for another size than this
+// one's. The first round (sizes nil) returns every rank's size and name;
+// a later round checks the sizes of the first.
+func (c *Comm) allocRound(ctx context.Context, op string, mine allocInfo, size int, sizes []int) ([]int, []string, error) {
+	blobs, err := c.rv.allGather(ctx, mine.marshal())
+	if err != nil {
+		return nil, nil, err
 	}
+	first := sizes == nil
+	if first {
+		sizes = make([]int, c.size)
+	}
+	names := make([]string, c.size)
+	errs := make([]error, c.size)
 	for p, b := range blobs {
 		info, err := unmarshalAllocInfo(b)
 		if err != nil {
-			return nil, fmt.Errorf("%w: rank %d's Alloc reply: %w", ErrMismatch, p, err)
+			return nil, nil, fmt.Errorf("%w: rank %d's %s reply: %w", ErrMismatch, p, op, err)
 		}
-		errs[p] = info.err
+		if first {
+			sizes[p] = info.size
+		}
+		names[p], errs[p] = info.name, info.err
 	}
-	errs[c.rank] = mapErr
-	if err := agreeAlloc(c.rank, size, sizes, errs); err != nil {
-		return nil, err
-	}
-	return reg, nil
+	errs[c.rank] = mine.err // this rank's own, with its identity (the wire keeps the text)
+	return sizes, names, agreeAlloc(c.rank, size, sizes, errs)
 }
 
 // allocInfo is one rank's message in an Alloc round: the size it asked
