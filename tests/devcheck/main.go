@@ -33,6 +33,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -745,7 +746,8 @@ func (k *checker) bench(bytes, iters int) error {
 // host round), and views of a window every rank registered (each call is
 // queued on the stream, the devices wait on flags). Per call: the time of
 // iters calls and one stream synchronize, over iters (at least 100), the
-// median of 5 such rounds.
+// median of 5 such rounds; for the stream-ordered calls also the host's
+// share, the time of the iters calls alone (queueing), in the same rounds.
 func (k *checker) latency(iters int) error {
 	iters = max(iters, 100)
 	n := k.c.Size()
@@ -788,6 +790,7 @@ func (k *checker) latency(iters int) error {
 	for _, coll := range []string{"all_reduce", "all_gather"} {
 		for _, size := range []int{8, 128, 1 << 10, 8 << 10, maxBytes} {
 			var per [2]time.Duration
+			var queued []time.Duration
 			for i, mem := range []*gpu.Buffer{plain, arena} {
 				outBytes := size
 				if coll == "all_gather" {
@@ -806,12 +809,15 @@ func (k *checker) latency(iters int) error {
 				if err := k.c.Barrier(k.ctx); err != nil {
 					return err
 				}
+				queued = queued[:0]
 				round := func() error {
+					t0 := time.Now()
 					for range iters {
 						if err := call(); err != nil {
 							return err
 						}
 					}
+					queued = append(queued, time.Since(t0))
 					return st.Synchronize()
 				}
 				t, err := timeIt(5, round)
@@ -820,8 +826,9 @@ func (k *checker) latency(iters int) error {
 				}
 				per[i] = t / time.Duration(iters)
 			}
-			fmt.Printf("devcheck: rank %d: latency %s %d B: stream held %.2f us, stream-ordered %.2f us\n",
-				k.c.Rank(), coll, size, float64(per[0].Nanoseconds())/1e3, float64(per[1].Nanoseconds())/1e3)
+			q := median(queued) / time.Duration(iters)
+			fmt.Printf("devcheck: rank %d: latency %s %d B: stream held %.2f us, stream-ordered %.2f us (queueing %.2f us of it)\n",
+				k.c.Rank(), coll, size, us(per[0]), us(per[1]), us(q))
 		}
 	}
 	return nil
@@ -840,12 +847,13 @@ func timeIt(iters int, f func() error) (time.Duration, error) {
 		}
 		ts[i] = time.Since(t0)
 	}
-	for i := range ts {
-		for j := i + 1; j < len(ts); j++ {
-			if ts[j] < ts[i] {
-				ts[i], ts[j] = ts[j], ts[i]
-			}
-		}
-	}
-	return ts[len(ts)/2], nil
+	return median(ts), nil
 }
+
+// median sorts ts and returns its middle element.
+func median(ts []time.Duration) time.Duration {
+	slices.Sort(ts)
+	return ts[len(ts)/2]
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
