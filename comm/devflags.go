@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/device"
 )
 
 // Stream-ordered device collectives: the devices wait for each other, the
@@ -53,12 +54,13 @@ const maxFlagRanks = 64
 // flagState is a Comm's flag pages: made by its first RegisterDevice.
 type flagState struct {
 	eng    DeviceStreamEngine
-	region *symRegion    // every rank's page, in host memory
-	dev    []uintptr     // by rank: the page's device address
-	mapped [][]byte      // pages mapped for the device, to unmap
-	n, me  int           // ranks, and this rank
-	seq    atomic.Uint32 // the number of the last call queued
-	last   uintptr       // the stream of the last call queued
+	region *symRegion      // every rank's page, in host memory
+	dev    []uintptr       // by rank: the page's device address
+	mapped [][]byte        // pages mapped for the device, to unmap
+	n, me  int             // ranks, and this rank
+	seq    atomic.Uint32   // the number of the last call queued
+	last   uintptr         // the stream of the last call queued
+	batch  []device.FlagOp // a post's operations: 2(n-1), and the done word
 	// broken: a call was queued only in part, so its done word may never
 	// be written: Close must not wait for it, nor unmap the pages.
 	broken atomic.Bool
@@ -210,7 +212,8 @@ func (c *Comm) registerWindow(ctx context.Context, eng DeviceStreamEngine, base 
 		if reg, err = c.allocRegion(ctx, 0, flagPageBytes(c.size), bad); err != nil {
 			return nil, err
 		}
-		f = &flagState{eng: eng, region: reg, n: c.size, me: c.rank, dev: make([]uintptr, c.size)}
+		f = &flagState{eng: eng, region: reg, n: c.size, me: c.rank, dev: make([]uintptr, c.size),
+			batch: make([]device.FlagOp, 0, 2*c.size-1)}
 		defer func() {
 			if err != nil { // the result: any failure from here on
 				f.unmap()
@@ -497,17 +500,14 @@ func (c *Comm) queueFlagged(eng DeviceStreamEngine, cl *call, s uintptr, seq uin
 	}
 	// Arrive: post this rank's word in every peer's page, wait for every
 	// peer's in this rank's.
-	if err := f.post(eng, s, f.arriveOff, seq); err != nil {
+	if err := f.post(eng, s, f.arriveOff, seq, false); err != nil {
 		return err
 	}
 	c.dev.sq = streamQueue{eng, s} // in the Comm: a pointer to it does not allocate
 	if err := c.flagWork(&c.dev.sq, cl); err != nil {
 		return err
 	}
-	if err := f.post(eng, s, f.departOff, seq); err != nil {
-		return err
-	}
-	return eng.WriteFlag(s, f.dev[f.me]+f.doneOff(), seq)
+	return f.post(eng, s, f.departOff, seq, true)
 }
 
 // flagWork queues this rank's share of cl. A rank knows where its peers'
@@ -566,25 +566,26 @@ func (c *Comm) flagWork(q devQueue, cl *call) error {
 	return c.deviceWork(q, cl, cl.dtype().Size())
 }
 
-// post queues on stream s, for one kind of flag (off: arrival or
-// departure), a write of seq into this rank's word in every peer's page,
-// then a wait for every peer's word in this rank's page to reach it.
-func (f *flagState) post(eng DeviceStreamEngine, s uintptr, off func(int) uintptr, seq uint32) error {
+// post queues, in one Flags call, a write of seq into this rank's word at
+// off in every peer's page, then waits until every peer's word at off in
+// this rank's page holds it, and with done then a write of seq into this
+// rank's done word.
+func (f *flagState) post(eng DeviceStreamEngine, s uintptr, off func(int) uintptr, seq uint32, done bool) error {
+	ops := f.batch[:0]
 	for p := range f.n {
 		if p != f.me {
-			if err := eng.WriteFlag(s, f.dev[p]+off(f.me), seq); err != nil {
-				return err
-			}
+			ops = append(ops, device.FlagOp{Addr: f.dev[p] + off(f.me), Value: seq})
 		}
 	}
 	for p := range f.n {
 		if p != f.me {
-			if err := eng.WaitFlag(s, f.dev[f.me]+off(p), seq); err != nil {
-				return err
-			}
+			ops = append(ops, device.FlagOp{Addr: f.dev[f.me] + off(p), Value: seq, Wait: true})
 		}
 	}
-	return nil
+	if done {
+		ops = append(ops, device.FlagOp{Addr: f.dev[f.me] + f.doneOff(), Value: seq})
+	}
+	return eng.Flags(s, ops)
 }
 
 // streamQueue queues device work on a caller's stream.

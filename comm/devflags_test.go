@@ -176,9 +176,13 @@ func TestStreamOrderedDeviceCollectives(t *testing.T) {
 		}
 	}
 	for r, e := range engs {
-		// 10 calls, each 2(n-1) waits and 2(n-1)+1 writes.
+		// 10 calls, each 2(n-1) waits and 2(n-1)+1 writes, in two batches
+		// (arrival; departure and done).
 		if w, wr := e.StreamOps.Waits.Load(), e.StreamOps.Writes.Load(); w != 10*2*(n-1) || wr != 10*(2*(n-1)+1) {
 			t.Errorf("rank %d: %d flag waits and %d writes, want %d and %d", r, w, wr, 10*2*(n-1), 10*(2*(n-1)+1))
+		}
+		if b := e.StreamOps.Batches.Load(); b != 10*2 {
+			t.Errorf("rank %d: %d Flags calls for 10 collectives, want 20", r, b)
 		}
 		if e.Waits.Load() != 0 {
 			t.Errorf("rank %d: the engine's own stream was waited for %d times: a host round ran", r, e.Waits.Load())

@@ -99,6 +99,21 @@ type Reduce struct {
 	In, Out  []uintptr
 }
 
+// FlagOp is one operation of StreamEngine.Flags on the 32-bit word at
+// device address Addr: a store of Value, made once every write of the
+// work queued on the stream before it is visible to the peers' devices and
+// the host; or, with Wait, a wait until the word reaches Value, read as a
+// wrapping counter: int32(word-Value) >= 0.
+type FlagOp struct {
+	Addr  uintptr
+	Value uint32
+	Wait  bool
+}
+
+// MaxFlagOps is the most operations one StreamEngine.Flags call takes (a
+// CUDA driver takes fewer than 256 stream memory operations per batch).
+const MaxFlagOps = 255
+
 // StreamEngine is an Engine that also queues a collective's work on the
 // caller's stream, where the device itself waits for its peers: each rank
 // posts and waits for 32-bit flag words in host memory that every rank of
@@ -114,13 +129,10 @@ type StreamEngine interface {
 	// UnmapFlags undoes MapFlags; no work queued on a stream may still
 	// use b.
 	UnmapFlags(b []byte) error
-	// WriteFlag queues on stream s a store of v into the 32-bit word at
-	// device address p, made once every write of the work queued on s
-	// before it is visible to the peers' devices and the host.
-	WriteFlag(s, p uintptr, v uint32) error
-	// WaitFlag queues on stream s a wait until the 32-bit word at device
-	// address p reaches v, read as a wrapping counter: int32(word-v) >= 0.
-	WaitFlag(s, p uintptr, v uint32) error
+	// Flags queues ops (at most MaxFlagOps) on stream s in their order,
+	// in one submission where the device takes them so: a call's flag
+	// operations cost the host one driver call, not one each.
+	Flags(s uintptr, ops []FlagOp) error
 	// ReduceOn queues r on stream s.
 	ReduceOn(s uintptr, r *Reduce) error
 	// CopyOn queues on stream s a copy of n bytes between device

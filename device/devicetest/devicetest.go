@@ -25,9 +25,9 @@ import (
 // Engine is a device.StreamEngine over host memory: addresses are process
 // addresses, a description carries the address and length, and Reduce and
 // Copy run before they return. Its streams are only names: each stream
-// call does its work before it returns (WaitFlag waits in the caller), so
-// work runs in the order it is queued on every stream at once, and Follow
-// has nothing to do. WriteFlag and WaitFlag take only words of memory
+// call does its work before it returns (a flag wait waits in the caller),
+// so work runs in the order it is queued on every stream at once, and
+// Follow has nothing to do. Flags, WriteFlag and WaitFlag take only words of memory
 // MapFlags mapped (and not yet unmapped) on this engine, as a device's
 // stream reaches only such memory. Set the fields before use.
 type Engine struct {
@@ -48,9 +48,10 @@ type Engine struct {
 	// and Copies too.
 	Readies, Waits, Reduces, Copies atomic.Int64
 	// StreamOps counts the completed stream calls (device.StreamEngine),
-	// so that a test can tell the stream path ran: WriteFlag, WaitFlag,
-	// ReduceOn, CopyOn and Follow.
-	StreamOps struct{ Writes, Waits, Reduces, Copies, Follows atomic.Int64 }
+	// so that a test can tell the stream path ran: the flag writes and
+	// waits (one by one), the Flags calls (Batches), ReduceOn, CopyOn and
+	// Follow.
+	StreamOps struct{ Writes, Waits, Batches, Reduces, Copies, Follows atomic.Int64 }
 
 	mu    sync.Mutex
 	flags [][]byte // mapped by MapFlags, not yet unmapped
@@ -243,6 +244,32 @@ func (e *Engine) WaitFlag(s, p uintptr, v uint32) error {
 		time.Sleep(sleep)
 	}
 	e.StreamOps.Waits.Add(1)
+	return nil
+}
+
+// Flags runs ops in order, each as WriteFlag or WaitFlag does, after
+// checking every word (a device refuses a batch whole).
+func (e *Engine) Flags(s uintptr, ops []device.FlagOp) error {
+	if len(ops) > device.MaxFlagOps {
+		return fmt.Errorf("devicetest: %d flag operations at once, at most %d", len(ops), device.MaxFlagOps)
+	}
+	for _, op := range ops {
+		if _, err := e.flagWord(op.Addr); err != nil {
+			return err
+		}
+	}
+	for _, op := range ops {
+		var err error
+		if op.Wait {
+			err = e.WaitFlag(s, op.Addr, op.Value)
+		} else {
+			err = e.WriteFlag(s, op.Addr, op.Value)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	e.StreamOps.Batches.Add(1)
 	return nil
 }
 

@@ -120,6 +120,13 @@ func TestStreamCalls(t *testing.T) {
 	require.NoError(t, eng.WriteFlag(s, p+8, 1))
 	require.NoError(t, eng.WaitFlag(s, p+8, 0xFFFFFFFF))
 
+	// A batch runs in order; one bad word refuses it whole.
+	require.ErrorContains(t, eng.Flags(s, []device.FlagOp{{Addr: p + 12, Value: 9}, {Addr: p + 13, Value: 9}}), "not 4-byte aligned")
+	require.Equal(t, uint32(0), atomic.LoadUint32((*uint32)(unsafe.Pointer(&page[12]))), "a refused batch wrote its first word")
+	require.NoError(t, eng.Flags(s, []device.FlagOp{{Addr: p + 12, Value: 2}, {Addr: p + 12, Value: 2, Wait: true}}))
+	require.Equal(t, int64(1), eng.StreamOps.Batches.Load())
+	require.Error(t, eng.Flags(s, make([]device.FlagOp, device.MaxFlagOps+1)))
+
 	a, b := devicetest.NewBuffer(t, eng, dtype.Float32, 3), devicetest.NewBuffer(t, eng, dtype.Float32, 3)
 	copy(a.Float32s(), []float32{1, 2, 3})
 	copy(b.Float32s(), []float32{10, 20, 30})
@@ -141,7 +148,7 @@ func TestStreamCalls(t *testing.T) {
 	require.Error(t, eng.UnmapFlags(page), "unmapping twice")
 
 	ops := &eng.StreamOps
-	require.Equal(t, []int64{4, 2, 1, 1, 1}, []int64{ops.Writes.Load(), ops.Waits.Load(), ops.Reduces.Load(), ops.Copies.Load(), ops.Follows.Load()},
+	require.Equal(t, []int64{5, 3, 1, 1, 1}, []int64{ops.Writes.Load(), ops.Waits.Load(), ops.Reduces.Load(), ops.Copies.Load(), ops.Follows.Load()},
 		"writes, completed waits (not the one that timed out), reduces, copies, follows")
 	require.Equal(t, int64(1), eng.Reduces.Load())
 	require.Equal(t, int64(1), eng.Copies.Load())

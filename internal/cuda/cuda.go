@@ -132,6 +132,41 @@ const (
 	WaitEQ  WaitCond = 1 // word == value
 )
 
+// MemOp is one stream memory operation of Context.BatchMemOps, laid out
+// as the driver's CUstreamBatchMemOpParams (a union of 48 bytes: the
+// operation, the address, the value, the flags, a word for the driver).
+// WaitValueOp and WriteValueOp make them.
+type MemOp struct {
+	kind  uint32
+	_     uint32
+	addr  uint64
+	value uint64 // the 32-bit operations use its low half (little-endian)
+	flags uint32
+	_     uint32
+	_     [2]uint64 // the driver's alias, and the union's padding
+}
+
+// The operations of a MemOp (CUstreamBatchMemOpType).
+const (
+	memOpWaitValue32  = 1
+	memOpWriteValue32 = 2
+)
+
+// MaxBatchMemOps is the most operations BatchMemOps takes at once (the
+// driver's bound: fewer than 256).
+const MaxBatchMemOps = 255
+
+// WaitValueOp is WaitValue32 as an operation of a batch.
+func WaitValueOp(p DevicePtr, v uint32, cond WaitCond) MemOp {
+	return MemOp{kind: memOpWaitValue32, addr: uint64(p), value: uint64(v), flags: uint32(cond)}
+}
+
+// WriteValueOp is WriteValue32 as an operation of a batch (with its
+// memory barrier).
+func WriteValueOp(p DevicePtr, v uint32) MemOp {
+	return MemOp{kind: memOpWriteValue32, addr: uint64(p), value: uint64(v)}
+}
+
 // MemoryType is where a pointer's memory is (CUmemorytype).
 type MemoryType uint32
 
@@ -251,6 +286,7 @@ var symbols = []string{
 var optionalSymbols = []string{
 	"cuMemGetHandleForAddressRange", // DmaBufFD: CUDA 11.7
 	"cuStreamWriteValue32_v2",       // WriteValue32: CUDA 11.7
+	"cuStreamBatchMemOp_v2",         // BatchMemOps: CUDA 11.7
 }
 
 // Symbols returns the driver entry points gccl resolves at Load.

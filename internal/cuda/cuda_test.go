@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestResultNames(t *testing.T) {
@@ -89,5 +90,33 @@ func TestResultNamesFallback(t *testing.T) {
 		if got := r.Name(); got != want {
 			t.Errorf("Result(%d).Name() = %s, want %s", int(r), got, want)
 		}
+	}
+}
+
+// MemOp is the driver's CUstreamBatchMemOpParams: 48 bytes, the operation
+// at 0, the address at 8, the value at 16, the flags at 24 (cuda.h).
+func TestMemOpLayout(t *testing.T) {
+	op := WaitValueOp(0x1000, 7, WaitEQ)
+	if size := unsafe.Sizeof(op); size != 48 {
+		t.Fatalf("MemOp is %d bytes, want 48", size)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"operation", unsafe.Offsetof(op.kind), 0},
+		{"address", unsafe.Offsetof(op.addr), 8},
+		{"value", unsafe.Offsetof(op.value), 16},
+		{"flags", unsafe.Offsetof(op.flags), 24},
+	} {
+		if f.got != f.want {
+			t.Errorf("MemOp's %s at offset %d, want %d", f.name, f.got, f.want)
+		}
+	}
+	if op.kind != 1 || op.addr != 0x1000 || op.value != 7 || op.flags != 1 {
+		t.Errorf("WaitValueOp(0x1000, 7, WaitEQ) = %+v", op)
+	}
+	if w := WriteValueOp(0x2000, 9); w.kind != 2 || w.addr != 0x2000 || w.value != 9 || w.flags != 0 {
+		t.Errorf("WriteValueOp(0x2000, 9) = %+v", w)
 	}
 }

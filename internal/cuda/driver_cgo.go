@@ -65,6 +65,9 @@ static int c_wait_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigne
 static int c_write_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
 	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
 }
+static int c_batch_mem_op(void *f, uintptr_t s, unsigned n, void *ops) {
+	return ((int (*)(uintptr_t, unsigned, void *, unsigned))f)(s, n, ops, 0);
+}
 // CUipcMemHandle is a struct of 64 bytes, passed by value.
 typedef struct { char reserved[64]; } ipc_handle;
 static int c_ipc_open(void *f, uint64_t *p, const void *h, unsigned flags) {
@@ -556,13 +559,37 @@ func (c *Context) WriteValue32(s Stream, p DevicePtr, v uint32) error {
 	})
 }
 
-// CanWriteValue32 says why WriteValue32 cannot work here (a driver older
-// than CUDA 11.7), or nil.
+// CanWriteValue32 says why WriteValue32 and BatchMemOps cannot work here
+// (a driver older than CUDA 11.7), or nil.
 func (c *Context) CanWriteValue32() error {
-	if c.d.fn["cuStreamWriteValue32_v2"] == nil {
-		return fmt.Errorf("%w: the driver has no cuStreamWriteValue32_v2 (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported)
+	for _, name := range []string{"cuStreamWriteValue32_v2", "cuStreamBatchMemOp_v2"} {
+		if c.d.fn[name] == nil {
+			return fmt.Errorf("%w: the driver has no %s (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported, name)
+		}
 	}
 	return nil
+}
+
+// BatchMemOps queues ops on s in their order, in one driver call
+// (cuStreamBatchMemOp_v2): the driver and the device pay less for a batch
+// than for its operations one by one. At most MaxBatchMemOps; none is
+// queued if the driver refuses one. A driver without the call (older than
+// CUDA 11.7) returns an error wrapping ErrNotSupported.
+func (c *Context) BatchMemOps(s Stream, ops []MemOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if len(ops) > MaxBatchMemOps {
+		return &Error{Call: "cuStreamBatchMemOp_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
+	}
+	f := c.d.fn["cuStreamBatchMemOp_v2"]
+	if f == nil {
+		return fmt.Errorf("%w: the driver has no cuStreamBatchMemOp_v2 (CUDA 11.7 or later)", ErrNotSupported)
+	}
+	return c.Do(func() error {
+		// ops holds no Go pointer: C may read it during the call.
+		return c.d.check("cuStreamBatchMemOp_v2", C.c_batch_mem_op(f, C.uintptr_t(s), C.uint(len(ops)), unsafe.Pointer(&ops[0])))
+	})
 }
 
 // FreeHost releases memory from AllocHost or AllocHostMapped.

@@ -523,6 +523,62 @@ func TestWriteValue32FollowsStreamWork(t *testing.T) {
 	}
 }
 
+// BatchMemOps queues its operations in order in one call: a write behind
+// a wait in the same batch waits for it, a write ahead of it does not; a
+// batch with one bad operation queues none; more than the driver takes is
+// refused before the driver sees it.
+func TestBatchMemOps(t *testing.T) {
+	fakeDriver(t)
+	_, ctx := device0(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := ctx.NewStream()
+	must(err)
+	defer ctx.DestroyStream(s)
+	words, wp, err := ctx.AllocHostMapped(12)
+	must(err)
+	defer ctx.FreeHost(words)
+	word := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&words[4*i])) }
+	for i := range 3 {
+		atomic.StoreUint32(word(i), 0) // pinned memory is not zeroed
+	}
+	defer atomic.StoreUint32(word(0), 1) // on failure too: freeing waits for the stream
+
+	must(ctx.BatchMemOps(s, []MemOp{WriteValueOp(wp+4, 3), WaitValueOp(wp, 1, WaitGEQ), WriteValueOp(wp+8, 4)}))
+	deadline := time.Now().Add(10 * time.Second)
+	for atomic.LoadUint32(word(1)) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the write ahead of the wait was never made")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if v := atomic.LoadUint32(word(2)); v != 0 {
+		t.Fatalf("the write behind the wait was made (%d) before the gate opened", v)
+	}
+	atomic.StoreUint32(word(0), 1)
+	must(ctx.SyncStream(s))
+	if v := atomic.LoadUint32(word(2)); v != 4 {
+		t.Fatalf("after the gate opened: %d, want 4", v)
+	}
+
+	if err := ctx.BatchMemOps(s, []MemOp{WriteValueOp(wp+4, 9), WriteValueOp(wp+6, 9)}); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("a batch with a misaligned word: %v", err)
+	}
+	if err := ctx.BatchMemOps(s, make([]MemOp, MaxBatchMemOps+1)); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("a batch of %d: %v", MaxBatchMemOps+1, err)
+	}
+	must(ctx.SyncStream(s))
+	if v := atomic.LoadUint32(word(1)); v != 3 {
+		t.Fatalf("a refused batch wrote its first word: %d", v)
+	}
+	must(ctx.BatchMemOps(s, nil))
+}
+
 // HostRegisterMapped makes mmap'd memory reachable by stream memory
 // operations at the address it returns; the empty slice is refused.
 func TestHostRegisterMapped(t *testing.T) {
@@ -585,6 +641,9 @@ func TestWriteValue32WithoutTheCall(t *testing.T) {
 	err = ctx.WriteValue32(0, wp, 1)
 	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamWriteValue32_v2") {
 		t.Fatalf("WriteValue32 on a driver without the call: %v", err)
+	}
+	if err := ctx.BatchMemOps(0, []MemOp{WriteValueOp(wp, 1)}); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamBatchMemOp_v2") {
+		t.Fatalf("BatchMemOps on a driver without the call: %v", err)
 	}
 	if v := atomic.LoadUint32((*uint32)(unsafe.Pointer(&words[0]))); v != 0 {
 		t.Fatalf("the word changed to %d", v)

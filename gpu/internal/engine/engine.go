@@ -73,6 +73,9 @@ type Engine struct {
 	// follow is the event Follow records on one stream for another to
 	// wait for, made at the first Follow (stream.go).
 	follow cuda.Event
+	// memOps is Flags' batch, made at its first call: its own allocation,
+	// as args is.
+	memOps *[device.MaxFlagOps]cuda.MemOp
 
 	holds  holdState // callers' streams held by calls (hold.go)
 	shared *ctxState // what the engines on ctx share: holds, kernels (hold.go)

@@ -95,28 +95,35 @@ func (e *Engine) UnmapFlags(b []byte) error {
 	return nil
 }
 
-// WriteFlag queues on stream s a store of v into the word at p, after the
-// writes of the work queued on s before it are visible
-// (cuStreamWriteValue32_v2 with its memory barrier). A driver older than
-// CUDA 11.7 has no such call: the error then wraps errs.ErrNotSupported.
-func (e *Engine) WriteFlag(s, p uintptr, v uint32) error {
-	if e.isClosed() {
+// Flags queues ops on stream s in their order, in one driver call
+// (cuda.Context.BatchMemOps): a store is cuStreamWriteValue32's with its
+// memory barrier, a wait cuStreamWaitValue32's GEQ (wrapping order). A
+// driver older than CUDA 11.7 has neither: MapFlags refuses it first.
+func (e *Engine) Flags(s uintptr, ops []device.FlagOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if len(ops) > device.MaxFlagOps {
+		return fmt.Errorf("engine: %d flag operations at once, at most %d: %w", len(ops), device.MaxFlagOps, errs.ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
 		return errClosed
 	}
-	if err := e.ctx.WriteValue32(cuda.Stream(s), cuda.DevicePtr(p), v); err != nil {
-		return fmt.Errorf("engine: writing %d to the flag at %#x on stream %#x: %w", v, p, s, err)
+	if e.memOps == nil {
+		e.memOps = new([device.MaxFlagOps]cuda.MemOp)
 	}
-	return nil
-}
-
-// WaitFlag queues on stream s a wait until the word at p reaches v in
-// wrapping order (cuStreamWaitValue32_v2, CU_STREAM_WAIT_VALUE_GEQ).
-func (e *Engine) WaitFlag(s, p uintptr, v uint32) error {
-	if e.isClosed() {
-		return errClosed
+	batch := e.memOps[:len(ops)]
+	for i, op := range ops {
+		if op.Wait {
+			batch[i] = cuda.WaitValueOp(cuda.DevicePtr(op.Addr), op.Value, cuda.WaitGEQ)
+		} else {
+			batch[i] = cuda.WriteValueOp(cuda.DevicePtr(op.Addr), op.Value)
+		}
 	}
-	if err := e.ctx.WaitValue32(cuda.Stream(s), cuda.DevicePtr(p), v, cuda.WaitGEQ); err != nil {
-		return fmt.Errorf("engine: waiting for the flag at %#x to reach %d on stream %#x: %w", p, v, s, err)
+	if err := e.ctx.BatchMemOps(cuda.Stream(s), batch); err != nil {
+		return fmt.Errorf("engine: %d flag operations on stream %#x (the first on the word at %#x): %w", len(ops), s, ops[0].Addr, err)
 	}
 	return nil
 }

@@ -90,13 +90,13 @@ func TestStreamWaitsForFlagThenCopiesThenWrites(t *testing.T) {
 	}
 	openGate(t, gate, 1)
 
-	if err := e.WaitFlag(uintptr(s), fp, 1); err != nil {
+	if err := e.Flags(uintptr(s), []device.FlagOp{{Addr: fp, Value: 1, Wait: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.CopyOn(uintptr(s), uintptr(dst), uintptr(src), n); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.WriteFlag(uintptr(s), fp+4, 5); err != nil {
+	if err := e.Flags(uintptr(s), []device.FlagOp{{Addr: fp + 4, Value: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -125,12 +125,18 @@ func TestStreamWaitsForFlagThenCopiesThenWrites(t *testing.T) {
 	if err := e.CopyOn(uintptr(s), uintptr(dst), uintptr(src), -1); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("a copy of -1 bytes: %v", err)
 	}
-	err := e.WaitFlag(uintptr(s), fp+2, 1)
+	err := e.Flags(uintptr(s), []device.FlagOp{{Addr: fp + 2, Value: 1, Wait: true}})
 	if !errors.Is(err, &cuda.Error{Result: cuda.ErrInvalidValue}) || !strings.HasPrefix(err.Error(), "engine: ") {
-		t.Errorf("WaitFlag on a misaligned word: %v", err)
+		t.Errorf("a wait on a misaligned word: %v", err)
 	}
-	if err := e.WriteFlag(uintptr(s), fp+2, 1); !errors.Is(err, &cuda.Error{Result: cuda.ErrInvalidValue}) {
-		t.Errorf("WriteFlag on a misaligned word: %v", err)
+	if err := e.Flags(uintptr(s), []device.FlagOp{{Addr: fp + 2, Value: 1}}); !errors.Is(err, &cuda.Error{Result: cuda.ErrInvalidValue}) {
+		t.Errorf("a write to a misaligned word: %v", err)
+	}
+	if err := e.Flags(uintptr(s), make([]device.FlagOp, device.MaxFlagOps+1)); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("%d flag operations at once: %v", device.MaxFlagOps+1, err)
+	}
+	if err := e.Flags(uintptr(s), nil); err != nil {
+		t.Errorf("no flag operations: %v", err)
 	}
 }
 
@@ -158,7 +164,7 @@ func TestReduceOnStream(t *testing.T) {
 	out := fill(func(int) float32 { return -1 })
 	openGate(t, gate, 1)
 
-	if err := e.WaitFlag(uintptr(s), fp, 1); err != nil {
+	if err := e.Flags(uintptr(s), []device.FlagOp{{Addr: fp, Value: 1, Wait: true}}); err != nil {
 		t.Fatal(err)
 	}
 	r := &device.Reduce{DataType: dtype.Float32, Op: dtype.Sum, Ranks: 2, Count: count,
@@ -250,8 +256,7 @@ func TestStreamCallsAfterClose(t *testing.T) {
 	for name, err := range map[string]error{
 		"MapFlags":   merr,
 		"UnmapFlags": e.UnmapFlags(page),
-		"WriteFlag":  e.WriteFlag(s, p, 1),
-		"WaitFlag":   e.WaitFlag(s, p, 1),
+		"Flags":      e.Flags(s, []device.FlagOp{{Addr: p, Value: 1}}),
 		"ReduceOn": e.ReduceOn(s, &device.Reduce{DataType: dtype.Float32, Op: dtype.Sum, Ranks: 1, Count: 0,
 			In: []uintptr{p}, Out: []uintptr{p}}),
 		"CopyOn": e.CopyOn(s, p, p, 0),

@@ -30,8 +30,10 @@
 //     addressing) that the host writes; cuStreamWriteValue32_v2 stores such
 //     a word when the stream reaches it, after a full fence (the default
 //     flags' memory barrier), so the stream's earlier work is visible
-//     first. Built with -DOMIT_WRITE_VALUE, the library lacks
-//     cuStreamWriteValue32_v2, as drivers before CUDA 11.7 do.
+//     first; cuStreamBatchMemOp_v2 queues such waits and writes in order,
+//     refusing the whole batch if one is wrong. Built with
+//     -DOMIT_WRITE_VALUE, the library lacks cuStreamWriteValue32_v2 and
+//     cuStreamBatchMemOp_v2, as drivers before CUDA 11.7 do.
 //   - cuMemHostRegister_v2 refuses a range that overlaps one already
 //     registered or pinned (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), as
 //     the real driver does: a range registers once per process.
@@ -572,6 +574,34 @@ CUresult cuStreamWriteValue32_v2(uintptr_t s, uint64_t addr, uint32_t value, uns
 	o->value = value;
 	o->flags = flags;
 	return submit(s, o);
+}
+// CUstreamBatchMemOpParams: 48 bytes; the fake takes the 32-bit wait and
+// write, checks every operation before it queues any (as the driver
+// refuses a batch whole) and queues them in order.
+typedef struct {
+	uint32_t op, pad0;
+	uint64_t addr, value;
+	uint32_t flags, pad1;
+	uint64_t alias, pad2;
+} batch_op;
+_Static_assert(sizeof(batch_op) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+CUresult cuStreamBatchMemOp_v2(uintptr_t s, unsigned count, const batch_op *ops, unsigned flags) {
+	if (!cur) return INVALID_CONTEXT;
+	if (count == 0 || count >= 256 || !ops || flags) return INVALID_VALUE;
+	for (unsigned i = 0; i < count; i++) {
+		const batch_op *b = &ops[i];
+		if (!b->addr || (b->addr & 3)) return INVALID_VALUE;
+		if (b->op == 1 && (b->flags & ~3u) == 0) continue;  // WAIT_VALUE_32
+		if (b->op == 2 && (b->flags & ~1u) == 0) continue;  // WRITE_VALUE_32
+		return INVALID_VALUE;
+	}
+	for (unsigned i = 0; i < count; i++) {
+		const batch_op *b = &ops[i];
+		CUresult r = b->op == 1 ? cuStreamWaitValue32_v2(s, b->addr, (uint32_t)b->value, b->flags)
+		                        : cuStreamWriteValue32_v2(s, b->addr, (uint32_t)b->value, b->flags);
+		if (r != OK) return r;
+	}
+	return OK;
 }
 #endif
 
