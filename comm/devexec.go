@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/gccl/gccl/algo"
+	"github.com/gccl/gccl/device"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -123,6 +124,25 @@ type devState struct {
 	// The stream-ordered path (devflags.go): logged, and its queue.
 	flagLogged bool
 	sq         streamQueue
+	// contended: the engine's sharing of its device with another process
+	// (device.Contender) was logged.
+	contended bool
+}
+
+// noteContention logs, once per Comm, that eng's device runs another
+// process's work by turns (two processes on one GPU without MPS): every
+// device collective then waits for the device's time slices, which no
+// error would otherwise say.
+func (c *Comm) noteContention(eng DeviceEngine) {
+	if c.dev.contended {
+		return
+	}
+	if ce, ok := eng.(device.Contender); ok {
+		if why := ce.Contention(); why != "" {
+			c.dev.contended = true
+			c.log.Warn(why, "subsys", "INIT")
+		}
+	}
 }
 
 // deviceCall reports whether cl goes through the device arrival round: a
@@ -254,6 +274,7 @@ func (c *Comm) runDevice(ctx context.Context, cl *call) (handled bool, err error
 			return false, nil
 		}
 		failed = c.devImport(eng)
+		c.noteContention(eng)
 	}
 	// From here every rank that arrived departs, failed or not: a rank that
 	// cannot do its share still waits until its peers are done with its

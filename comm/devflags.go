@@ -246,6 +246,7 @@ func (c *Comm) registerWindow(ctx context.Context, eng DeviceStreamEngine, base 
 			break
 		}
 	}
+	c.noteContention(eng)
 	if newFlags && mapErr == nil {
 		for p := range c.size {
 			page := f.region.peers[p]

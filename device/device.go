@@ -85,6 +85,16 @@ type Engine interface {
 	Wait() error
 }
 
+// Contender is an Engine that can tell when its device runs another
+// process's work by turns rather than beside this one's (CUDA contexts of
+// two processes on one GPU without MPS are time-sliced), so that every
+// collective with device work on both waits for the device's time slices.
+type Contender interface {
+	// Contention describes the first such sharing the engine has seen
+	// through Import, or returns "".
+	Contention() string
+}
+
 // MaxDescLen bounds Engine.AppendExport's descriptions.
 const MaxDescLen = 160
 

@@ -228,6 +228,10 @@ const (
 	// AttrDmaBufSupported: the device exports its memory as dma-buf file
 	// descriptors (DmaBufFD; CUDA 11.7 and a driver of R515 or later).
 	AttrDmaBufSupported Attr = 124
+	// AttrMPSEnabled: contexts on the device are shared through NVIDIA's
+	// Multi-Process Service (drivers of CUDA 12.4 and later; older ones
+	// refuse the attribute).
+	AttrMPSEnabled Attr = 133
 )
 
 // symbols are the driver entry points gccl uses, by the names the driver

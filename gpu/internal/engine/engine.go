@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gccl/gccl/device"
@@ -77,11 +78,22 @@ type Engine struct {
 	// as args is.
 	memOps *[device.MaxFlagOps]cuda.MemOp
 
+	// busKey is busID as descriptions carry it; mps says whether the
+	// device's contexts are shared through MPS (or the driver cannot say).
+	busKey [busIDLen]byte
+	mps    bool
+	// timeSliced describes the first process seen sharing the device
+	// without MPS (Contention).
+	timeSliced atomic.Pointer[string]
+
 	holds  holdState // callers' streams held by calls (hold.go)
 	shared *ctxState // what the engines on ctx share: holds, kernels (hold.go)
 }
 
-var _ device.Engine = (*Engine)(nil)
+var (
+	_ device.Engine    = (*Engine)(nil)
+	_ device.Contender = (*Engine)(nil)
+)
 
 // NewEngine makes the engine of device ordinal on the process's shared
 // CUDA state sh, which must stay open until the engine is closed.
@@ -93,7 +105,12 @@ func NewEngine(sh *cuda.Shared, ordinal int, busID string) (*Engine, error) {
 	e := &Engine{sh: sh, ctx: ctx, ordinal: ordinal, busID: busID, pid: uint32(os.Getpid()),
 		args:    new(kernels.ReduceArgs),
 		imports: map[cuda.IPCHandle]imported{}}
+	copy(e.busKey[:], busID)
 	d := sh.Driver()
+	// A driver too old to answer cannot say: assume MPS rather than warn
+	// wrongly.
+	mps, err := d.Attribute(ordinal, cuda.AttrMPSEnabled)
+	e.mps = err != nil || mps != 0
 	if e.sms, err = d.Attribute(ordinal, cuda.AttrMultiProcessorCount); err != nil {
 		return nil, err
 	}
@@ -117,6 +134,28 @@ func NewEngine(sh *cuda.Shared, ordinal int, busID string) (*Engine, error) {
 	return e, nil
 }
 
+// noteTimeSliced records that process pid shares the engine's device
+// without MPS, the first time.
+func (e *Engine) noteTimeSliced(pid uint32) {
+	if e.timeSliced.Load() != nil {
+		return
+	}
+	msg := fmt.Sprintf("device %d (%s) is shared with process %d without MPS: the GPU time-slices the "+
+		"processes' contexts, so each collective with device work in both waits for their time slices "+
+		"(about 300 us per call on an H200); start NVIDIA's MPS (nvidia-cuda-mps-control -d) or give each "+
+		"process its own GPU", e.ordinal, e.busID, pid)
+	e.timeSliced.CompareAndSwap(nil, &msg)
+}
+
+// Contention says whether another process shares the device without MPS
+// (device.Contender).
+func (e *Engine) Contention() string {
+	if m := e.timeSliced.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
 // Name says what the engine is.
 func (e *Engine) Name() string {
 	return fmt.Sprintf("CUDA IPC (device %d, %s, sm_%d%d)", e.ordinal, e.busID, e.ccMajor, e.ccMinor)
@@ -136,11 +175,13 @@ func (e *Engine) Ready() error {
 }
 
 // A description of exported memory: magic, exporter's pid, the
-// allocation's base and size, the offset of the memory in it, and the
-// allocation's IPC handle.
+// allocation's base and size, the offset of the memory in it, the
+// allocation's IPC handle, and the exporter's device (its PCI bus ID,
+// zero-padded).
 const (
-	descMagic = "GNV1"
-	descLen   = 4 + 4 + 8 + 8 + 8 + 64
+	descMagic = "GNV2"
+	busIDLen  = 16 // cuDeviceGetPCIBusId's longest: "00000000:00:00.0"
+	descLen   = 4 + 4 + 8 + 8 + 8 + 64 + busIDLen
 )
 
 // AppendExport appends to dst a description of n bytes at device address
@@ -164,7 +205,8 @@ func (e *Engine) AppendExport(dst []byte, ptr uintptr, n int) ([]byte, error) {
 	dst = le.AppendUint64(dst, uint64(base))
 	dst = le.AppendUint64(dst, uint64(size))
 	dst = le.AppendUint64(dst, off)
-	return append(dst, h[:]...), nil
+	dst = append(dst, h[:]...)
+	return append(dst, e.busKey[:]...), nil
 }
 
 // Import returns the address here of n bytes a peer exported. Memory of
@@ -184,6 +226,9 @@ func (e *Engine) Import(desc []byte, n int) (uintptr, error) {
 	}
 	var h cuda.IPCHandle
 	copy(h[:], desc[32:])
+	if !e.mps && [busIDLen]byte(desc[32+len(h):]) == e.busKey {
+		e.noteTimeSliced(pid)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

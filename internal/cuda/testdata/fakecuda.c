@@ -42,7 +42,8 @@
 //     or the cubin defines (STT_FUNC symbols), and cuLaunchKernel runs the same kernel
 //     source compiled for the host (internal/kernels/hostemu.c), serially
 //     over the grid. Built without -DGCCL_HOSTEMU, launches fail.
-//   - Device 0 and 1 report compute capability 9.0 and 4 multiprocessors.
+//   - Device 0 and 1 report compute capability 9.0 and 4 multiprocessors,
+//     and MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) only with FAKECUDA_MPS=1.
 //   - cuMemGetHandleForAddressRange exports an allocation as a "dma-buf": a
 //     duplicate of its memfd, so a fake verbs library can map it at the
 //     offset ibv_reg_dmabuf_mr names. Offset 0 of the real driver's dma-buf is
@@ -276,6 +277,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
 	case 76: *v = 0; break;  // minor
 	case 33: *v = 0x3B + dev; break; // PCI bus
 	case 124: { const char *e = getenv("FAKECUDA_NO_DMABUF"); *v = !(e && e[0] == '1'); break; } // dma-buf supported
+	case 133: { const char *e = getenv("FAKECUDA_MPS"); *v = e && e[0] == '1'; break; } // MPS
 	default: *v = 0;
 	}
 	return OK;
