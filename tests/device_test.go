@@ -4,6 +4,7 @@ package tests
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,43 @@ func TestStreamOrderedDeviceCollectivesAcrossProcesses(t *testing.T) {
 			}
 			mustContain(t, res.out, "on a stream: true; stream-ordered: true")
 			mustNotContain(t, res.out, "stream-ordered: false")
+		})
+	}
+}
+
+// Two processes on one GPU without MPS: each rank warns that the GPU
+// time-slices them (every device collective waits for it); under MPS, or
+// with a GPU each, none does.
+func TestSharedGPUWithoutMPSWarns(t *testing.T) {
+	lib := cudatest.Build(t)
+	const warn = "without MPS: the GPU time-slices"
+	for _, c := range []struct {
+		name string
+		env  []string
+		warn bool
+	}{
+		{"one GPU", []string{"FAKECUDA_DEVICES=1"}, true},
+		{"one GPU under MPS", []string{"FAKECUDA_DEVICES=1", "FAKECUDA_MPS=1"}, false},
+		{"a GPU each", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := run(t, 3*time.Minute, append([]string{"GCCL_CUDA_LIBRARY=" + lib}, c.env...),
+				bins.run, "-np", "2", bins.devcheck, "-count", "1031")
+			if res.code != 0 {
+				t.Fatalf("exit %d:\n%s", res.code, res.out)
+			}
+			mustContain(t, res.out, "on the devices: true")
+			for r := range 2 {
+				said := false
+				for _, line := range strings.Split(res.out, "\n") {
+					if strings.Contains(line, warn) && strings.Contains(line, fmt.Sprintf("rank=%d", r)) {
+						said = true
+					}
+				}
+				if said != c.warn {
+					t.Errorf("rank %d warned of time slicing: %v, want %v:\n%s", r, said, c.warn, res.out)
+				}
+			}
 		})
 	}
 }
