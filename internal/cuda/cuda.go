@@ -161,8 +161,12 @@ func WaitValueOp(p DevicePtr, v uint32, cond WaitCond) MemOp {
 	return MemOp{kind: memOpWaitValue32, addr: uint64(p), value: uint64(v), flags: uint32(cond)}
 }
 
-// WriteValueOp is WriteValue32 as an operation of a batch (with its
-// memory barrier).
+// WriteValueOp is a store of v into the 32-bit word at device address p
+// (cuStreamWriteValue32's), made once the writes of the work queued on the
+// stream before it are visible, to the host and to other devices (the
+// default flags' memory barrier). p is typically mapped host memory
+// (AllocHostMapped, HostRegisterMapped) that the host or a peer's stream
+// waits on.
 func WriteValueOp(p DevicePtr, v uint32) MemOp {
 	return MemOp{kind: memOpWriteValue32, addr: uint64(p), value: uint64(v)}
 }
@@ -289,7 +293,6 @@ var symbols = []string{
 // ErrNotSupported otherwise.
 var optionalSymbols = []string{
 	"cuMemGetHandleForAddressRange", // DmaBufFD: CUDA 11.7
-	"cuStreamWriteValue32_v2",       // WriteValue32: CUDA 11.7
 	"cuStreamBatchMemOp_v2",         // BatchMemOps: CUDA 11.7
 }
 

@@ -61,10 +61,6 @@ static int c_host_dptr(void *f, uint64_t *d, void *p) { return ((int (*)(uint64_
 static int c_wait_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
 	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
 }
-// cuStreamWriteValue32_v2 has cuStreamWaitValue32_v2's signature.
-static int c_write_value(void *f, uintptr_t s, uint64_t addr, uint32_t v, unsigned flags) {
-	return ((int (*)(uintptr_t, uint64_t, uint32_t, unsigned))f)(s, addr, v, flags);
-}
 static int c_batch_mem_op(void *f, uintptr_t s, unsigned n, void *ops) {
 	return ((int (*)(uintptr_t, unsigned, void *, unsigned))f)(s, n, ops, 0);
 }
@@ -541,31 +537,11 @@ func (c *Context) WaitValue32(s Stream, p DevicePtr, v uint32, cond WaitCond) er
 	})
 }
 
-// WriteValue32 queues on s a store of v into the 32-bit word at device
-// address p (cuStreamWriteValue32_v2, CU_STREAM_WRITE_VALUE_DEFAULT): the
-// store is preceded by a memory barrier, so the writes of the work queued
-// on s before it are visible, to the host and to other devices, before the
-// word is. p is typically mapped host memory (AllocHostMapped,
-// HostRegisterMapped) that the host or a peer's stream waits on. A driver
-// without the call (older than CUDA 11.7) returns an error wrapping
-// ErrNotSupported.
-func (c *Context) WriteValue32(s Stream, p DevicePtr, v uint32) error {
-	if err := c.CanWriteValue32(); err != nil {
-		return err
-	}
-	f := c.d.fn["cuStreamWriteValue32_v2"]
-	return c.Do(func() error {
-		return c.d.check("cuStreamWriteValue32_v2", C.c_write_value(f, C.uintptr_t(s), C.uint64_t(p), C.uint32_t(v), 0))
-	})
-}
-
-// CanWriteValue32 says why WriteValue32 and BatchMemOps cannot work here
-// (a driver older than CUDA 11.7), or nil.
-func (c *Context) CanWriteValue32() error {
-	for _, name := range []string{"cuStreamWriteValue32_v2", "cuStreamBatchMemOp_v2"} {
-		if c.d.fn[name] == nil {
-			return fmt.Errorf("%w: the driver has no %s (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported, name)
-		}
+// CanBatchMemOps says why BatchMemOps cannot work here (a driver older
+// than CUDA 11.7), or nil.
+func (c *Context) CanBatchMemOps() error {
+	if c.d.fn["cuStreamBatchMemOp_v2"] == nil {
+		return fmt.Errorf("%w: the driver has no cuStreamBatchMemOp_v2 (CUDA 11.7 or later writes memory from a stream)", ErrNotSupported)
 	}
 	return nil
 }
@@ -582,10 +558,10 @@ func (c *Context) BatchMemOps(s Stream, ops []MemOp) error {
 	if len(ops) > MaxBatchMemOps {
 		return &Error{Call: "cuStreamBatchMemOp_v2", Result: ErrInvalidValue, Name: ErrInvalidValue.Name()}
 	}
-	f := c.d.fn["cuStreamBatchMemOp_v2"]
-	if f == nil {
-		return fmt.Errorf("%w: the driver has no cuStreamBatchMemOp_v2 (CUDA 11.7 or later)", ErrNotSupported)
+	if err := c.CanBatchMemOps(); err != nil {
+		return err
 	}
+	f := c.d.fn["cuStreamBatchMemOp_v2"]
 	return c.Do(func() error {
 		// ops holds no Go pointer: C may read it during the call.
 		return c.d.check("cuStreamBatchMemOp_v2", C.c_batch_mem_op(f, C.uintptr_t(s), C.uint(len(ops)), unsafe.Pointer(&ops[0])))

@@ -460,34 +460,48 @@ func TestDriverStaysLoaded(t *testing.T) {
 	d.Close()
 }
 
-// WriteValue32 stores its word when the stream reaches it, after the work
-// queued before it: behind a wait for a gate word the host has not
+// streamWords gives a test a stream of ctx and n words of mapped host
+// memory, zeroed (pinned memory is not), by index and at their device
+// address. Both are released when the test ends, after its deferred calls,
+// which must let the stream's work finish (freeing waits for it).
+func streamWords(t *testing.T, ctx *Context, n int) (Stream, func(i int) *uint32, DevicePtr) {
+	t.Helper()
+	s, err := ctx.NewStream()
+	mustOK(t, err)
+	t.Cleanup(func() { ctx.DestroyStream(s) })
+	words, wp, err := ctx.AllocHostMapped(4 * n)
+	mustOK(t, err)
+	t.Cleanup(func() { ctx.FreeHost(words) })
+	word := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&words[4*i])) }
+	for i := range n {
+		atomic.StoreUint32(word(i), 0)
+	}
+	return s, word, wp
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stream's write stores its word when the stream reaches it, after the
+// work queued before it: behind a wait for a gate word the host has not
 // written, the word keeps its value; behind a delayed memset, the memset's
 // bytes are in place once the word is seen.
-func TestWriteValue32FollowsStreamWork(t *testing.T) {
+func TestStreamWriteFollowsStreamWork(t *testing.T) {
 	fakeDriver(t)
 	t.Setenv("FAKECUDA_STREAM_DELAY_US", "20000")
 	_, ctx := device0(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := ctx.NewStream()
-	must(err)
-	defer ctx.DestroyStream(s)
-	words, wp, err := ctx.AllocHostMapped(8)
-	must(err)
-	defer ctx.FreeHost(words)
-	gate := (*uint32)(unsafe.Pointer(&words[0]))
-	flag := (*uint32)(unsafe.Pointer(&words[4]))
-	atomic.StoreUint32(gate, 0) // pinned memory is not zeroed
-	atomic.StoreUint32(flag, 0)
+	must := func(err error) { t.Helper(); mustOK(t, err) }
+	write := func(s Stream, p DevicePtr, v uint32) error { return ctx.BatchMemOps(s, []MemOp{WriteValueOp(p, v)}) }
+	s, word, wp := streamWords(t, ctx, 2)
+	gate, flag := word(0), word(1)
 	defer atomic.StoreUint32(gate, 1) // on failure too: freeing waits for the stream
 
 	must(ctx.WaitValue32(s, wp, 1, WaitGEQ))
-	must(ctx.WriteValue32(s, wp+4, 7))
+	must(write(s, wp+4, 7))
 	time.Sleep(100 * time.Millisecond)
 	if v := atomic.LoadUint32(flag); v != 0 {
 		t.Fatalf("the word was written (%d) before the wait queued ahead of it was satisfied", v)
@@ -502,7 +516,7 @@ func TestWriteValue32FollowsStreamWork(t *testing.T) {
 	must(err)
 	defer ctx.Free(a)
 	must(ctx.MemsetAsync(a, 5, 64, s))
-	must(ctx.WriteValue32(s, wp+4, 8))
+	must(write(s, wp+4, 8))
 	if v := atomic.LoadUint32(flag); v != 7 {
 		t.Fatalf("the word was written (%d) before its call returned, ahead of a delayed memset", v)
 	}
@@ -518,8 +532,8 @@ func TestWriteValue32FollowsStreamWork(t *testing.T) {
 	if !bytes.Equal(got, bytes.Repeat([]byte{5}, 64)) {
 		t.Fatalf("the word was visible before the memset queued ahead of it: %v", got[:8])
 	}
-	if err := ctx.WriteValue32(s, wp+2, 1); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
-		t.Errorf("WriteValue32 on a misaligned word: %v", err)
+	if err := write(s, wp+2, 1); !errors.Is(err, &Error{Result: ErrInvalidValue}) {
+		t.Errorf("a write to a misaligned word: %v", err)
 	}
 }
 
@@ -530,22 +544,8 @@ func TestWriteValue32FollowsStreamWork(t *testing.T) {
 func TestBatchMemOps(t *testing.T) {
 	fakeDriver(t)
 	_, ctx := device0(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := ctx.NewStream()
-	must(err)
-	defer ctx.DestroyStream(s)
-	words, wp, err := ctx.AllocHostMapped(12)
-	must(err)
-	defer ctx.FreeHost(words)
-	word := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&words[4*i])) }
-	for i := range 3 {
-		atomic.StoreUint32(word(i), 0) // pinned memory is not zeroed
-	}
+	must := func(err error) { t.Helper(); mustOK(t, err) }
+	s, word, wp := streamWords(t, ctx, 3)
 	defer atomic.StoreUint32(word(0), 1) // on failure too: freeing waits for the stream
 
 	must(ctx.BatchMemOps(s, []MemOp{WriteValueOp(wp+4, 3), WaitValueOp(wp, 1, WaitGEQ), WriteValueOp(wp+8, 4)}))
@@ -606,7 +606,7 @@ func TestHostRegisterMapped(t *testing.T) {
 	if err := ctx.WaitValue32(s, d+8, 3, WaitGEQ); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctx.WriteValue32(s, d+12, 0xC0FFEE); err != nil {
+	if err := ctx.BatchMemOps(s, []MemOp{WriteValueOp(d+12, 0xC0FFEE)}); err != nil {
 		t.Fatal(err)
 	}
 	atomic.StoreUint32(gate, 4) // past 3: GEQ
@@ -627,9 +627,9 @@ func TestHostRegisterMapped(t *testing.T) {
 	}
 }
 
-// A driver without cuStreamWriteValue32_v2 (older than CUDA 11.7) still
-// loads; WriteValue32 then says the driver lacks it.
-func TestWriteValue32WithoutTheCall(t *testing.T) {
+// A driver without cuStreamBatchMemOp_v2 (older than CUDA 11.7) still
+// loads; BatchMemOps then says the driver lacks it.
+func TestBatchMemOpsWithoutTheCall(t *testing.T) {
 	fakeDriver(t, "-DOMIT_WRITE_VALUE")
 	_, ctx := device0(t)
 	words, wp, err := ctx.AllocHostMapped(4)
@@ -638,10 +638,6 @@ func TestWriteValue32WithoutTheCall(t *testing.T) {
 	}
 	defer ctx.FreeHost(words)
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&words[0])), 0) // pinned memory is not zeroed
-	err = ctx.WriteValue32(0, wp, 1)
-	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamWriteValue32_v2") {
-		t.Fatalf("WriteValue32 on a driver without the call: %v", err)
-	}
 	if err := ctx.BatchMemOps(0, []MemOp{WriteValueOp(wp, 1)}); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamBatchMemOp_v2") {
 		t.Fatalf("BatchMemOps on a driver without the call: %v", err)
 	}

@@ -67,9 +67,8 @@ func (c *Context) AllocHostMapped(int) ([]byte, DevicePtr, error) { return nil, 
 func (c *Context) WaitValue32(Stream, DevicePtr, uint32, WaitCond) error {
 	return ErrNotSupported
 }
-func (c *Context) WriteValue32(Stream, DevicePtr, uint32) error   { return ErrNotSupported }
 func (c *Context) HostRegister([]byte) error                      { return ErrNotSupported }
-func (c *Context) CanWriteValue32() error                         { return ErrNotSupported }
+func (c *Context) CanBatchMemOps() error                          { return ErrNotSupported }
 func (c *Context) BatchMemOps(Stream, []MemOp) error              { return ErrNotSupported }
 func (c *Context) HostRegisterMapped([]byte) (DevicePtr, error)   { return 0, ErrNotSupported }
 func (c *Context) HostUnregister([]byte) error                    { return ErrNotSupported }

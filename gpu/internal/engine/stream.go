@@ -33,7 +33,7 @@ func (e *Engine) MapFlags(b []byte) (uintptr, error) {
 	}
 	// Flags are only useful to streams that can write them: refuse here,
 	// where the caller can do without, not at a collective's first flag.
-	if err := e.ctx.CanWriteValue32(); err != nil {
+	if err := e.ctx.CanBatchMemOps(); err != nil {
 		return 0, fmt.Errorf("engine: flags for device %d: %w", e.ordinal, err)
 	}
 	key := uintptr(unsafe.Pointer(&b[0]))

@@ -273,7 +273,7 @@ func TestStreamCallsAfterClose(t *testing.T) {
 // a collective's first flag write.
 func TestMapFlagsNeedsStreamWrites(t *testing.T) {
 	if cudatest.RealGPU() {
-		t.Skip("needs the fake driver built without cuStreamWriteValue32_v2")
+		t.Skip("needs the fake driver built without cuStreamBatchMemOp_v2")
 	}
 	cudatest.Fake(t, "-DOMIT_WRITE_VALUE")
 	sh := devtest.Shared(t)
@@ -288,7 +288,7 @@ func TestMapFlagsNeedsStreamWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(b)
-	if _, err := e.MapFlags(b); !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamWriteValue32_v2") {
+	if _, err := e.MapFlags(b); !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "cuStreamBatchMemOp_v2") {
 		t.Fatalf("MapFlags on a driver without stream writes: %v", err)
 	}
 }
