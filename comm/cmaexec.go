@@ -69,6 +69,7 @@ type cmaState struct {
 	// memory (decided after a departure round, alike on every rank).
 	off bool
 
+	pid     uint32  // this process's, read once: each getpid is a system call
 	token   *uint32 // this rank's token, the word peers read to check its pid
 	checked []bool  // peers whose token this rank has found at their pid
 	peers   []cmaPeer
@@ -142,6 +143,7 @@ func (c *Comm) initCMA(hosts []string, crowded bool, getenv func(string) string)
 	if crowded {
 		s.minBytes, s.minGather = cmaMinBytesCrowded, cmaMinBytesCrowded
 	}
+	s.pid = uint32(os.Getpid())
 	s.token = new(uint32)
 	*s.token = rand.Uint32() | 1
 	s.checked = make([]bool, c.size)
@@ -181,7 +183,7 @@ func (c *Comm) runCMAOrPlan(ctx context.Context, cl *call) error {
 func (c *Comm) runCMA(ctx context.Context, cl *call) (handled bool, err error) {
 	s := &c.cma
 	me := cmaRecord{
-		pid: uint32(os.Getpid()), token: *s.token, tokenAddr: uint64(uintptr(unsafe.Pointer(s.token))),
+		pid: s.pid, token: *s.token, tokenAddr: uint64(uintptr(unsafe.Pointer(s.token))),
 		count: uint64(len(cl.out.b) / cl.dtype().Size()), dt: uint8(cl.dtype()), coll: uint8(cl.coll), root: uint32(cl.root),
 	}
 	if cl.coll == algo.AllGather || cl.root == c.rank {
