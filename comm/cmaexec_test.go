@@ -113,6 +113,7 @@ func TestCMACollectives(t *testing.T) {
 				for _, inPlace := range []bool{false, true} {
 					for root := range n {
 						before := cmaCounts(cs)
+						splitsBefore := comm.CMASplits(cs[root])
 						for r, err := range gatherAndBroadcast(t, cs, tc.blk, root, inPlace, root+tc.blk) {
 							if err != nil {
 								t.Fatalf("%s, in place %v, rank %d: %v", tc.name, inPlace, r, err)
@@ -129,6 +130,15 @@ func TestCMACollectives(t *testing.T) {
 							if k-before[r] != want {
 								t.Fatalf("%s, in place %v: rank %d ran %d calls reading peers' memory, want %d", tc.name, inPlace, r, k-before[r], want)
 							}
+						}
+						// Two processes split a large broadcast: the root
+						// writes part of the reader's output.
+						split := uint64(0)
+						if n == 2 && tc.cma && n*tc.blk*4 >= comm.CMASplitMinBytes {
+							split = 1
+						}
+						if got := comm.CMASplits(cs[root]) - splitsBefore; got != split {
+							t.Fatalf("%s, in place %v: root %d split %d broadcasts, want %d", tc.name, inPlace, root, got, split)
 						}
 					}
 				}
@@ -186,6 +196,62 @@ func TestCMAReadFailsEveryRank(t *testing.T) {
 		!(strings.Contains(e.Error(), "abort from rank 0") && strings.Contains(e.Error(), "bad address")) {
 		t.Fatalf("rank 1: %v; want rank 0's failure", errs[1])
 	}
+}
+
+// TestCMASplitBroadcastFaults: the root of a split broadcast that may not
+// write the reader's memory makes both ranks run the call through the
+// slots, right; one whose write fails otherwise fails the call on both
+// ranks, the root's error naming the reader.
+func TestCMASplitBroadcastFaults(t *testing.T) {
+	const n = 2
+	blk := comm.CMASplitMinBytes / 4 / n
+	t.Run("refused", func(t *testing.T) {
+		cs, stop := initJobOver(t, n)
+		defer stop()
+		defer closeAll(cs)
+		comm.SetCMAFault(cs[1], fmt.Errorf("process_vm_writev: %w", syscall.EPERM))
+		for r, err := range onAll(t, cs, func(c *comm.Comm) error {
+			in, out := make([]uint32, n*blk), make([]uint32, n*blk)
+			for i := range in {
+				in[i] = uint32(i*3 + 1)
+			}
+			if err := comm.Broadcast(context.Background(), c, in, out, 1); err != nil {
+				return err
+			}
+			for i, v := range out {
+				if v != uint32(i*3+1) {
+					return fmt.Errorf("element %d = %d, want %d", i, v, i*3+1)
+				}
+			}
+			return nil
+		}) {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		if k := cmaCounts(cs); k[0] != 0 || k[1] != 0 || comm.CMASplits(cs[1]) != 0 {
+			t.Fatalf("ran %v calls reading peers' memory; want the slots after the root's refusal", k)
+		}
+		comm.SetCMAFault(cs[1], nil)
+		mustGatherOnSlots(t, cs, blk, 0, false, 5, "the root could not write")
+	})
+	t.Run("fails", func(t *testing.T) {
+		cs, stop := initJobOver(t, n)
+		defer stop()
+		defer closeAll(cs)
+		comm.SetCMAFault(cs[0], fmt.Errorf("process_vm_writev: %w", syscall.EFAULT))
+		errs := onAll(t, cs, func(c *comm.Comm) error {
+			b := make([]uint32, n*blk)
+			return comm.Broadcast(context.Background(), c, b, b, 0)
+		})
+		var oe *comm.OpError
+		if !errors.As(errs[0], &oe) || oe.Peer != 1 || !errors.Is(errs[0], syscall.EFAULT) {
+			t.Fatalf("root: %v; want an OpError naming peer 1 with EFAULT", errs[0])
+		}
+		if errs[1] == nil {
+			t.Fatal("the reader returned no error after the root's write failed")
+		}
+	})
 }
 
 // TestCMAMismatchedSizes: ranks that pass different sizes fail on every

@@ -65,10 +65,18 @@ func PendingShrinks(c *Comm) int {
 func CMAMinBytes(c *Comm) int       { return c.cma.minBytes }
 func CMAMinGatherBytes(c *Comm) int { return c.cma.minGather }
 
+// CMASplitMinBytes is the smallest 2-process broadcast that splits.
+const CMASplitMinBytes = cmaSplitMinBytes
+
 // CMAOps counts the calls c ran on the single-copy path.
 func CMAOps(c *Comm) uint64 { return c.cma.ops.Load() }
 
-// SetCMAFault makes c's reads of peers' memory fail with err (nil: work).
+// CMASplits reports how many broadcasts the Comm ran with the root writing
+// part of the reader's output.
+func CMASplits(c *Comm) uint64 { return c.cma.splits.Load() }
+
+// SetCMAFault makes c's reads and writes of peers' memory fail with err
+// (nil: work).
 func SetCMAFault(c *Comm, err error) { c.cma.fault = err }
 
 // SetRanHook runs f after the work of every operation of this process, before

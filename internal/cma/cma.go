@@ -1,6 +1,7 @@
-// Package cma copies memory out of another process of this host with one
-// kernel copy: Linux's cross-memory attach (process_vm_readv), which Open
-// MPI's shared-memory transport uses for large messages.
+// Package cma copies memory out of, and into, another process of this host
+// with one kernel copy: Linux's cross-memory attach (process_vm_readv and
+// process_vm_writev), which Open MPI's shared-memory transport uses for
+// large messages.
 //
 // The kernel allows it only where ptrace would be allowed (the same user
 // and Yama's ptrace_scope, or CAP_SYS_PTRACE), and only on systems and
@@ -23,6 +24,7 @@ import (
 var ErrNotSupported error = errs.New(errs.ErrNotSupported, "cma: process_vm_readv is not available on this system")
 
 // ErrRefused marks a caller's own finding that a process may not be read
+// or written
 // (a pid that turned out to be another process): Refused holds for it.
 var ErrRefused = errors.New("cma: reading that process's memory is refused")
 
@@ -43,8 +45,24 @@ func (r *Reader) Read(pid int, dst []byte, addr uintptr) error {
 	return r.r.read(pid, dst, addr)
 }
 
-// Refused reports whether err says that this process may not read the
-// other's memory at all (permission, the system call missing or filtered),
+// Writer writes other processes' memory, as Reader reads it.
+type Writer struct {
+	r reader
+}
+
+// Write copies src to address addr of process pid.
+func (w *Writer) Write(pid int, src []byte, addr uintptr) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if pid <= 0 || addr == 0 {
+		return fmt.Errorf("cma: write of %d bytes at %#x of pid %d: no such process or address", len(src), addr, pid)
+	}
+	return w.r.write(pid, src, addr)
+}
+
+// Refused reports whether err says that this process may not read (or
+// write) the other's memory at all (permission, the system call missing or filtered),
 // as opposed to a process that is gone (ESRCH) or an address it does not
 // map (EFAULT).
 func Refused(err error) bool {

@@ -12,21 +12,41 @@ type reader struct {
 }
 
 func (r *reader) read(pid int, dst []byte, addr uintptr) error {
-	for done := 0; done < len(dst); {
-		rest := dst[done:]
+	return r.move(pid, dst, addr, false)
+}
+
+func (r *reader) write(pid int, src []byte, addr uintptr) error {
+	return r.move(pid, src, addr, true)
+}
+
+// move copies between local and the remote range at addr, in the direction
+// write says, resuming after partial transfers.
+func (r *reader) move(pid int, local []byte, addr uintptr, write bool) error {
+	call := "process_vm_readv"
+	if write {
+		call = "process_vm_writev"
+	}
+	for done := 0; done < len(local); {
+		rest := local[done:]
 		r.local[0] = unix.Iovec{Base: &rest[0]}
 		r.local[0].SetLen(len(rest))
 		r.remote[0] = unix.RemoteIovec{Base: addr + uintptr(done), Len: len(rest)}
-		n, err := unix.ProcessVMReadv(pid, r.local[:], r.remote[:], 0)
-		r.local[0].Base = nil // dst need not stay reachable from r
+		var n int
+		var err error
+		if write {
+			n, err = unix.ProcessVMWritev(pid, r.local[:], r.remote[:], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(pid, r.local[:], r.remote[:], 0)
+		}
+		r.local[0].Base = nil // local need not stay reachable from r
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("cma: process_vm_readv of %d bytes at %#x of pid %d: %w", len(rest), addr+uintptr(done), pid, err)
+			return fmt.Errorf("cma: %s of %d bytes at %#x of pid %d: %w", call, len(rest), addr+uintptr(done), pid, err)
 		}
 		if n <= 0 {
-			return fmt.Errorf("cma: process_vm_readv of %d bytes at %#x of pid %d read nothing", len(rest), addr+uintptr(done), pid)
+			return fmt.Errorf("cma: %s of %d bytes at %#x of pid %d moved nothing", call, len(rest), addr+uintptr(done), pid)
 		}
 		done += n
 	}

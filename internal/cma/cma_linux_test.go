@@ -37,6 +37,35 @@ func TestReadOwnMemory(t *testing.T) {
 	}
 }
 
+func TestWriteOwnMemory(t *testing.T) {
+	var w Writer
+	for _, n := range []int{1, 4097, 3<<20 + 5} {
+		src := pattern(n, byte(n))
+		dst := make([]byte, n+2)
+		if err := w.Write(os.Getpid(), src, addr(dst[1:])); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if !bytes.Equal(dst[1:n+1], src) || dst[0] != 0 || dst[n+1] != 0 {
+			t.Fatalf("%d bytes: wrote other bytes than src, or outside its range", n)
+		}
+	}
+}
+
+func TestWriteErrors(t *testing.T) {
+	var w Writer
+	src := make([]byte, 64)
+	if err := w.Write(os.Getpid(), src[:0], 0); err != nil {
+		t.Fatalf("empty write: %v", err)
+	}
+	if err := w.Write(0, src, addr(src)); err == nil {
+		t.Fatal("pid 0 accepted")
+	}
+	err := w.Write(os.Getpid(), src, 4096)
+	if !errors.Is(err, syscall.EFAULT) || Refused(err) || !strings.Contains(err.Error(), "process_vm_writev") {
+		t.Fatalf("unmapped address: %v (refused %v); want process_vm_writev's EFAULT, not refused", err, Refused(err))
+	}
+}
+
 func TestReadErrors(t *testing.T) {
 	var r Reader
 	dst := make([]byte, 64)
