@@ -57,11 +57,13 @@ import (
 // against 86-97 µs; docs/PERFORMANCE.md).
 //
 // cmaSplitMinBytes is the smallest 2-process broadcast whose root writes
-// part of the reader's output: below it one copy costs less than the
-// second system call (16 MiB, in place: one reader 2.2 ms, two halves at
-// once 1.6 ms, internal/cma's benchmarks).
+// part of the reader's output. The split paid from the smallest broadcast
+// of the path on (2 processes, 4 alternating runs of gccl-perf -z 1 -c 1,
+// out of place / in place: 64 KiB 6.6-8.7 / 6.3-6.9 µs whole against
+// 6.5-7.2 / 6.1-6.4 split, 128 KiB 9.0-11.5 / 8.6-9.0 against 7.7-11.0 /
+// 7.1-7.5).
 const (
-	cmaSplitMinBytes   = 256 << 10
+	cmaSplitMinBytes   = 64 << 10
 	cmaMinBytes        = 64 << 10
 	cmaMinGatherBytes  = 16 << 10
 	cmaMinBytesCrowded = 256 << 10
