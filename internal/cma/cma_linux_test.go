@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -186,4 +187,44 @@ func BenchmarkRead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCopyWays compares, for 16 MiB: one kernel copy (a reader
+// alone), two halves copied at once by a reader and a writer (a split
+// broadcast's root and reader, here two goroutines of one process), and
+// Go's own copy, which the kernel's does not match on every CPU.
+func BenchmarkCopyWays(b *testing.B) {
+	const n = 16 << 20
+	pid := os.Getpid()
+	src, dst := pattern(n, 3), make([]byte, n)
+	b.Run("read", func(b *testing.B) {
+		var r Reader
+		b.SetBytes(n)
+		for b.Loop() {
+			if err := r.Read(pid, dst, addr(src)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("read+write", func(b *testing.B) {
+		var r Reader
+		var w Writer
+		b.SetBytes(n)
+		for b.Loop() {
+			var wg sync.WaitGroup
+			var werr error
+			wg.Go(func() { werr = w.Write(pid, src[n/2:], addr(dst[n/2:])) })
+			err := r.Read(pid, dst[:n/2], addr(src))
+			wg.Wait()
+			if err != nil || werr != nil {
+				b.Fatal(err, werr)
+			}
+		}
+	})
+	b.Run("go-copy", func(b *testing.B) {
+		b.SetBytes(n)
+		for b.Loop() {
+			copy(dst, src)
+		}
+	})
 }
