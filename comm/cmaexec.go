@@ -25,8 +25,9 @@ import (
 // The arrival and departure rounds of rounds.go frame it: a rank reads a
 // peer's input only after that peer's arrival (its pid, where its input
 // is, and what it runs, checked against this rank's), and returns only
-// when every peer has departed, so no peer still reads its input. Each rank
-// writes only its own output, so in-place calls are safe.
+// when every peer has departed, so no peer still reads its input or writes
+// its output. Ranks read only inputs and write only outputs (their own, and
+// a split broadcast's root the reader's), so in-place calls are safe.
 //
 // A broadcast between two processes is the one case where a single reader
 // would copy alone while its peer idles: there the root also writes a part
@@ -93,7 +94,8 @@ type cmaState struct {
 	splits  atomic.Uint64 // split broadcasts run (tests)
 	word    [4]byte       // a peer's token, read back
 	ops     atomic.Uint64 // calls run on this path (tests, debugging)
-	// fault, when set (tests), fails this rank's reads of peers' memory.
+	// fault, when set (tests), fails this rank's reads and writes of peers'
+	// memory.
 	fault error
 }
 
