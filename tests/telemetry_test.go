@@ -66,6 +66,9 @@ func TestTelemetryFilesAcrossProcesses(t *testing.T) {
 	for range 3 * 3 { // three counts, three ops: an all-reduce, then SameOnEveryRank's all-gather
 		want = append(want, "AllReduce", "AllGather")
 	}
+	for range 2 * np * 2 { // largeBroadcasts: two counts, every root, out of place and in place
+		want = append(want, "Broadcast")
+	}
 	want = append(want, "Barrier")
 	for r := range np {
 		ran := fmt.Sprintf("collcheck: rank %d of %d ok, %d collectives in 1 rounds", r, np, len(want))

@@ -261,8 +261,48 @@ func (k *checker) round(large int) error {
 			return err
 		}
 	}
+	if err := k.largeBroadcasts(); err != nil {
+		return err
+	}
 	k.tick()
 	return c.Barrier(ctx)
+}
+
+// largeBroadcastCounts are int64 counts of broadcasts that take the
+// single-copy path between processes of one host (64 KiB and up; two
+// processes split them between root and reader), neither a page multiple.
+var largeBroadcastCounts = []int{8<<10 + 3, 128<<10 + 5}
+
+// largeBroadcasts broadcasts largeBroadcastCounts from every root, out of
+// place and in place, and checks every element.
+func (k *checker) largeBroadcasts() error {
+	c, ctx := k.c, k.ctx
+	n, r := c.Size(), c.Rank()
+	for _, count := range largeBroadcastCounts {
+		for root := range n {
+			for _, inPlace := range []bool{false, true} {
+				in, out := make([]int64, count), make([]int64, count)
+				if inPlace {
+					in = out
+				}
+				if r == root {
+					for i := range in {
+						in[i] = val(root, i) ^ int64(count)
+					}
+				}
+				k.tick()
+				if err := comm.Broadcast(ctx, c, in, out, root); err != nil {
+					return err
+				}
+				for i := range out {
+					if want := val(root, i) ^ int64(count); out[i] != want {
+						return fmt.Errorf("Broadcast of %d from %d (in place %v) element %d = %d, want %d", count, root, inPlace, i, out[i], want)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // agree checks that every rank ends float32 all-reduces with the same
