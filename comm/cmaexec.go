@@ -351,26 +351,21 @@ func (c *Comm) cmaWork(cl *call) (peer int, err error) {
 			}
 		}
 	case algo.Broadcast:
-		if !c.cma.split {
-			if c.rank == cl.root {
-				return -1, nil
-			}
-			if err := c.cmaRead(cl.root, out); err != nil {
-				return cl.root, err
-			}
-			return -1, nil
-		}
-		if c.rank == cl.root {
+		split := c.cma.split
+		switch {
+		case c.rank == cl.root && split:
 			reader := 1 - c.rank
 			cut := cmaCut(len(out), !sameMem(in, out))
 			if err := c.cmaWrite(reader, in[cut:], cut); err != nil {
 				return reader, err
 			}
-			return -1, nil
-		}
-		cut := cmaCut(len(out), c.cma.peers[cl.root].flags&cmaRootCopies != 0)
-		if err := c.cmaRead(cl.root, out[:cut]); err != nil {
-			return cl.root, err
+		case c.rank != cl.root:
+			if split {
+				out = out[:cmaCut(len(out), c.cma.peers[cl.root].flags&cmaRootCopies != 0)]
+			}
+			if err := c.cmaRead(cl.root, out); err != nil {
+				return cl.root, err
+			}
 		}
 	}
 	return -1, nil

@@ -24,47 +24,51 @@ import (
 var ErrNotSupported error = errs.New(errs.ErrNotSupported, "cma: process_vm_readv is not available on this system")
 
 // ErrRefused marks a caller's own finding that a process may not be read
-// or written
-// (a pid that turned out to be another process): Refused holds for it.
-var ErrRefused = errors.New("cma: reading that process's memory is refused")
+// or written (a pid that turned out to be another process): Refused holds
+// for it.
+var ErrRefused = errors.New("cma: access to that process's memory is refused")
 
 // Reader reads other processes' memory. Its vectors are made once, so a
 // read allocates nothing; one goroutine at a time uses a Reader.
 type Reader struct {
-	r reader // per platform
+	v vectors // per platform
 }
 
 // Read copies len(dst) bytes at address addr of process pid into dst.
 func (r *Reader) Read(pid int, dst []byte, addr uintptr) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	if pid <= 0 || addr == 0 {
-		return fmt.Errorf("cma: read of %d bytes at %#x of pid %d: no such process or address", len(dst), addr, pid)
-	}
-	return r.r.read(pid, dst, addr)
+	return r.v.transfer(pid, dst, addr, false)
 }
 
 // Writer writes other processes' memory, as Reader reads it.
 type Writer struct {
-	r reader
+	v vectors
 }
 
 // Write copies src to address addr of process pid.
 func (w *Writer) Write(pid int, src []byte, addr uintptr) error {
-	if len(src) == 0 {
+	return w.v.transfer(pid, src, addr, true)
+}
+
+// transfer checks the arguments and copies local from (or, with write, to)
+// the range at addr of process pid.
+func (v *vectors) transfer(pid int, local []byte, addr uintptr, write bool) error {
+	if len(local) == 0 {
 		return nil
 	}
 	if pid <= 0 || addr == 0 {
-		return fmt.Errorf("cma: write of %d bytes at %#x of pid %d: no such process or address", len(src), addr, pid)
+		op := "read"
+		if write {
+			op = "write"
+		}
+		return fmt.Errorf("cma: %s of %d bytes at %#x of pid %d: no such process or address", op, len(local), addr, pid)
 	}
-	return w.r.write(pid, src, addr)
+	return v.move(pid, local, addr, write)
 }
 
 // Refused reports whether err says that this process may not read (or
-// write) the other's memory at all (permission, the system call missing or filtered),
-// as opposed to a process that is gone (ESRCH) or an address it does not
-// map (EFAULT).
+// write) the other's memory at all (permission, the system call missing or
+// filtered), as opposed to a process that is gone (ESRCH) or an address it
+// does not map (EFAULT).
 func Refused(err error) bool {
 	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) ||
 		errors.Is(err, syscall.ENOSYS) || errors.Is(err, ErrNotSupported) ||

@@ -6,39 +6,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-type reader struct {
+// vectors are one transfer's local and remote ranges, kept so that a
+// transfer allocates nothing.
+type vectors struct {
 	local  [1]unix.Iovec
 	remote [1]unix.RemoteIovec
 }
 
-func (r *reader) read(pid int, dst []byte, addr uintptr) error {
-	return r.move(pid, dst, addr, false)
-}
-
-func (r *reader) write(pid int, src []byte, addr uintptr) error {
-	return r.move(pid, src, addr, true)
-}
-
 // move copies between local and the remote range at addr, in the direction
 // write says, resuming after partial transfers.
-func (r *reader) move(pid int, local []byte, addr uintptr, write bool) error {
+func (v *vectors) move(pid int, local []byte, addr uintptr, write bool) error {
 	call := "process_vm_readv"
 	if write {
 		call = "process_vm_writev"
 	}
 	for done := 0; done < len(local); {
 		rest := local[done:]
-		r.local[0] = unix.Iovec{Base: &rest[0]}
-		r.local[0].SetLen(len(rest))
-		r.remote[0] = unix.RemoteIovec{Base: addr + uintptr(done), Len: len(rest)}
+		v.local[0] = unix.Iovec{Base: &rest[0]}
+		v.local[0].SetLen(len(rest))
+		v.remote[0] = unix.RemoteIovec{Base: addr + uintptr(done), Len: len(rest)}
 		var n int
 		var err error
 		if write {
-			n, err = unix.ProcessVMWritev(pid, r.local[:], r.remote[:], 0)
+			n, err = unix.ProcessVMWritev(pid, v.local[:], v.remote[:], 0)
 		} else {
-			n, err = unix.ProcessVMReadv(pid, r.local[:], r.remote[:], 0)
+			n, err = unix.ProcessVMReadv(pid, v.local[:], v.remote[:], 0)
 		}
-		r.local[0].Base = nil // local need not stay reachable from r
+		v.local[0].Base = nil // local need not stay reachable from v
 		if err == unix.EINTR {
 			continue
 		}

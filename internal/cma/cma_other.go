@@ -2,10 +2,9 @@
 
 package cma
 
-type reader struct{}
+type vectors struct{}
 
-func (*reader) read(int, []byte, uintptr) error  { return ErrNotSupported }
-func (*reader) write(int, []byte, uintptr) error { return ErrNotSupported }
+func (*vectors) move(int, []byte, uintptr, bool) error { return ErrNotSupported }
 
 // Supported: the system call exists on this kernel (a sandbox may still
 // refuse it for some processes: see Refused).
