@@ -85,6 +85,10 @@ func (l *peerLink) watch(pid int, peerNS, myNS uint64) error {
 	return nil
 }
 
+// testHookReadingReason, when set, runs between loading an aborted peer's
+// reason length and copying its reason.
+var testHookReadingReason func()
+
 // err returns the link's failure, nil while the peer is open and alive. It
 // is two loads of words that stay in cache.
 func (l *peerLink) err() error {
@@ -98,11 +102,26 @@ func (l *peerLink) failureErr() error {
 	if p := l.failure.Load(); p != nil {
 		return *p
 	}
-	var err error
-	switch atomic.LoadUint32(&l.hdr.state) {
-	case stateAborted:
+	state := atomic.LoadUint32(&l.hdr.state)
+	var reason string
+	if state == stateAborted {
 		n := min(int(atomic.LoadUint32(&l.hdr.reasonLen)), reasonMax)
-		err = fmt.Errorf("%w: rank aborted: %s", transport.ErrPeerClosed, l.hdr.reason[:n])
+		if testHookReadingReason != nil {
+			testHookReadingReason()
+		}
+		reason = string(l.hdr.reason[:n])
+	}
+	// This rank's own Close, from another goroutine, maps zeros over the
+	// peer's header (segment.drop) and may have done so while we read it:
+	// the reason may be NULs and the state "open". Such a read says nothing
+	// about the peer; this rank is closed.
+	if l.seg.dropped.Load() {
+		return transport.ErrClosed
+	}
+	var err error
+	switch state {
+	case stateAborted:
+		err = fmt.Errorf("%w: rank aborted: %s", transport.ErrPeerClosed, reason)
 	case stateClosed:
 		err = transport.ErrPeerClosed
 	default:

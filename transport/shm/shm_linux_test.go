@@ -471,6 +471,33 @@ func TestClosedPeerSeenByThirdRank(t *testing.T) {
 	}
 }
 
+// TestOwnAbortWhileReadingPeerReason closes this rank while it reads an
+// aborted peer's reason: the peer's header is zeros by then, and the read
+// must report this rank closed, not the peer aborted with a reason of NULs
+// (seen in a fault soak, where every rank aborts at once).
+func TestOwnAbortWhileReadingPeerReason(t *testing.T) {
+	eps := world(t, 2, Config{SlotSize: 64, SlotCount: 2})
+	// One message first, so that the ring is mapped and the read of the
+	// reason is all that stands between TryNext and its answer.
+	if err := send(eps[0], 1, []byte{1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := recv(eps[1], 0, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := eps[1].Receiver(0)
+	eps[0].Abort(errors.New("rendezvous lost"))
+	testHookReadingReason = func() { eps[1].Abort(errors.New("own abort")) }
+	defer func() { testHookReadingReason = nil }()
+	_, _, _, err := r.TryNext()
+	if !errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("TryNext while this rank aborts: %v, want ErrClosed", err)
+	}
+	if strings.ContainsRune(err.Error(), 0) {
+		t.Fatalf("error carries NULs: %q", err)
+	}
+}
+
 // TestAbortWhileInUse aborts an endpoint from another goroutine while its
 // owner is inside Try calls: no fault, and the owner sees ErrClosed.
 func TestAbortWhileInUse(t *testing.T) {
