@@ -84,6 +84,14 @@ func (m *Mux) Via(peer int) string {
 	return Via(m.routes[peer], peer)
 }
 
+// SetupFailure reports what the route to peer knows of a failed set-up.
+func (m *Mux) SetupFailure(peer int) error {
+	if peer < 0 || peer >= m.size || m.routes[peer] == nil {
+		return nil
+	}
+	return SetupFailure(m.routes[peer], peer)
+}
+
 func (m *Mux) route(peer int) (Endpoint, error) {
 	if peer < 0 || peer >= m.size || peer == m.rank {
 		return nil, fmt.Errorf("transport: rank %d has no peer %d", m.rank, peer)

@@ -166,6 +166,17 @@ type PeerError struct {
 func (e *PeerError) Error() string { return fmt.Sprintf("peer rank %d: %v", e.Peer, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
 
+// SetupFailure reports why ep's connection with peer failed its set-up
+// for good, when the transport knows (nil otherwise). A peer that then
+// stops stopped on the same failure: it is the cause to report, not the
+// lost peer.
+func SetupFailure(ep Endpoint, peer int) error {
+	if f, ok := ep.(interface{ SetupFailure(int) error }); ok {
+		return f.SetupFailure(peer)
+	}
+	return nil
+}
+
 // Via names the transport that carries traffic from ep to peer ("INPROC",
 // "SHM", "TCP"), for logs.
 func Via(ep Endpoint, peer int) string {

@@ -15,6 +15,9 @@ import (
 // store (namespaced per communicator by the store itself).
 func infoKey(job string, a, b int) string  { return fmt.Sprintf("gccl-ib/%s/qp/%d-%d", job, a, b) }
 func readyKey(job string, a, b int) string { return fmt.Sprintf("gccl-ib/%s/ready/%d-%d", job, a, b) }
+func recordedKey(job string, a, b int) string {
+	return fmt.Sprintf("gccl-ib/%s/recorded/%d-%d", job, a, b)
+}
 
 // Connect returns the endpoint to peers, each pair connecting over qps RC
 // QPs (the smaller of the two ranks' GCCL_IB_QPS_PER_CONNECTION) at its
@@ -30,7 +33,7 @@ func (l *listener) Connect(ctx context.Context, bell transport.Bell, peers []*tr
 	e := &Endpoint{rank: s.Rank, size: s.Size, slotSize: s.SlotSize, bell: bell, log: l.log,
 		name: "NET/IB/" + l.addr.Name(), ctx: l.ctx, pd: l.pd, port: l.port, me: l.addr,
 		o: l.o, store: s.Store, job: s.JobID, addrs: make([]portAddr, s.Size), geos: make([]geometry, s.Size),
-		conns: make([]*conn, s.Size), viaTCP: make([]atomic.Bool, s.Size), wcs: make([]verbs.WC, 64)}
+		conns: make([]*conn, s.Size), viaTCP: make([]atomic.Bool, s.Size), setupFailures: make([]atomic.Pointer[error], s.Size), wcs: make([]verbs.WC, 64)}
 	e.setupCtx, e.endSetup = context.WithCancel(context.Background())
 	fb := l.fallback
 	l.fallback = nil

@@ -43,7 +43,10 @@
 // driver's errno; memory the kernel would not register) is carried by TCP
 // instead, with a WARN on both sides naming the pair and the reason, and
 // what it had queued moves there in order; under GCCL_STRICT=1 the pair
-// fails instead (its first use on both sides, or Connect at Init). The TCP
+// fails instead (its first use on both sides, or Connect at Init). Before
+// a side applies such a failure, both record it and tell each other so
+// (one more round through the store), so that a rank whose peer exits on
+// the failure reports the failure, not a lost peer (SetupFailure). The TCP
 // fallback listens from Listen on, its address in the rank's descriptor,
 // and connects only the pairs that move to it. The endpoint's name is
 // "NET/IB/<device>:<port>", which Comm.Via and gccl-perf's header show per

@@ -70,6 +70,10 @@ type Endpoint struct {
 	fallback *tcp.Endpoint
 	viaTCP   []atomic.Bool
 
+	// By peer: the error its pair fails with, once the set-up knows it
+	// (SetupFailure).
+	setupFailures []atomic.Pointer[error]
+
 	// owner is ownerBusy while the owner is inside a call, ownerSetUp while
 	// a set-up goroutine applies outcomes, ownerClosed once Close took over.
 	owner   atomic.Int32

@@ -17,8 +17,8 @@ import (
 // connection's region and returns at once; a goroutine per pair registers
 // the region, creates the QPs and runs the exchange through the job's store
 // (publish this side, read the peer's, connect the QPs, publish whether that
-// worked, read the peer's verdict), so a first use in any order cannot
-// deadlock. Until the pair is up its sends wait in the send ring (up to
+// worked, read the peer's verdict; when RDMA failed, one more round, below),
+// so a first use in any order cannot deadlock. Until the pair is up its sends wait in the send ring (up to
 // count messages, as for a slow peer) and its receives find nothing.
 //
 // The outcome is applied by whoever owns the endpoint next: the owner's own
@@ -29,6 +29,12 @@ import (
 // naming the pair and the reason, and what was queued is copied there in
 // order; under GCCL_STRICT=1 the pair fails instead. The exchange itself
 // failed (the store): the pair fails with that error.
+//
+// A pair that fails may end its rank at once (a program exits on the first
+// error), and its peer would then see only a lost rank. So before either
+// side applies a failure, each records it where SetupFailure finds it and
+// publishes that it did, then waits for the peer's word: when a rank can
+// first act on the failure, its peer already holds the cause.
 
 // setupResult is what a pair's set-up found.
 type setupResult struct {
@@ -106,7 +112,7 @@ type exchange struct {
 	r setupResult
 }
 
-var steps = []func(*exchange, *Endpoint) bool{(*exchange).publish, (*exchange).join, (*exchange).verdict}
+var steps = []func(*exchange, *Endpoint) bool{(*exchange).publish, (*exchange).join, (*exchange).verdict, (*exchange).record, (*exchange).settle}
 
 // publish sets up this side and publishes it (or why it failed).
 func (x *exchange) publish(e *Endpoint) bool {
@@ -165,7 +171,44 @@ func (x *exchange) verdict(e *Endpoint) bool {
 	if x.r.why == "" && len(b) > 0 {
 		x.r.why = fmt.Sprintf("on rank %d: %s", c.peer, b)
 	}
+	return x.r.why != "" // both sides found that RDMA failed
+}
+
+// record keeps the error the failed pair will fail with, if it cannot move
+// to TCP, for SetupFailure, and publishes that this side holds it.
+func (x *exchange) record(e *Endpoint) bool {
+	c := x.c
+	if err := e.refusal(c.peer, x.r.why); err != nil {
+		e.setupFailures[c.peer].Store(&err)
+	}
+	if err := e.store.Set(e.setupCtx, recordedKey(e.job, e.rank, c.peer), nil); err != nil {
+		x.r.err = fmt.Errorf("ibverbs: publishing the outcome for rank %d: %w", c.peer, err)
+		return false
+	}
+	return true
+}
+
+// settle waits until the peer recorded the failure too.
+func (x *exchange) settle(e *Endpoint) bool {
+	c := x.c
+	if _, err := e.storeGet(recordedKey(e.job, c.peer, e.rank)); err != nil {
+		x.r.err = fmt.Errorf("ibverbs: reading whether rank %d recorded the outcome: %w", c.peer, err)
+	}
 	return false
+}
+
+// SetupFailure reports why the pair with peer failed its set-up and could
+// not move to TCP, once this side knows, even before the pair's owner
+// applied it; nil otherwise. A rank that sees peer lost reports this as the
+// cause: the peer stopped on the same failure. Safe from any goroutine.
+func (e *Endpoint) SetupFailure(peer int) error {
+	if peer < 0 || peer >= len(e.setupFailures) {
+		return nil
+	}
+	if p := e.setupFailures[peer].Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // storeGet reads key, asking again while the store times out and the
@@ -213,16 +256,25 @@ func (e *Endpoint) apply(c *conn, r *setupResult) {
 			c.sendNotice(*e.closing)
 		}
 	default:
-		line := downgrade(e.rank, c.peer, r.why)
-		switch {
-		case e.o.strict:
-			c.fail(fmt.Errorf("%w: GCCL_STRICT=1 forbids a downgrade: %s", verbs.ErrNotSupported, line))
-		case e.fallback == nil:
-			c.fail(fmt.Errorf("ibverbs: %s, but this rank has no TCP fallback", line))
-		default:
-			e.toTCP(c, line)
+		if err := e.refusal(c.peer, r.why); err != nil {
+			c.fail(err)
+		} else {
+			e.toTCP(c, downgrade(e.rank, c.peer, r.why))
 		}
 	}
+}
+
+// refusal is the error of a pair whose RDMA failed (why) when it may not
+// move to TCP: under GCCL_STRICT=1, or with no fallback; nil when it may.
+func (e *Endpoint) refusal(peer int, why string) error {
+	line := downgrade(e.rank, peer, why)
+	switch {
+	case e.o.strict:
+		return fmt.Errorf("%w: GCCL_STRICT=1 forbids a downgrade: %s", verbs.ErrNotSupported, line)
+	case e.fallback == nil:
+		return fmt.Errorf("ibverbs: %s, but this rank has no TCP fallback", line)
+	}
+	return nil
 }
 
 // downgrade is the WARN (or, under GCCL_STRICT=1, the error) of a pair

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gccl/gccl/transport"
+	"github.com/gccl/gccl/transport/tcp"
 )
 
 // flakyStore answers Get with its errors in turn, then with the value.
@@ -62,4 +65,136 @@ func TestStoreGetRetriesTimeouts(t *testing.T) {
 	e.store = s
 	_, err = e.storeGet("k")
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// recordingStore is a memStore that checks, whenever a rank reads its
+// peer's word that it recorded the failure, that the peer holds the cause:
+// the reader may apply the failure (and exit) at once.
+type recordingStore struct {
+	*memStore
+	eps   []*Endpoint
+	reads chan error
+}
+
+func (s *recordingStore) Get(ctx context.Context, k string) ([]byte, error) {
+	v, err := s.memStore.Get(ctx, k)
+	var a, b int
+	if rest, ok := strings.CutPrefix(k, "gccl-ib/j/recorded/"); ok && err == nil {
+		if _, err := fmt.Sscanf(rest, "%d-%d", &a, &b); err != nil {
+			s.reads <- fmt.Errorf("key %q: %v", k, err)
+		} else if s.eps[a].SetupFailure(b) == nil {
+			s.reads <- fmt.Errorf("rank %d read that rank %d recorded the failure, but rank %d holds none", b, a, a)
+		} else {
+			s.reads <- nil
+		}
+	}
+	return v, err
+}
+
+// A pair whose RDMA failed on one side only, and that may not move to TCP
+// (GCCL_STRICT=1, or no fallback): both sides end with the failure recorded
+// for SetupFailure before either can apply it, whichever side failed and
+// however late the other side comes; a pair that moves to TCP records
+// nothing, and an up pair skips the extra round.
+func TestFailedPairRecordedOnBothSidesFirst(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		strict bool
+		want   string // in both sides' SetupFailure; "" for none
+	}{
+		{"strict", true, "GCCL_STRICT=1 forbids a downgrade: rank %d -> %d via TCP instead of IB ("},
+		{"no fallback", false, "but this rank has no TCP fallback"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, late := range []int{0, 1} { // the rank that reaches the verdict last
+				store := &recordingStore{memStore: newMemStore(), reads: make(chan error, 2)}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				eps := make([]*Endpoint, 2)
+				for r := range eps {
+					eps[r] = &Endpoint{rank: r, size: 2, store: store, job: "j", setupCtx: ctx,
+						o: options{strict: c.strict}, setupFailures: make([]atomic.Pointer[error], 2)}
+				}
+				store.eps = eps
+				// Rank 0's QPs failed to reach RTR; rank 1's connected.
+				require.NoError(t, store.Set(ctx, readyKey("j", 0, 1), []byte("modify to RTR: timed out")))
+				require.NoError(t, store.Set(ctx, readyKey("j", 1, 0), nil))
+				done := make(chan exchange, 2)
+				run := func(r int) {
+					x := exchange{c: &conn{e: eps[r], peer: 1 - r}}
+					if r == 0 {
+						x.r.why = "modify to RTR: timed out"
+					}
+					for _, step := range steps[2:] {
+						if !step(&x, eps[r]) {
+							break
+						}
+					}
+					done <- x
+				}
+				go run(1 - late)
+				// The early rank must wait for the late one.
+				select {
+				case x := <-done:
+					t.Fatalf("rank %d settled before its peer recorded the failure: %+v", x.c.e.rank, x.r)
+				case <-time.After(20 * time.Millisecond):
+				}
+				go run(late)
+				for range 2 {
+					x := <-done
+					require.NoError(t, x.r.err)
+					require.NotEmpty(t, x.r.why)
+				}
+				for range 2 {
+					require.NoError(t, <-store.reads)
+				}
+				for r, e := range eps {
+					err := e.SetupFailure(1 - r)
+					require.Error(t, err)
+					want := c.want
+					if c.strict {
+						want = fmt.Sprintf(c.want, r, 1-r)
+					}
+					require.Contains(t, err.Error(), want)
+					require.Nil(t, e.SetupFailure(r), "no pair with itself")
+					require.Nil(t, e.SetupFailure(2), "no rank 2")
+				}
+			}
+		})
+	}
+	t.Run("to TCP or up", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		store := newMemStore()
+		e := &Endpoint{rank: 0, size: 2, store: store, job: "j", setupCtx: ctx,
+			fallback: &tcp.Endpoint{}, setupFailures: make([]atomic.Pointer[error], 2)}
+		require.NoError(t, store.Set(ctx, readyKey("j", 1, 0), []byte("no route")))
+		require.NoError(t, store.Set(ctx, recordedKey("j", 1, 0), nil))
+		x := exchange{c: &conn{e: e, peer: 1}}
+		for _, step := range steps[2:] {
+			if !step(&x, e) {
+				break
+			}
+		}
+		require.NoError(t, x.r.err)
+		require.Equal(t, "on rank 1: no route", x.r.why)
+		require.Nil(t, e.SetupFailure(1), "a pair that moves to TCP has not failed")
+
+		// Up on both sides: the verdict ends the exchange, nothing recorded.
+		store = newMemStore()
+		e.store = store
+		require.NoError(t, store.Set(ctx, readyKey("j", 1, 0), nil))
+		x = exchange{c: &conn{e: e, peer: 1}}
+		n := 0
+		for _, step := range steps[2:] {
+			n++
+			if !step(&x, e) {
+				break
+			}
+		}
+		require.Equal(t, 1, n, "steps run for a pair that is up")
+		require.Empty(t, x.r.why)
+		_, recorded := store.m[recordedKey("j", 0, 1)]
+		require.False(t, recorded)
+	})
 }
