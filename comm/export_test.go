@@ -3,6 +3,7 @@ package comm
 import (
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/internal/clock"
+	"github.com/gccl/gccl/transport"
 )
 
 // Hooks for the external tests.
@@ -87,6 +88,16 @@ func SetRanHook(f func(*Comm)) {
 		return
 	}
 	testHookRan.Store(&f)
+}
+
+// SetEndpointHook makes Init wrap the endpoint it made with f (nil: as
+// made).
+func SetEndpointHook(f func(transport.Endpoint) transport.Endpoint) {
+	if f == nil {
+		testHookEndpoint.Store(nil)
+		return
+	}
+	testHookEndpoint.Store(&f)
 }
 
 // DirectCounts reports how many chunks c sent straight from the caller's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/gccl/gccl/bootstrap"
@@ -197,7 +198,11 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 	}
 	prep.Release()
 	ph.lap(&ph.barrier)
-	c, err = newComm(mux, cfg)
+	var ep transport.Endpoint = mux
+	if h := testHookEndpoint.Load(); h != nil {
+		ep = (*h)(mux)
+	}
+	c, err = newComm(ep, cfg)
 	if err != nil {
 		mux.Abort(err)
 		return nil, err
@@ -279,15 +284,27 @@ func parseInfos(blobs [][]byte) ([]peerInfo, error) {
 	return infos, nil
 }
 
+// testHookEndpoint, when set (tests), wraps the endpoint Init made.
+var testHookEndpoint atomic.Pointer[func(transport.Endpoint) transport.Endpoint]
+
 // watchLost aborts the Comm when the bootstrap reports a lost or aborting
 // rank, so that ranks blocked on shared memory (which has no EOF) fail too.
+// When the connection with that rank had failed its set-up, the rank
+// stopped on that failure, and the abort names it first.
 func (c *Comm) watchLost(client *bootstrap.Client) {
 	for n := range client.Lost() {
 		if !c.running() {
 			return
 		}
+		err := fmt.Errorf("%w: %v", ErrPeerLost, n)
+		// Init's ranks are the job's, which notices name.
+		if n.Rank >= 0 && n.Rank < c.size && n.Rank != c.rank {
+			if cause := transport.SetupFailure(c.ep, n.Rank); cause != nil {
+				err = fmt.Errorf("%w; then %w", cause, err)
+			}
+		}
 		// The notice came from the rendezvous: no need to announce it again.
-		c.abortWith(fmt.Errorf("%w: %v", ErrPeerLost, n), false)
+		c.abortWith(err, false)
 		c.async.stop(c)
 		return
 	}

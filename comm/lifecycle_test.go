@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gccl/gccl/bootstrap"
 	"github.com/gccl/gccl/comm"
+	"github.com/gccl/gccl/transport"
 )
 
 // TestCloseRunsQueuedAsync: Close waits for the async operations issued
@@ -188,6 +190,59 @@ func TestErrReportsFailureBetweenCalls(t *testing.T) {
 		}
 		if err := c.Err(); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, comm.ErrPeerLost) {
 			t.Fatalf("rank %d, idle while rank 2 aborted: Err = %v, want ErrAborted wrapping ErrPeerLost", r, err)
+		}
+	}
+}
+
+// setupFailed is an endpoint whose connection with peer failed its set-up
+// with err.
+type setupFailed struct {
+	transport.Endpoint
+	peer int
+	err  error
+}
+
+func (e *setupFailed) SetupFailure(peer int) error {
+	if peer == e.peer {
+		return e.err
+	}
+	return nil
+}
+
+// TestLostPeerBlamesFailedSetup: a rank whose connection with a peer
+// failed its set-up reports that failure first when the peer is then lost
+// (the peer stopped on it), still as ErrPeerLost; without one, the loss
+// alone.
+func TestLostPeerBlamesFailedSetup(t *testing.T) {
+	cause := errors.New("rank 0 -> 1 via TCP instead of IB (modify to RTR: timed out)")
+	comm.SetEndpointHook(func(ep transport.Endpoint) transport.Endpoint {
+		if ep.Rank() != 0 {
+			return ep
+		}
+		return &setupFailed{Endpoint: ep, peer: 1, err: cause}
+	})
+	cs, stop := initJob(t, 3)
+	comm.SetEndpointHook(nil)
+	defer stop()
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	cs[1].Abort(errors.New("rank 1 stopped"))
+	for r, want := range map[int]bool{0: true, 2: false} {
+		err := cs[r].Err()
+		for deadline := time.Now().Add(10 * time.Second); err == nil && time.Now().Before(deadline); err = cs[r].Err() {
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, comm.ErrPeerLost) {
+			t.Fatalf("rank %d: Err = %v, want ErrAborted and ErrPeerLost", r, err)
+		}
+		if got := errors.Is(err, cause); got != want {
+			t.Fatalf("rank %d: Err = %v; names the set-up failure: %v, want %v", r, err, got, want)
+		}
+		if want && !strings.HasPrefix(err.Error(), "gccl: communicator aborted: "+cause.Error()+"; then gccl: peer lost: ") {
+			t.Fatalf("rank %d: Err = %q does not give the set-up failure first", r, err)
 		}
 	}
 }
