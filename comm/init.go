@@ -297,11 +297,9 @@ func (c *Comm) watchLost(client *bootstrap.Client) {
 			return
 		}
 		err := fmt.Errorf("%w: %v", ErrPeerLost, n)
-		// Init's ranks are the job's, which notices name.
-		if n.Rank >= 0 && n.Rank < c.size && n.Rank != c.rank {
-			if cause := transport.SetupFailure(c.ep, n.Rank); cause != nil {
-				err = fmt.Errorf("%w; then %w", cause, err)
-			}
+		// Init's ranks are the job's, which notices name (-1: none).
+		if cause := transport.SetupFailure(c.ep, n.Rank); cause != nil {
+			err = fmt.Errorf("%w; then %w", cause, err)
 		}
 		// The notice came from the rendezvous: no need to announce it again.
 		c.abortWith(err, false)

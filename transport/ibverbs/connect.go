@@ -13,10 +13,12 @@ import (
 
 // Store keys: what rank a publishes for its pair with rank b, in the job's
 // store (namespaced per communicator by the store itself).
-func infoKey(job string, a, b int) string  { return fmt.Sprintf("gccl-ib/%s/qp/%d-%d", job, a, b) }
-func readyKey(job string, a, b int) string { return fmt.Sprintf("gccl-ib/%s/ready/%d-%d", job, a, b) }
-func recordedKey(job string, a, b int) string {
-	return fmt.Sprintf("gccl-ib/%s/recorded/%d-%d", job, a, b)
+func infoKey(job string, a, b int) string     { return pairKey(job, "qp", a, b) }
+func readyKey(job string, a, b int) string    { return pairKey(job, "ready", a, b) }
+func recordedKey(job string, a, b int) string { return pairKey(job, "recorded", a, b) }
+
+func pairKey(job, kind string, a, b int) string {
+	return fmt.Sprintf("gccl-ib/%s/%s/%d-%d", job, kind, a, b)
 }
 
 // Connect returns the endpoint to peers, each pair connecting over qps RC

@@ -18,8 +18,9 @@ import (
 // the region, creates the QPs and runs the exchange through the job's store
 // (publish this side, read the peer's, connect the QPs, publish whether that
 // worked, read the peer's verdict; when RDMA failed, one more round, below),
-// so a first use in any order cannot deadlock. Until the pair is up its sends wait in the send ring (up to
-// count messages, as for a slow peer) and its receives find nothing.
+// so a first use in any order cannot deadlock. Until the pair is up its
+// sends wait in the send ring (up to count messages, as for a slow peer)
+// and its receives find nothing.
 //
 // The outcome is applied by whoever owns the endpoint next: the owner's own
 // progress, or the set-up goroutine itself when the owner is away (so that
@@ -256,8 +257,10 @@ func (e *Endpoint) apply(c *conn, r *setupResult) {
 			c.sendNotice(*e.closing)
 		}
 	default:
-		if err := e.refusal(c.peer, r.why); err != nil {
-			c.fail(err)
+		// RDMA failed: record ran, and kept the error if the pair may
+		// not move to TCP.
+		if p := e.setupFailures[c.peer].Load(); p != nil {
+			c.fail(*p)
 		} else {
 			e.toTCP(c, downgrade(e.rank, c.peer, r.why))
 		}
