@@ -47,9 +47,12 @@ func TestNowFollowsTheSystemClock(t *testing.T) {
 	t.Logf("source %s; farthest from the system clock's midpoint: %d ns", source(), worst)
 }
 
-// TestNowAgreesWithTime: Now is time.Now's wall clock in ns.
+// TestNowAgreesWithTime: Now is time.Now's wall clock in ns. The system
+// clock's reading keeps the wall clock's offset until it moved by minStep,
+// so time.Now may stray from it by less than that: this guest's wall clock
+// drifts from its monotonic one between re-anchorings (60 ns in one CI run).
 func TestNowAgreesWithTime(t *testing.T) {
-	bracket(t, func() int64 { return time.Now().UnixNano() }, 0)
+	bracket(t, func() int64 { return time.Now().UnixNano() }, minStep)
 	for try := 0; ; try++ {
 		a := time.Now().UnixNano()
 		n := Now()
