@@ -62,13 +62,21 @@ func closeFD(fd int) { _ = unix.Close(fd) }
 // acquire): a message that comes back around a ring into the memory it was
 // sent from, as in an in-place all-reduce, would show as a race. See
 // raceSent and raceReceived.
+//
+// They are raw system calls, outside the scheduler's bookkeeping: the
+// descriptors are non-blocking, so a call never waits, and a large write's
+// copy is work like any other. Through entersyscall, a write of a slot
+// (hundreds of µs on loopback) let the runtime's monitor take the rank's P
+// and kept it waking every 20 µs, and the rank's thread was preempted on
+// its way out of the call: about two context switches per 1 MiB broadcast
+// (docs/PERFORMANCE.md, "Raw system calls on the TCP data path").
 
 func readFD(fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	for {
-		n, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		switch {
 		case errno == 0 && n == 0:
 			return 0, io.EOF
@@ -100,7 +108,7 @@ func writeFD(fd int, hdr, payload []byte) (int, error) {
 	}
 	raceSent(hdr, payload)
 	for {
-		n, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		n, _, errno := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
 		switch errno {
 		case 0:
 			return int(n), nil
