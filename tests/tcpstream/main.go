@@ -5,8 +5,11 @@
 // this one reads them with io.ReadFull, socket by socket; nothing goes
 // back. It prints µs per message and GB/s: what a one-way stream costs a Go
 // program with one socket or several, without gccl's framing and progress.
+// With -poll the reader polls instead, as a gccl rank waiting for a message
+// does: non-blocking reads of every socket whose part is not complete yet,
+// round after round, never sleeping.
 //
-//	go run ./tests/tcpstream -s 2 -size 1048576 -n 3000
+//	go run ./tests/tcpstream -s 2 -size 1048576 -n 3000 [-poll]
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -25,17 +29,18 @@ func main() {
 	socks := flag.Int("s", 1, "sockets; each message is cut into one part per socket")
 	size := flag.Int("size", 1<<20, "bytes per message")
 	n := flag.Int("n", 3000, "messages timed (after 50 untimed)")
+	poll := flag.Bool("poll", false, "read by polling non-blocking sockets instead of blocking reads")
 	serve := flag.String("serve", "", "internal: stream to the process listening at this address")
 	flag.Parse()
-	if *socks < 1 || *size < *socks || *n < 1 {
-		fmt.Fprintln(os.Stderr, "tcpstream: want -s at least 1, -size at least -s and -n at least 1")
+	if *socks < 1 || *socks > 64 || *size < *socks || *n < 1 {
+		fmt.Fprintln(os.Stderr, "tcpstream: want -s from 1 to 64, -size at least -s and -n at least 1")
 		os.Exit(2)
 	}
 	var err error
 	if *serve != "" {
 		err = stream(*serve, *socks, *size, *n+warmup)
 	} else {
-		err = run(*socks, *size, *n)
+		err = run(*socks, *size, *n, *poll)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tcpstream:", err)
@@ -69,7 +74,7 @@ func stream(addr string, socks, size, count int) error {
 	return nil
 }
 
-func run(socks, size, n int) error {
+func run(socks, size, n int, poll bool) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -95,19 +100,79 @@ func run(socks, size, n int) error {
 		defer c.Close()
 		conns[i] = c
 	}
+	read := func(buf []byte) error {
+		for i, c := range conns {
+			if _, err := io.ReadFull(c, part(buf, socks, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	how := "blocking reads"
+	if poll {
+		fds, err := nonblocking(conns)
+		if err != nil {
+			return err
+		}
+		read = func(buf []byte) error { return pollParts(fds, buf) }
+		how = "polling"
+	}
 	buf := make([]byte, size)
 	var start time.Time
 	for k := range n + warmup {
 		if k == warmup {
 			start = time.Now()
 		}
-		for i, c := range conns {
-			if _, err := io.ReadFull(c, part(buf, socks, i)); err != nil {
-				return err
-			}
+		if err := read(buf); err != nil {
+			return err
 		}
 	}
 	el := time.Since(start)
-	fmt.Printf("sockets %d, size %d: %.1f µs per message, %.2f GB/s\n", socks, size, el.Seconds()/float64(n)*1e6, float64(size)*float64(n)/el.Seconds()/1e9)
+	fmt.Printf("sockets %d, size %d, %s: %.1f µs per message, %.2f GB/s\n", socks, size, how, el.Seconds()/float64(n)*1e6, float64(size)*float64(n)/el.Seconds()/1e9)
+	return nil
+}
+
+// nonblocking returns non-blocking duplicates of the connections'
+// descriptors (they stay open with the connections).
+func nonblocking(conns []net.Conn) ([]int, error) {
+	fds := make([]int, len(conns))
+	for i, c := range conns {
+		f, err := c.(*net.TCPConn).File()
+		if err != nil {
+			return nil, err
+		}
+		fds[i] = int(f.Fd())
+		if err := syscall.SetNonblock(fds[i], true); err != nil {
+			return nil, err
+		}
+	}
+	return fds, nil
+}
+
+// pollParts reads one message, each socket's part into its place in buf,
+// polling every socket whose part is incomplete until all are.
+func pollParts(fds []int, buf []byte) error {
+	var offs [64]int
+	left := len(fds)
+	for left > 0 {
+		for i, fd := range fds {
+			p := part(buf, len(fds), i)
+			if offs[i] == len(p) {
+				continue
+			}
+			n, err := syscall.Read(fd, p[offs[i]:])
+			switch {
+			case err == syscall.EAGAIN || err == syscall.EINTR:
+				continue
+			case err != nil:
+				return err
+			case n == 0:
+				return io.ErrUnexpectedEOF
+			}
+			if offs[i] += n; offs[i] == len(p) {
+				left--
+			}
+		}
+	}
 	return nil
 }
