@@ -19,7 +19,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"syscall"
 	"time"
 )
 
@@ -129,50 +128,5 @@ func run(socks, size, n int, poll bool) error {
 	}
 	el := time.Since(start)
 	fmt.Printf("sockets %d, size %d, %s: %.1f µs per message, %.2f GB/s\n", socks, size, how, el.Seconds()/float64(n)*1e6, float64(size)*float64(n)/el.Seconds()/1e9)
-	return nil
-}
-
-// nonblocking returns non-blocking duplicates of the connections'
-// descriptors (they stay open with the connections).
-func nonblocking(conns []net.Conn) ([]int, error) {
-	fds := make([]int, len(conns))
-	for i, c := range conns {
-		f, err := c.(*net.TCPConn).File()
-		if err != nil {
-			return nil, err
-		}
-		fds[i] = int(f.Fd())
-		if err := syscall.SetNonblock(fds[i], true); err != nil {
-			return nil, err
-		}
-	}
-	return fds, nil
-}
-
-// pollParts reads one message, each socket's part into its place in buf,
-// polling every socket whose part is incomplete until all are.
-func pollParts(fds []int, buf []byte) error {
-	var offs [64]int
-	left := len(fds)
-	for left > 0 {
-		for i, fd := range fds {
-			p := part(buf, len(fds), i)
-			if offs[i] == len(p) {
-				continue
-			}
-			n, err := syscall.Read(fd, p[offs[i]:])
-			switch {
-			case err == syscall.EAGAIN || err == syscall.EINTR:
-				continue
-			case err != nil:
-				return err
-			case n == 0:
-				return io.ErrUnexpectedEOF
-			}
-			if offs[i] += n; offs[i] == len(p) {
-				left--
-			}
-		}
-	}
 	return nil
 }
