@@ -1,6 +1,7 @@
 package seqlock
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,10 @@ func TestReadersSeeWholeRecords(t *testing.T) {
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan string, 2)
+	// The zero slot (sequence 0, words 0) is not record(0): publish the
+	// first record before any reader can look.
+	first := record(1)
+	s.Write(2, &first, &count, 1)
 	for range 2 {
 		wg.Add(1)
 		go func() {
@@ -71,14 +76,17 @@ func TestReadersSeeWholeRecords(t *testing.T) {
 				if !ok {
 					continue
 				}
-				if k := seq / 2; got != record(k) || k < c {
-					errs <- "torn or stale record"
+				if k := seq / 2; got != record(k) {
+					errs <- fmt.Sprintf("torn record: sequence %d holds %v", seq, got)
+					return
+				} else if k < c {
+					errs <- fmt.Sprintf("stale record: sequence %d after count %d", seq, c)
 					return
 				}
 			}
 		}()
 	}
-	for k := uint64(1); k <= writes; k++ {
+	for k := uint64(2); k <= writes; k++ {
 		w := record(k)
 		s.Write(2*k, &w, &count, k)
 	}
