@@ -320,6 +320,7 @@ func (a *Agent) startPeer(conn net.Conn, br *bufio.Reader, info *agentInfo, sent
 		return nil, err
 	}
 	p := newPeer(a, conn, br, info)
+	conn = p.conn // out of the netpoller (startTCP)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

@@ -61,6 +61,7 @@ const directChunk = 1 << 20
 // order.
 type tcpConn struct {
 	conn    net.Conn
+	fc      *fdConn         // conn outside the netpoller (tcp_fd_linux.go), or nil
 	raw     syscall.RawConn // nil: plain reads, blocking writes
 	frames  spinGauge       // the progress loop's wait for a frame
 	scratch []byte          // replyNow's frame (under the writer lock)
@@ -195,6 +196,7 @@ func (c *tcpConn) writeNowOnce(fd uintptr) bool {
 
 func newTCPConn(c net.Conn) *tcpConn {
 	s := &tcpConn{conn: c}
+	s.fc = asFDConn(c)
 	if sc, ok := c.(syscall.Conn); ok && rawIOSupported {
 		if raw, err := sc.SyscallConn(); err == nil {
 			s.raw = raw
@@ -293,6 +295,7 @@ func (s *tcpConn) pollOnce(fd uintptr) {
 // startTCP puts the connection's tcpConn under br and bw, keeping what
 // the handshake left buffered in br.
 func (p *peer) startTCP() {
+	p.conn = detachConn(p.conn)
 	p.tc = newTCPConn(p.conn)
 	p.tc.takeFn = p.takeIfReadable
 	p.bw.Reset(p.tc)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -505,8 +506,17 @@ func narrowSendBuffer(t *testing.T, a *Agent) *peer {
 	a.mu.RLock()
 	p := a.peers["fake"]
 	a.mu.RUnlock()
-	if err := p.conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+	// The connection may be out of the netpoller (fdConn): set the option
+	// on its descriptor.
+	raw, err := p.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 64<<10)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
 	}
 	return p
 }

@@ -32,6 +32,10 @@ import (
 //     nudges the reader (a read deadline in the past): the poller may have
 //     woken it for those bytes while the role was held, and it would
 //     otherwise sleep until the next bytes arrive.
+//   - On a connection out of the netpoller (tcp_fd_linux.go) a waiter
+//     switches the parked reader's read interest off for its wait and
+//     back on after (pauseReader, resumeReader): the bytes it reads
+//     itself wake no thread.
 
 // awaitFrame returns once the reader goroutine holds the role and a frame
 // has begun to arrive (held: it holds the role now). It polls for a
@@ -47,6 +51,7 @@ func (p *peer) awaitFrame(held bool) error {
 			}
 			// No spinning while bytes stream or replies wait to go out: on
 			// a small host the copies and the responder need the cores.
+			tc.fc.quiet()
 			var sp spinner
 			quiet := !tc.bulk.Load() && p.respWork.Load() == 0
 			spinning := quiet && sp.begin(&tc.frames)
@@ -174,7 +179,11 @@ func (r *Request) progressWait() bool {
 		return false
 	}
 	tc.want.Add(1)
-	defer tc.want.Add(-1)
+	tc.fc.pauseReader() // the reader must not wake for what this goroutine reads
+	defer func() {
+		tc.want.Add(-1)
+		tc.fc.resumeReader()
+	}()
 	held := false
 	for r.state.Load() == reqPosted {
 		if !held {
