@@ -70,6 +70,10 @@ func detachConn(c net.Conn) net.Conn {
 	if keepNetpoll {
 		return c
 	}
+	return detach(c)
+}
+
+func detach(c net.Conn) net.Conn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return c

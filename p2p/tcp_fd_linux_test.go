@@ -3,6 +3,7 @@
 package p2p
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -34,7 +35,7 @@ func fdPair(t *testing.T) (*fdConn, net.Conn) {
 	if other == nil {
 		t.Fatal("accept failed")
 	}
-	f := asFDConn(detachConn(c))
+	f := asFDConn(detach(c))
 	if f == nil {
 		t.Fatal("a loopback TCP connection was not detached")
 	}
@@ -164,5 +165,52 @@ func TestFDConnCloseWakesSleepers(t *testing.T) {
 	}
 	if _, err := f.Write([]byte{1}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write after Close: %v", err)
+	}
+}
+
+// TestAgentConnectionsLeaveTheNetpoller: both ends of a tcp connection
+// between two agents run over fdConns (unless GCCL_P2P_TCP_NETPOLL=1),
+// and a WRITE with a notification and a READ go through them.
+func TestAgentConnectionsLeaveTheNetpoller(t *testing.T) {
+	if keepNetpoll {
+		t.Skip("GCCL_P2P_TCP_NETPOLL=1")
+	}
+	a, b := pair(t, Config{DisableSHM: true, DisablePVM: true})
+	const size = 4096
+	tr, _ := b.RegisterMem(make([]byte, size))
+	if _, err := a.LoadRemote(ctxT(t), b.LocalMetadata()); err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, size)
+	fill(src, 5)
+	lr, _ := a.RegisterMem(src)
+	for _, op := range []Op{Write, Read} {
+		req, err := a.CreateRequest(op, DescList{Type: DRAM, Descs: []Desc{lr.Desc(0, size)}}, "b",
+			DescList{Type: DRAM, Descs: []Desc{tr.Desc(0, size)}}, &RequestOptions{Notif: []byte("n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req.Post(); err != nil {
+			t.Fatal(err)
+		}
+		if err := req.Wait(ctxT(t)); err != nil {
+			t.Fatalf("%v: %v", op, err)
+		}
+		req.Release()
+		if n, err := b.WaitNotifs(ctxT(t)); err != nil || len(n["a"]) != 1 {
+			t.Fatalf("%v: notifications %v, %v", op, n, err)
+		}
+		if !bytes.Equal(tr.Bytes(), src) || !bytes.Equal(lr.Bytes(), src) {
+			t.Fatalf("%v: data differs", op)
+		}
+	}
+	for _, ag := range []*Agent{a, b} {
+		ag.mu.RLock()
+		for p := range ag.conns {
+			if p.tc.fc == nil {
+				t.Errorf("%s's connection to %s is a %T, not out of the netpoller", ag.name, p.name, p.conn)
+			}
+		}
+		ag.mu.RUnlock()
 	}
 }
