@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gccl/gccl/internal/netfd"
 )
 
 // fdConn is a tcp backend connection taken out of Go's netpoller after
@@ -74,17 +76,8 @@ func detachConn(c net.Conn) net.Conn {
 }
 
 func detach(c net.Conn) net.Conn {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return c
-	}
-	raw, err := sc.SyscallConn()
+	fd, err := netfd.Dup(c)
 	if err != nil {
-		return c
-	}
-	fd := -1
-	var derr error
-	if err := raw.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
 		return c
 	}
 	f, err := newFDConn(fd, c.LocalAddr(), c.RemoteAddr())

@@ -49,9 +49,11 @@ func (p *peer) awaitFrame(held bool) error {
 			if p.br.Buffered() > 0 {
 				return nil
 			}
+			// The holder polls for frames itself now: what arrives
+			// meanwhile should wake nobody.
+			tc.fc.quiet()
 			// No spinning while bytes stream or replies wait to go out: on
 			// a small host the copies and the responder need the cores.
-			tc.fc.quiet()
 			var sp spinner
 			quiet := !tc.bulk.Load() && p.respWork.Load() == 0
 			spinning := quiet && sp.begin(&tc.frames)

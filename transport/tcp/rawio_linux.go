@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gccl/gccl/internal/netfd"
 )
 
 // The data path owns its sockets' descriptors. The net package is used to
@@ -29,27 +31,11 @@ const supported = true
 // which removes the original from Go's netpoller without ending the
 // connection.
 func detachFD(c *net.TCPConn) (int, error) {
-	raw, err := c.SyscallConn()
+	fd, err := netfd.Dup(c)
 	if err != nil {
 		return -1, err
 	}
-	fd := -1
-	var derr error
-	if err := raw.Control(func(f uintptr) {
-		fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return -1, err
-	}
-	if derr != nil {
-		return -1, derr
-	}
 	c.Close()
-	// O_NONBLOCK lives in the open file, which the duplicate shares; set it
-	// anyway so the data path can never block.
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
 	return fd, nil
 }
 
