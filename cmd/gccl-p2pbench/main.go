@@ -76,6 +76,7 @@ type options struct {
 	gpu                bool
 	dev                int
 	notif              bool
+	notifPoll          time.Duration
 }
 
 func main() {
@@ -122,11 +123,12 @@ func parseFlags(args []string) (*options, error) {
 	gpu := fs.Bool("gpu", false, "measure VRAM: host<->device through the agent against raw pinned copies, cudaipc against a local device copy")
 	dev := fs.Int("dev", 0, "CUDA device for -gpu")
 	notif := fs.Bool("notif", false, "send a notification with every request (as nixlbench does)")
+	notifPoll := fs.Duration("notif-poll", 0, "with -notif: the target takes notifications with GetNotifs every this long, as a server's step loop would, instead of sleeping in WaitNotifs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	o := &options{target: *tgt, factor: *f, iters: *iters, warmup: *warmup, file: *file, direct: *direct, queueDepth: *qd, check: *check, reverse: *reverse,
-		gpu: *gpu, dev: *dev, notif: *notif}
+		gpu: *gpu, dev: *dev, notif: *notif, notifPoll: *notifPoll}
 	switch *op {
 	case "read":
 		o.op = p2p.Read
@@ -181,6 +183,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("need 1 <= -b <= -e and -f >= 2")
 	case o.iters < 1 || o.warmup < 0:
 		return nil, errors.New("need -n >= 1 and -w >= 0")
+	case o.notifPoll < 0 || o.notifPoll > 0 && !o.notif:
+		return nil, errors.New("-notif-poll takes a positive duration, with -notif")
 	}
 	return o, nil
 }
@@ -375,7 +379,7 @@ func setupTarget(a *p2p.Agent, o *options, size int) (string, func(off, n uint64
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GCCL_P2PBENCH_SIZE="+strconv.Itoa(size), "GCCL_P2PBENCH_KIND="+o.target,
-		"GCCL_P2PBENCH_DEV="+strconv.Itoa(o.dev))
+		"GCCL_P2PBENCH_DEV="+strconv.Itoa(o.dev), "GCCL_P2PBENCH_NOTIF_POLL="+o.notifPoll.String())
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -447,15 +451,31 @@ func target() error {
 		return err
 	}
 	fmt.Printf("TARGET %s %d\n", a.Addr(), r.Addr())
-	go func() { // -notif: take the notifications as they come, as a server would
-		for {
-			if _, err := a.WaitNotifs(context.Background()); err != nil {
-				return
-			}
-		}
-	}()
+	go takeNotifs(a)
 	io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// takeNotifs consumes the target's notifications (-notif) as a server
+// would: sleeping in WaitNotifs until they come, or with -notif-poll
+// taking them with GetNotifs between the steps of a loop that does other
+// work (a sleep here). The two cost the transfer differently: a consumer
+// woken for every notification is one more thread to run per request,
+// which on a host with few cores takes a core from the transfer
+// (docs/P2P.md, "Who takes the notifications").
+func takeNotifs(a *p2p.Agent) {
+	if every, _ := time.ParseDuration(os.Getenv("GCCL_P2PBENCH_NOTIF_POLL")); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for range t.C { // until the process ends
+			a.GetNotifs()
+		}
+	}
+	for {
+		if _, err := a.WaitNotifs(context.Background()); err != nil {
+			return
+		}
+	}
 }
 
 func avg(d []time.Duration) time.Duration {

@@ -42,6 +42,7 @@ func TestParseFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"-op", "copy"}, {"-target", "gpu"}, {"-target", "file"}, {"-b", "1M", "-e", "4K"},
 		{"-batch", "0"}, {"-b", "x"}, {"-backend", "rdma"}, {"-f", "1"},
+		{"-notif-poll", "1ms"}, {"-notif", "-notif-poll", "-1ms"},
 	} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -79,6 +80,8 @@ func TestRun(t *testing.T) {
 	for _, args := range [][]string{
 		{"-op", "write", "-target", "shm", "-b", "4K", "-e", "64K", "-f", "16", "-batch", "1,4", "-n", "3"},
 		{"-op", "write", "-target", "dram", "-b", "4K", "-e", "4K", "-batch", "2", "-n", "2", "-backend", "tcp"},
+		{"-op", "read", "-target", "dram", "-b", "4K", "-e", "4K", "-n", "3", "-backend", "tcp", "-notif"},
+		{"-op", "write", "-target", "dram", "-b", "4K", "-e", "4K", "-n", "3", "-backend", "tcp", "-notif", "-notif-poll", "1ms"},
 		{"-op", "read", "-target", "file", "-file", filepath.Join(t.TempDir(), "f"), "-b", "64K", "-e", "64K", "-batch", "3", "-n", "2"},
 		{"-op", "write", "-target", "file", "-file", filepath.Join(t.TempDir(), "g"), "-b", "8K", "-e", "8K", "-batch", "5", "-n", "2", "-direct", "-qd", "2", "-bs", "4K"},
 	} {
