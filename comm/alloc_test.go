@@ -190,6 +190,24 @@ func BenchmarkAllReduceAsyncWait(b *testing.B) {
 	}))
 }
 
+// BenchmarkAsyncLoop issues 8-byte all-reduces async on a Comm of one rank
+// and waits only for the last, as gccl-perf -z 0 does: the issuing
+// goroutine and the progress goroutine run side by side, and the time per
+// operation is the slower of the two. Against BenchmarkCallFloor it is
+// what the async queue costs.
+func BenchmarkAsyncLoop(b *testing.B) {
+	c := world(b, 1, nil)[0]
+	x := make([]float32, 2)
+	b.ReportAllocs()
+	var last *comm.Request
+	for b.Loop() {
+		last = comm.AllReduceAsync(c, x, x, comm.Sum)
+	}
+	if err := last.Wait(bg); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkCallFloor is what a blocking call costs a rank besides its
 // messages: an 8-byte all-reduce on a Comm of one rank still numbers,
 // validates, classifies, plans, runs and records the call. generic is the

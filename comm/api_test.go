@@ -132,6 +132,46 @@ func TestAsyncWaitersRunTheQueueInOrder(t *testing.T) {
 	}))
 }
 
+// A rank whose peer never arrives fills its async queue, and the goroutine
+// issuing the calls waits for a slot. Aborting the Comm from another
+// goroutine releases it: every request completes, with an error naming the
+// abort or the closed Comm, and nothing hangs.
+func TestAbortReleasesAFullAsyncQueue(t *testing.T) {
+	cs := world(t, 2, nil)
+	const k = comm.AsyncQueueLen + 500
+	reqs := make([]*comm.Request, k)
+	issued := make(chan struct{})
+	go func() {
+		defer close(issued)
+		x := []int32{1}
+		for i := range reqs {
+			reqs[i] = comm.AllReduceAsync(cs[0], x, x, comm.Sum)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !comm.AsyncProducerWaits(cs[0]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the issuing goroutine never waited for a slot of the full queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cs[0].Abort(errors.New("operator pressed stop"))
+	select {
+	case <-issued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the issuing goroutine still waits for a slot after Abort")
+	}
+	for i, r := range reqs {
+		err := r.Wait(bg)
+		if err == nil {
+			t.Fatalf("request %d of an aborted Comm succeeded", i)
+		}
+		if !errors.Is(err, comm.ErrAborted) && !errors.Is(err, comm.ErrClosed) {
+			t.Fatalf("request %d: %v, want ErrAborted or ErrClosed", i, err)
+		}
+	}
+}
+
 func TestGroupNeighbourExchange(t *testing.T) {
 	// Every rank sends to and receives from both neighbours at once, with
 	// messages many slots long: this deadlocks unless the group progresses

@@ -9,7 +9,6 @@ import (
 // Request is an operation in flight. Operations issued async on one Comm
 // complete in issue order, like work on a CUDA stream.
 type Request struct {
-	cl       call
 	err      error
 	c        *Comm // whose queue runs it; nil for a request done at issue
 	finished atomic.Bool
@@ -104,19 +103,40 @@ func doneRequest(err error) *Request {
 
 // asyncState is the Comm's queue of operations and the progress goroutine
 // that runs them. Whoever runs queued operations (the progress goroutine,
-// or a goroutine that waits for one of them) holds runner
-// while it takes them from the queue and runs them, so they run one at a
-// time, in issue order.
+// or a goroutine that waits for one of them) holds runner while it takes
+// them from the queue and runs them, so they run one at a time, in issue
+// order.
+//
+// The queue is a ring of calls with one producer (the goroutine inside the
+// Comm: enter admits one) and one consumer (runner's holder): the call is
+// stored in its slot, not in the Request, and the two ends meet only
+// through head and tail. Why: with a channel of Requests both ends took the
+// channel's lock for every operation, and each Request carried its copy of
+// the call, a 320-byte heap object per async call; in a loop of async
+// 8-byte all-reduces the two made about a third of the issuing and running
+// goroutines' time (docs/PERFORMANCE.md, "The async queue").
 type asyncState struct {
-	mu      sync.Mutex
-	queue   chan *Request
+	mu      sync.Mutex // stopped, last, the ring's start, and pushes against stop
+	ring    *[asyncQueueLen]queued
+	head    atomic.Uint64 // the next slot to run (consumer)
+	tail    atomic.Uint64 // the next slot to fill (producer)
+	full    atomic.Bool   // the producer waits for a slot
+	space   chan struct{} // wakes it
 	kick    chan struct{} // the progress goroutine should look at the queue
 	runner  sync.Mutex
-	pending atomic.Int64
 	last    *Request
 	stopped bool
-	closed  atomic.Bool // the queue is closed (after stopped)
+	closed  atomic.Bool // stop was called: run what is left, then exit
 	exited  chan struct{}
+}
+
+// pending is how many operations are queued or running.
+func (a *asyncState) pending() int64 { return int64(a.tail.Load() - a.head.Load()) }
+
+// queued is a slot of the ring: the call and the Request it completes.
+type queued struct {
+	cl call
+	r  *Request
 }
 
 const asyncQueueLen = 1024
@@ -134,13 +154,13 @@ func (c *Comm) issueAsync(cl *call) *Request {
 	if err := c.holdStreams(cl); err != nil {
 		return doneRequest(err)
 	}
-	if cl.path == pathDeviceFlags && c.async.pending.Load() == 0 {
+	if cl.path == pathDeviceFlags && c.async.pending() == 0 {
 		// Queueing on the stream does not block: no progress goroutine.
 		return doneRequest(c.run(context.Background(), cl))
 	}
-	r := &Request{cl: cl.detach(), c: c}
-	if !c.async.push(c, r) {
-		r.cl.releaseStreams()
+	r := &Request{c: c}
+	if !c.async.push(c, cl, r) {
+		cl.releaseStreams()
 		r.complete(c.closedErr())
 	}
 	return r
@@ -150,9 +170,9 @@ func (c *Comm) issueAsync(cl *call) *Request {
 // calls, and waits for it. A context that ends first aborts the Comm, as it
 // would for a call run in place.
 func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
-	r := &Request{cl: cl.detach()}
-	if !c.async.push(c, r) {
-		r.cl.releaseStreams()
+	r := &Request{}
+	if !c.async.push(c, cl, r) {
+		cl.releaseStreams()
 		return c.closedErr()
 	}
 	if c.async.runFor(c, ctx, r) {
@@ -168,23 +188,47 @@ func (c *Comm) waitQueued(ctx context.Context, cl *call) error {
 	}
 }
 
-func (a *asyncState) push(c *Comm, r *Request) bool {
+// push queues cl (detached) for r, waiting for a free slot if the queue is
+// full. Only the goroutine inside the Comm calls it; mu keeps stop out
+// while it stores, so that nothing is queued after the progress goroutine
+// ran what was left.
+func (a *asyncState) push(c *Comm, cl *call, r *Request) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped {
 		return false
 	}
-	if a.queue == nil {
-		a.queue = make(chan *Request, asyncQueueLen)
+	if a.ring == nil {
+		a.ring = new([asyncQueueLen]queued)
+		a.space = make(chan struct{}, 1)
 		a.kick = make(chan struct{}, 1)
 		a.exited = make(chan struct{})
 		go a.progress(c)
 	}
-	a.pending.Add(1)
+	t := a.tail.Load()
+	for t-a.head.Load() == asyncQueueLen {
+		a.mu.Unlock()
+		a.waitSpace(t)
+		a.mu.Lock()
+		if a.stopped {
+			return false
+		}
+	}
+	q := &a.ring[t%asyncQueueLen]
+	q.cl, q.r = cl.detach(), r
 	a.last = r
-	a.queue <- r
+	a.tail.Store(t + 1)
 	a.nudge()
 	return true
+}
+
+// waitSpace sleeps until the consumer frees a slot of a full queue.
+func (a *asyncState) waitSpace(t uint64) {
+	a.full.Store(true)
+	if t-a.head.Load() == asyncQueueLen { // after the flag: a slot freed before it was set is seen here
+		<-a.space
+	}
+	a.full.Store(false)
 }
 
 // nudge wakes the progress goroutine if it sleeps.
@@ -214,16 +258,33 @@ func (a *asyncState) runQueued(c *Comm, ctx context.Context, until *Request) {
 	}
 	defer a.release()
 	for ctx.Err() == nil && (until == nil || !until.finished.Load()) {
-		var r *Request
-		select {
-		case r = <-a.queue: // nil once stop closed it
-		default:
-		}
-		if r == nil {
+		if !a.runNext(c) {
 			return
 		}
-		a.exec(c, r)
 	}
+}
+
+// runNext runs the operation at the head of the queue, if there is one
+// (the caller holds runner). Its slot is freed only after it ran: the
+// call is run in place.
+func (a *asyncState) runNext(c *Comm) bool {
+	h := a.head.Load()
+	if h == a.tail.Load() {
+		return false
+	}
+	q := &a.ring[h%asyncQueueLen]
+	err := c.run(context.Background(), &q.cl)
+	r := q.r
+	*q = queued{} // the call's buffers and the Request are the caller's again
+	a.head.Store(h + 1)
+	if a.full.Load() {
+		select {
+		case a.space <- struct{}{}:
+		default:
+		}
+	}
+	r.complete(err)
+	return true
 }
 
 // release lets go of the queue, and wakes the progress goroutine if
@@ -231,15 +292,9 @@ func (a *asyncState) runQueued(c *Comm, ctx context.Context, until *Request) {
 // sleep.
 func (a *asyncState) release() {
 	a.runner.Unlock()
-	if len(a.queue) > 0 {
+	if a.head.Load() != a.tail.Load() {
 		a.nudge()
 	}
-}
-
-func (a *asyncState) exec(c *Comm, r *Request) {
-	err := c.run(context.Background(), &r.cl)
-	a.pending.Add(-1)
-	r.complete(err)
 }
 
 func (a *asyncState) progress(c *Comm) {
@@ -253,11 +308,10 @@ func (a *asyncState) progress(c *Comm) {
 	for range a.kick {
 		a.runQueued(c, bg, nil)
 		if a.closed.Load() {
-			// stop closed the queue: run what is left (after any helper
-			// that still runs one), then exit.
+			// stop was called: no more pushes. Run what is left (after
+			// any helper that still runs one), then exit.
 			a.runner.Lock()
-			for r := range a.queue {
-				a.exec(c, r)
+			for a.runNext(c) {
 			}
 			a.runner.Unlock()
 			return
@@ -284,10 +338,9 @@ func (a *asyncState) stop(c *Comm) {
 		return
 	}
 	a.stopped = true
-	q, exited := a.queue, a.exited
+	started, exited := a.ring != nil, a.exited
 	a.mu.Unlock()
-	if q != nil {
-		close(q)
+	if started {
 		a.closed.Store(true)
 		a.nudge()
 		<-exited

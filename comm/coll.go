@@ -283,7 +283,7 @@ func (c *Comm) issue(ctx context.Context, cl *call) error {
 	if err := c.holdStreams(cl); err != nil {
 		return err
 	}
-	if c.async.pending.Load() > 0 {
+	if c.async.pending() > 0 {
 		// Earlier async calls still run: keep issue order by queueing.
 		return c.waitQueued(ctx, cl)
 	}

@@ -109,3 +109,10 @@ const DirectMin = directMin
 
 // DefaultSlotCount is the slots per connection when Config sets none.
 const DefaultSlotCount = defaultSlotCount
+
+// AsyncQueueLen is how many operations the async queue holds.
+const AsyncQueueLen = asyncQueueLen
+
+// AsyncProducerWaits reports whether the goroutine issuing async calls on
+// c waits for a slot of a full queue.
+func AsyncProducerWaits(c *Comm) bool { return c.async.full.Load() }

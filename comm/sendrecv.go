@@ -64,7 +64,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		c.groupOps = cl.group[:0]
 		err := c.holdStreams(&cl)
 		if err == nil {
-			if c.async.pending.Load() > 0 {
+			if c.async.pending() > 0 {
 				err = c.waitQueued(ctx, &cl)
 			} else {
 				err = c.run(ctx, &cl)
@@ -73,7 +73,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		clear(cl.group) // the caller's buffers are not kept alive
 		return err
 	}
-	if c.async.pending.Load() > 0 {
+	if c.async.pending() > 0 {
 		return c.waitQueued(ctx, &call{isGroup: true, path: pathGroup, group: append([]P2P(nil), ops...)})
 	}
 	if c.state.Load() != stateOpen {

@@ -53,7 +53,7 @@ type Straggle struct {
 // clock synchronization (NTP: about a millisecond; PTP: microseconds);
 // within a host they are exact.
 func (c *Comm) Stragglers(ctx context.Context) ([]Straggle, error) {
-	if c.async.pending.Load() > 0 {
+	if c.async.pending() > 0 {
 		// The log is written by the progress goroutine meanwhile. Numbered
 		// as the all-gather it skips, so that the peers' call fails too.
 		if err := c.enter(); err != nil {
