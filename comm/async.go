@@ -222,10 +222,12 @@ func (a *asyncState) push(c *Comm, cl *call, r *Request) bool {
 	return true
 }
 
-// waitSpace sleeps until the consumer frees a slot of a full queue.
+// waitSpace sleeps until the consumer has run half of a full queue: woken
+// for every freed slot, the producer would trade a wake-up and a sleep
+// with the consumer for every operation.
 func (a *asyncState) waitSpace(t uint64) {
 	a.full.Store(true)
-	if t-a.head.Load() == asyncQueueLen { // after the flag: a slot freed before it was set is seen here
+	if t-a.head.Load() > asyncQueueLen/2 { // after the flag: slots freed before it was set are seen here
 		<-a.space
 	}
 	a.full.Store(false)
@@ -277,7 +279,7 @@ func (a *asyncState) runNext(c *Comm) bool {
 	r := q.r
 	*q = queued{} // the call's buffers and the Request are the caller's again
 	a.head.Store(h + 1)
-	if a.full.Load() {
+	if a.full.Load() && a.tail.Load()-(h+1) <= asyncQueueLen/2 {
 		select {
 		case a.space <- struct{}{}:
 		default:
