@@ -148,13 +148,8 @@ func TestAbortReleasesAFullAsyncQueue(t *testing.T) {
 			reqs[i] = comm.AllReduceAsync(cs[0], x, x, comm.Sum)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !comm.AsyncProducerWaits(cs[0]) {
-		if time.Now().After(deadline) {
-			t.Fatal("the issuing goroutine never waited for a slot of the full queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "the issuing goroutine never waited for a slot of the full queue",
+		func() bool { return comm.AsyncProducerWaits(cs[0]) })
 	cs[0].Abort(errors.New("operator pressed stop"))
 	select {
 	case <-issued:

@@ -120,8 +120,8 @@ type asyncState struct {
 	ring    *[asyncQueueLen]queued
 	head    atomic.Uint64 // the next slot to run (consumer)
 	tail    atomic.Uint64 // the next slot to fill (producer)
-	full    atomic.Bool   // the producer waits for a slot
-	space   chan struct{} // wakes it
+	full    atomic.Bool   // the producer waits for half the queue to run
+	space   chan struct{} // wakes it then
 	kick    chan struct{} // the progress goroutine should look at the queue
 	runner  sync.Mutex
 	last    *Request

@@ -114,5 +114,5 @@ const DefaultSlotCount = defaultSlotCount
 const AsyncQueueLen = asyncQueueLen
 
 // AsyncProducerWaits reports whether the goroutine issuing async calls on
-// c waits for a slot of a full queue.
+// c waits for room in a full queue.
 func AsyncProducerWaits(c *Comm) bool { return c.async.full.Load() }

@@ -11,35 +11,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // fdPair returns a loopback connection taken out of the netpoller and its
 // other end, a plain *net.TCPConn.
 func fdPair(t *testing.T) (*fdConn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		got <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := <-got
-	if other == nil {
-		t.Fatal("accept failed")
-	}
+	c, other := testutil.TCPPair(t)
 	f := asFDConn(detach(c))
 	if f == nil {
 		t.Fatal("a loopback TCP connection was not detached")
 	}
-	t.Cleanup(func() { f.Close(); other.Close() })
+	t.Cleanup(func() { f.Close() })
 	return f, other
 }
 

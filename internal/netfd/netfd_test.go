@@ -10,35 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gccl/gccl/internal/netfd"
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // The duplicate keeps the connection: bytes flow both ways after the
 // net.Conn is closed, and the descriptor is non-blocking and
 // close-on-exec.
 func TestDupKeepsTheConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
-	defer peer.Close()
+	c, peer := testutil.TCPPair(t)
 
 	fd, err := netfd.Dup(c)
 	if err != nil {
@@ -64,16 +43,18 @@ func TestDupKeepsTheConnection(t *testing.T) {
 	if _, err := peer.Write([]byte("ping")); err != nil {
 		t.Fatal(err)
 	}
+	// The reader's wait, bounded: poll(2) for the bytes, then read them.
 	got := 0
 	for got < 4 {
-		n, err := unix.Read(fd, buf[got:4])
-		if err == unix.EAGAIN {
-			continue
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(pfd, 5000); err != nil || k == 0 {
+			t.Fatalf("poll: %d, %v: the peer's bytes did not arrive", k, err)
 		}
-		if err != nil {
+		n, err := unix.Read(fd, buf[got:4])
+		if err != nil && err != unix.EAGAIN {
 			t.Fatal(err)
 		}
-		got += n
+		got += max(n, 0)
 	}
 	if string(buf[:4]) != "ping" {
 		t.Fatalf("read %q, want ping", buf[:4])

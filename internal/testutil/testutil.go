@@ -4,6 +4,7 @@ package testutil
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -50,6 +51,32 @@ func EnvWithoutJob() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// TCPPair returns the two ends of a loopback TCP connection, closed when
+// t ends (closing an end the test closed already does nothing).
+func TCPPair(t testing.TB) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		got <- c
+	}()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accepted = <-got; accepted == nil {
+		dialed.Close()
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed, accepted
 }
 
 // WaitFor polls cond every millisecond until it holds, failing t with what
