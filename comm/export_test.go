@@ -116,3 +116,6 @@ const AsyncQueueLen = asyncQueueLen
 // AsyncProducerWaits reports whether the goroutine issuing async calls on
 // c waits for room in a full queue.
 func AsyncProducerWaits(c *Comm) bool { return c.async.full.Load() }
+
+// CostlyPoll reports whether c's waits count each poll as a system call.
+func CostlyPoll(c *Comm) bool { return c.exec.bo.CostlyPoll }

@@ -233,6 +233,9 @@ func connect(ctx context.Context, client *bootstrap.Client, cfg *Config, jobID s
 		}
 	}
 	c.intraNet = intraOverNetwork(hosts, shmOn)
+	// The peers that share this rank's cores are polled with a system
+	// call each: a crowded waiter yields after fewer polls.
+	c.exec.bo.CostlyPoll = c.intraNet
 	c.setHosts(hosts)
 	c.initCMA(hosts, crowd, client.Env(os.Getenv))
 	c.boot = client

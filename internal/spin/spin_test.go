@@ -39,6 +39,39 @@ func TestCrowdedBackoffSleepsSooner(t *testing.T) {
 	}
 }
 
+// TestCrowdedCostlyPollYieldsSooner: where each check is a system call, a
+// crowded waiter spins CrowdedCostlyPauseRounds before it yields (counted
+// with a stubbed yield), and yields as long as the crowded budget says.
+func TestCrowdedCostlyPollYieldsSooner(t *testing.T) {
+	yields := 0
+	defer func(f func()) { osYieldFn = f }(osYieldFn)
+	osYieldFn = func() { yields++ }
+	for _, tc := range []struct {
+		costly      bool
+		pause, rest int
+	}{{false, CrowdedPauseRounds, CrowdedYieldRounds}, {true, CrowdedCostlyPauseRounds, CrowdedYieldRounds}} {
+		b := Backoff{OSYield: true, CostlyPoll: tc.costly}
+		yields = 0
+		n, firstYield := 0, -1
+		for b.Spin() {
+			n++
+			if firstYield < 0 && yields > 0 {
+				firstYield = n
+			}
+			if n > PauseRounds+YieldRounds {
+				t.Fatal("crowded backoff never tells the caller to sleep")
+			}
+		}
+		if firstYield != tc.pause+1 || yields != tc.rest {
+			t.Errorf("CostlyPoll=%v: first yield in round %d after %d pauses, %d yields; want round %d, %d yields",
+				tc.costly, firstYield, tc.pause, yields, tc.pause+1, tc.rest)
+		}
+	}
+	if CrowdedCostlyPauseRounds >= CrowdedPauseRounds {
+		t.Errorf("CrowdedCostlyPauseRounds = %d, not below CrowdedPauseRounds = %d", CrowdedCostlyPauseRounds, CrowdedPauseRounds)
+	}
+}
+
 func TestPauseAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { Pause(10) }); a != 0 {
 		t.Fatalf("Pause allocates %v", a)
