@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/gccl/gccl/topo"
 )
 
 // Version is the gccl library version every rank of a job must share.
@@ -34,9 +36,12 @@ type peerInfo struct {
 	Version string
 	HostID  string
 	Pid     int
-	// CPUs is how many CPUs the rank may run on (runtime.NumCPU), so that
-	// the ranks of a host agree on whether they outnumber its CPUs.
-	CPUs int
+	// CPUs is how many CPUs the rank may run on (runtime.NumCPU), and
+	// CPUList which ones, in Linux cpulist form ("" where the platform does
+	// not say), so that the ranks of a host agree on whether they
+	// outnumber the CPUs they share (crowded).
+	CPUs    int
+	CPUList string
 	// Transports is the rank's transport descriptor (transport.Prepared):
 	// per transport, its address or why it is off.
 	Transports []byte
@@ -45,11 +50,15 @@ type peerInfo struct {
 	Topo []byte
 }
 
-const peerInfoMagic = "gcclPI4"
+const peerInfoMagic = "gcclPI5"
 
 // maxTopoXML bounds a descriptor's topology document (the largest published
 // NCCL dumps are tens of KiB).
 const maxTopoXML = 1 << 20
+
+// maxCPUList bounds a descriptor's CPU list (every other CPU of 4096 is
+// about 19 KiB).
+const maxCPUList = 64 << 10
 
 // maxTransportDesc bounds a descriptor's transport field.
 const maxTransportDesc = 64 << 10
@@ -63,6 +72,8 @@ func (p *peerInfo) marshal() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(p.Pid))
 	b = binary.AppendUvarint(b, uint64(p.CPUs))
+	b = binary.AppendUvarint(b, uint64(len(p.CPUList)))
+	b = append(b, p.CPUList...)
 	b = binary.AppendUvarint(b, uint64(len(p.Transports)))
 	b = append(b, p.Transports...)
 	b = binary.AppendUvarint(b, uint64(len(p.Topo)))
@@ -100,6 +111,15 @@ func unmarshalPeerInfo(b []byte) (peerInfo, error) {
 	}
 	p.CPUs = int(cpus)
 	b = b[k:]
+	n, k = binary.Uvarint(b)
+	if k <= 0 || n > maxCPUList || n > uint64(len(b)-k) {
+		return p, fmt.Errorf("%w: bad CPU list field", errBadPeerInfo)
+	}
+	p.CPUList = string(b[k : k+int(n)])
+	if _, err := topo.ParseCPUList(p.CPUList); err != nil {
+		return p, fmt.Errorf("%w: %w", errBadPeerInfo, err)
+	}
+	b = b[k+int(n):]
 	n, k = binary.Uvarint(b)
 	if k <= 0 || n > maxTransportDesc || n > uint64(len(b)-k) {
 		return p, fmt.Errorf("%w: bad transport field", errBadPeerInfo)
