@@ -188,7 +188,8 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 	l.sendSeg = seg
 	ctr, metas, small, slots := ringParts(seg, 0, e.mb.geo)
 	l.send = &sender{ctr: ctr, metas: metas, small: small, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
-		smallLimit: e.mb.geo.smallLimit(), peerHdr: l.hdr, link: l, ep: e, off: off, limit: make([]int, e.mb.geo.slotCount)}
+		smallLimit: e.mb.geo.smallLimit(), linesReady: min(firstLines, len(metas)), peerHdr: l.hdr, link: l, ep: e, off: off,
+		limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
 	atomic.StoreUint64(&e.mb.table[l.rank], uint64(off))
@@ -398,15 +399,17 @@ func (e *Endpoint) dropLinks() {
 type sender struct {
 	ctr        *ringCounters
 	metas      []slotMeta
-	small      [][]byte // by line, each smallSize bytes; nil without
+	small      [][]byte // smallCount areas of smallSize bytes; nil without
 	slots      [][]byte // each slotSize bytes, capacity included
 	count      uint64   // data slots
 	slotSize   int
 	smallLimit int    // the longest message that needs no data slot
 	smallReady bool   // the small data areas are reserved
+	linesReady int    // lines whose pages are reserved: a page ahead of line
 	tail       uint64 // messages committed
 	seenHead   uint64 // head as last read: a lower bound of the real one
 	line       int    // tail % len(metas)
+	sm         int    // tail % len(small): the small data area
 	idx        int    // tail % count: the data slot
 	n          int    // length of the reserved message
 	full       bool   // the last TryReserve found no slot (for poll)
@@ -430,6 +433,7 @@ type receiver struct {
 	smallLimit int
 	head       uint64 // messages released; this side is the only writer
 	line       int    // head % len(metas)
+	sm         int    // head % len(small): the small data area
 	idx        int    // head % count: the data slot
 	empty      bool   // the last TryNext found no message (for poll)
 	peerHdr    *header
@@ -442,7 +446,7 @@ func ringParts(seg *segment, off int, g geometry) (*ringCounters, []slotMeta, []
 	metas := unsafe.Slice((*slotMeta)(seg.at(off+metaOff)), g.lineCount)
 	var small [][]byte
 	if g.smallSize > 0 {
-		small = make([][]byte, g.lineCount)
+		small = make([][]byte, g.smallCount)
 		for i := range small {
 			small[i] = seg.bytes(off+g.smallOff+i*g.smallSize, g.smallSize)
 		}
@@ -469,13 +473,16 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	if err := s.link.err(); err != nil {
 		return nil, false, err
 	}
-	// A message in its line or its line's small area needs a free line; a
-	// larger one its data slot too, free once the message count slots back
-	// is released.
+	// A message in its line needs a free line; a longer one its small
+	// area or its data slot too, free once the message that many areas or
+	// slots back is released.
 	lines := uint64(len(s.metas))
 	room := lines
-	if n > s.smallLimit {
+	switch {
+	case n > s.smallLimit:
 		room = s.count
+	case n > inlineMax:
+		room = uint64(len(s.small))
 	}
 	if s.tail-s.seenHead >= room {
 		// An acquire load: the receiver finished reading the slots it
@@ -491,6 +498,14 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 		}
 	}
 	s.full = false
+	// The receiver reads the line after this message's as soon as this
+	// one is committed: its page must be reserved by then, or that read
+	// would take an unreserved page of /dev/shm.
+	if s.line+1 >= s.linesReady && s.linesReady < len(s.metas) {
+		if err := s.reserveLines(); err != nil {
+			return nil, false, err
+		}
+	}
 	s.n = n
 	if n <= inlineMax {
 		return s.metas[s.line].inline[:n:n], true, nil
@@ -501,7 +516,7 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 				return nil, false, err
 			}
 		}
-		return s.small[s.line][:n:n], true, nil
+		return s.small[s.sm][:n:n], true, nil
 	}
 	if n > s.limit[s.idx] {
 		if err := s.reserveSlot(n); err != nil {
@@ -511,7 +526,18 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 	return s.slots[s.idx][:n:n], true, nil
 }
 
-// reserveSmall reserves the lines' small data areas, at the first message
+// reserveLines reserves the next page of slot lines.
+func (s *sender) reserveLines() error {
+	first := s.linesReady
+	err := s.reserve(func(mb *Mailbox) error { return mb.reserveLines(s.link.sendSeg, s.off, first, s.link.rank) })
+	if err != nil {
+		return err
+	}
+	s.linesReady = min(first+pageLines, len(s.metas))
+	return nil
+}
+
+// reserveSmall reserves the ring's small data areas, at the first message
 // that needs one.
 func (s *sender) reserveSmall() error {
 	err := s.reserve(func(mb *Mailbox) error { return mb.reserveSmall(s.link.sendSeg, s.off, s.link.rank) })
@@ -563,6 +589,9 @@ func (s *sender) Commit(tag transport.Tag) {
 	if s.line++; s.line == len(s.metas) {
 		s.line = 0
 	}
+	if s.sm++; s.sm >= len(s.small) {
+		s.sm = 0
+	}
 	if s.idx++; s.idx == len(s.slots) {
 		s.idx = 0
 	}
@@ -606,7 +635,7 @@ func (r *receiver) TryNext() ([]byte, transport.Tag, bool, error) {
 	case n <= inlineMax:
 		return m.inline[:n:n], transport.Tag(m.tag), true, nil
 	case n <= uint32(r.smallLimit):
-		return r.small[r.line][:n:n], transport.Tag(m.tag), true, nil
+		return r.small[r.sm][:n:n], transport.Tag(m.tag), true, nil
 	case n <= uint32(r.slotSize):
 		return r.slots[r.idx][:n:n], transport.Tag(m.tag), true, nil
 	}
@@ -654,6 +683,9 @@ func (r *receiver) Release() {
 	r.head++
 	if r.line++; r.line == len(r.metas) {
 		r.line = 0
+	}
+	if r.sm++; r.sm >= len(r.small) {
+		r.sm = 0
 	}
 	if r.idx++; r.idx == len(r.slots) {
 		r.idx = 0

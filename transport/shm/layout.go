@@ -22,13 +22,14 @@ import (
 //	                 each ringStride bytes:
 //	  0                head: messages ever released (written by the receiver)
 //	  256              the slot lines, lineCount of them (the rest of the
-//	                   first page), 128 bytes each: sequence number,
-//	                   length, tag and up to 104 bytes of inline data
-//	                   (written by the sender)
-//	  smallOff         small data, smallSize bytes per line, page aligned:
-//	                   a message of up to smallSize bytes that does not
-//	                   fit in its line is in its line's (absent, smallSize
-//	                   0, where slots are not larger than smallMax)
+//	                   first linePages pages), 128 bytes each: sequence
+//	                   number, length, tag and up to 104 bytes of inline
+//	                   data (written by the sender)
+//	  smallOff         small data areas, smallCount of smallSize bytes,
+//	                   page aligned: message k, up to smallSize bytes and
+//	                   too long for its line, is in area k % smallCount
+//	                   (absent, smallSize 0, where slots are not larger
+//	                   than smallMax)
 //	  dataOff          slot data, slotStride bytes per slot, page aligned;
 //	                   message k's is data slot k % slotCount
 //
@@ -45,30 +46,36 @@ import (
 // polls the one slot line (a pair of cache lines) that also carries
 // length, tag and, for small messages, the data, so a small message costs
 // one line's transfer.
-// Larger messages use the line's small data area, or beyond smallSize a
-// data slot; both stay aligned for the reduction kernels. Message k sits
-// in line k % lineCount; a message of up to smallSize bytes needs only its
-// line free, a larger one also its data slot, free once message
-// k - slotCount is released. So messages of up to smallSize bytes (a
-// broadcast of 8 bytes or of 1 KiB, an arrival round) run up to lineCount
-// ahead of their receiver, and ranks that share cores hand over their core
-// less often. The sender reads the head only when the ring looks full.
+// Larger messages use a small data area, or beyond smallSize a data slot;
+// both stay aligned for the reduction kernels. Message k sits in line
+// k % lineCount; a message that fits in its line needs only its line free,
+// one of up to smallSize bytes also its small area, free once message
+// k - smallCount is released, a larger one its data slot, free once message
+// k - slotCount is released. So messages of up to 104 bytes (a broadcast
+// of 8 bytes, an arrival round) run up to lineCount ahead of their
+// receiver, those of up to 1 KiB smallCount ahead, and ranks that share
+// cores hand over their core less often. The sender reads the head only
+// when the ring looks full.
 //
 // Words that different processes write sit at least 128 bytes apart, not
 // 64: Intel cores fetch cache lines in adjacent pairs, so two words 64 bytes
 // apart still contend.
 const (
 	segmentMagic  = 0x314d48534c434347 // "GCCLSHM1", little endian
-	layoutVersion = 5
+	layoutVersion = 6
 
 	cacheLine    = 64
 	pageSize     = 4096
 	ringTableOff = 1024
-	metaOff      = 256                               // within a ring
-	metaStride   = 2 * cacheLine                     // a slot's line: a pair, as Intel cores fetch them (above)
-	inlineMax    = metaStride - 24                   // data bytes carried in the slot's line: 104
-	minLines     = (pageSize - metaOff) / metaStride // the lines a ring's first page holds: 30
-	smallMax     = 1024                              // a line's small data area, where slots are larger
+	metaOff      = 256                                         // within a ring
+	metaStride   = 2 * cacheLine                               // a slot's line: a pair, as Intel cores fetch them (above)
+	inlineMax    = metaStride - 24                             // data bytes carried in the slot's line: 104
+	linePages    = 16                                          // a ring's counters and slot lines
+	minLines     = (linePages*pageSize - metaOff) / metaStride // the lines those pages hold: 510
+	firstLines   = (pageSize - metaOff) / metaStride           // the lines of the first page: 30
+	pageLines    = pageSize / metaStride                       // the lines of each further page: 32
+	minSmall     = 32                                          // small data areas, where slots are larger
+	smallMax     = 1024                                        // each small data area's size
 	reasonMax    = 512
 )
 
@@ -151,11 +158,12 @@ const (
 type geometry struct {
 	slotSize, slotCount int
 	// lineCount is how many slot lines a ring has: at least slotCount,
-	// and as many as the ring's first page holds (minLines). Message k
+	// and as many as the ring's first linePages hold (minLines). Message k
 	// takes line k % lineCount and, when it does not fit in the line
-	// (inlineMax), line k's small data area (up to smallSize bytes) or
-	// else data slot k % slotCount.
+	// (inlineMax), small data area k % smallCount (up to smallSize bytes)
+	// or else data slot k % slotCount.
 	lineCount  int
+	smallCount int // at least slotCount, and minSmall
 	smallSize  int // smallMax where slots are larger, else 0
 	worldSize  int
 	slotStride int // slot data, rounded to a cache line
@@ -168,13 +176,14 @@ type geometry struct {
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 func newGeometry(slotSize, slotCount, worldSize int) (geometry, error) {
-	g := geometry{slotSize: slotSize, slotCount: slotCount, lineCount: max(slotCount, minLines), worldSize: worldSize}
+	g := geometry{slotSize: slotSize, slotCount: slotCount, lineCount: max(slotCount, minLines),
+		smallCount: max(slotCount, minSmall), worldSize: worldSize}
 	if slotSize > smallMax {
 		g.smallSize = smallMax
 	}
 	g.slotStride = roundUp(slotSize, cacheLine)
 	g.smallOff = roundUp(metaOff+g.lineCount*metaStride, pageSize)
-	g.dataOff = roundUp(g.smallOff+g.lineCount*g.smallSize, pageSize)
+	g.dataOff = roundUp(g.smallOff+g.smallCount*g.smallSize, pageSize)
 	ring := int64(g.dataOff) + int64(slotCount)*int64(g.slotStride)
 	if ring > 1<<40 {
 		return g, fmt.Errorf("shm: ring of %d slots of %d bytes is too large", slotCount, slotSize)

@@ -29,7 +29,7 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 			}
 		}
 	}
-	hdr, lines, page := int64(g.headerSize), int64(g.smallOff), int64(pageSize)
+	hdr, lines, page := int64(g.headerSize), int64(pageSize), int64(pageSize) // lines: the first page of them
 	small := int64(g.dataOff - g.smallOff)
 	check("after Connect", []int64{hdr, hdr, hdr, hdr, hdr, hdr, hdr, hdr})
 	// Rank 0 sends small messages to 1 and 2; rank 1 answers 0; the others
@@ -50,8 +50,8 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after small messages", []int64{hdr + 2*lines, hdr + lines, hdr, hdr, hdr, hdr, hdr, hdr})
-	// A message too large for a slot's line takes its line's small data
-	// area, which reserves every line's; one too large for that reserves
+	// A message too large for a slot's line takes a small data area,
+	// which reserves all of them; one too large for that reserves
 	// the pages of its slot's data that it covers: the third message to
 	// rank 2 lands in slot 2 and takes its first page, the fourth, in slot
 	// 3, all three.
@@ -70,6 +70,39 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 		if n, _, err := recv(eps[c.to], c.from, buf); err != nil || n != c.n {
 			t.Fatalf("rank %d from %d: %d bytes, %v", c.to, c.from, n, err)
 		}
+	}
+}
+
+// TestLinePagesReservedAhead: a ring's pages of slot lines are reserved as
+// the sender reaches them, one page ahead of the line it writes: the
+// receiver reads the next message's line as soon as the current one is
+// committed, and must never touch a page of /dev/shm nobody reserved.
+func TestLinePagesReservedAhead(t *testing.T) {
+	cfg := Config{SlotSize: 256, SlotCount: 2}
+	eps := world(t, 2, cfg)
+	g, err := newGeometry(cfg.SlotSize, cfg.SlotCount, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := int64(g.headerSize)
+	buf := make([]byte, 8)
+	for k := 0; k < g.lineCount+40; k++ {
+		if err := send(eps[0], 1, []byte{byte(k)}, transport.Tag(k)); err != nil {
+			t.Fatal(err)
+		}
+		// The pages up to the one with line k+1 (the whole ring of lines
+		// once k+1 wraps).
+		next := min(k+1, g.lineCount-1)
+		pages := int64((metaOff+next*metaStride)/pageSize + 1)
+		if want := hdr + pages*pageSize; eps[0].mb.Bytes() != want {
+			t.Fatalf("after message %d: %d bytes held, want %d (%d pages of lines)", k, eps[0].mb.Bytes(), want, pages)
+		}
+		if n, tag, err := recv(eps[1], 0, buf); err != nil || n != 1 || buf[0] != byte(k) || tag != transport.Tag(k) {
+			t.Fatalf("message %d: %d bytes %v tag %d: %v", k, n, buf[:n], tag, err)
+		}
+	}
+	if want := hdr + int64(g.smallOff); eps[0].mb.Bytes() != want {
+		t.Fatalf("after a lap: %d bytes held, want every line's page, %d", eps[0].mb.Bytes(), want)
 	}
 }
 

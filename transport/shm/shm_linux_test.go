@@ -99,27 +99,32 @@ func TestBackpressure(t *testing.T) {
 }
 
 // TestSmallAreaRunsAhead: where slots are larger than smallMax, a message
-// too long for its line but not for the line's small data area also needs
-// only a free line; one longer still waits for its data slot. A stream of
-// sizes around both limits over many laps arrives intact and in order.
+// too long for its line but not for a small data area needs its line and
+// its small area, free once the message minSmall back is released, not a
+// data slot; one longer still waits for its data slot. A stream of sizes
+// around both limits over many laps arrives intact and in order.
 func TestSmallAreaRunsAhead(t *testing.T) {
 	eps := world(t, 2, Config{SlotSize: 4096, SlotCount: 2})
 	s, _ := eps[0].Sender(1)
 	r, _ := eps[1].Receiver(0)
-	for i := range minLines {
+	for i := range minSmall {
 		b, ok, err := s.TryReserve(smallMax)
 		if !ok || err != nil {
-			t.Fatalf("message %d of %d bytes, %d lines: ok=%v err=%v", i, smallMax, minLines, ok, err)
+			t.Fatalf("message %d of %d bytes, %d small areas: ok=%v err=%v", i, smallMax, minSmall, ok, err)
 		}
 		b[0], b[smallMax-1] = byte(i), byte(i+1)
 		s.Commit(transport.Tag(i))
 	}
-	for _, n := range []int{8, smallMax, smallMax + 1} {
+	for _, n := range []int{inlineMax + 1, smallMax, smallMax + 1} {
 		if _, ok, err := s.TryReserve(n); ok || err != nil {
-			t.Fatalf("a %d-byte message with every line taken: ok=%v err=%v", n, ok, err)
+			t.Fatalf("a %d-byte message with every small area taken: ok=%v err=%v", n, ok, err)
 		}
 	}
-	for i := range minLines {
+	// A message that fits in its line still has lines to spare.
+	if _, ok, err := s.TryReserve(8); !ok || err != nil {
+		t.Fatalf("an 8-byte message with lines free: ok=%v err=%v", ok, err)
+	}
+	for i := range minSmall {
 		m, tag, ok, err := r.TryNext()
 		if !ok || err != nil || len(m) != smallMax || m[0] != byte(i) || m[smallMax-1] != byte(i+1) || tag != transport.Tag(i) {
 			t.Fatalf("message %d: len %d tag %d ok=%v err=%v", i, len(m), tag, ok, err)
@@ -1004,15 +1009,19 @@ func TestGeometry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.slotStride != 1024 || g.dataOff != pageSize || g.ringStride != 2*pageSize || g.headerSize != pageSize || g.size(2) != 5*pageSize {
+	// The counters and slot lines fill linePages pages, then the slots
+	// (3 KiB: one more page).
+	if g.lineCount != minLines || g.slotStride != 1024 || g.dataOff != linePages*pageSize || g.ringStride != (linePages+1)*pageSize ||
+		g.headerSize != pageSize || g.size(2) != (1+2*(linePages+1))*pageSize {
 		t.Fatalf("%+v", g)
 	}
-	if g.ringOff(1) != 3*pageSize {
+	if g.ringOff(1) != (2+linePages)*pageSize {
 		t.Fatalf("ring 1 at %d", g.ringOff(1))
 	}
-	// Slots larger than smallMax: after the lines' page, a small data area
-	// per line (30 KiB, rounded up to 8 pages), then the slots.
-	if g, _ := newGeometry(4096, 2, 2); g.smallSize != smallMax || g.smallOff != pageSize || g.dataOff != 9*pageSize || g.ringStride != 11*pageSize || g.smallLimit() != smallMax {
+	// Slots larger than smallMax: after the lines' pages, minSmall small
+	// data areas (32 KiB: 8 pages), then the slots.
+	if g, _ := newGeometry(4096, 2, 2); g.smallSize != smallMax || g.smallCount != minSmall || g.smallOff != linePages*pageSize ||
+		g.dataOff != (linePages+8)*pageSize || g.ringStride != (linePages+10)*pageSize || g.smallLimit() != smallMax {
 		t.Fatalf("4 KiB slots: %+v", g)
 	}
 	if g.smallSize != 0 || g.smallOff != g.dataOff || g.smallLimit() != inlineMax {
