@@ -105,12 +105,11 @@ func Create(jobID string, rank, size int, localPeers []int, cfg Config) (*Mailbo
 // ring's counters and first page of slot lines are reserved now; the
 // other pages of lines as the sender first reaches them (reserveLines),
 // the small data areas at the first message that needs one
-// (reserveSmall), and each
-// slot's data area as far as the longest message it has carried
-// (reserveSlot). Pairs that only exchange small messages (arrival rounds,
-// barriers, small all-reduces) hold the pages of lines they used, and the all-to-all family,
-// which connects every pair, holds per pair what its messages need rather
-// than whole rings.
+// (reserveSmall), and each slot's data area as far as the longest message
+// it has carried (reserveSlot). Pairs that only exchange small messages
+// (arrival rounds, barriers, small all-reduces) hold the pages of lines
+// they used, and the all-to-all family, which connects every pair, holds
+// per pair what its messages need rather than whole rings.
 func (mb *Mailbox) addRing(peer int) (*segment, int, error) {
 	off := mb.geo.ringOff(mb.nRings)
 	wrap := func(err error) error {
