@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gccl/gccl/internal/testutil"
 )
 
 // fakeTargetTCP is fakeTarget over a loopback TCP connection (a socket,
@@ -19,7 +21,7 @@ import (
 // reads are in play) rather than net.Pipe.
 func fakeTargetTCP(t *testing.T, a *Agent, size uint64) net.Conn {
 	t.Helper()
-	theirs, ours := loopbackPair(t)
+	theirs, ours := testutil.TCPPair(t)
 	p := newPeer(a, theirs, bufio.NewReader(theirs), &agentInfo{Name: "fake"})
 	if p.tc.raw == nil {
 		t.Fatal("a TCP connection without raw socket access")
@@ -35,28 +37,6 @@ func fakeTargetTCP(t *testing.T, a *Agent, size uint64) net.Conn {
 	go p.readLoop()
 	go p.respond()
 	return ours
-}
-
-// loopbackPair connects two TCP sockets over loopback: dialed is the
-// dialing end, accepted the other, which the test's end closes.
-func loopbackPair(t *testing.T) (dialed, accepted net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialed, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, err = ln.Accept()
-	if err != nil {
-		dialed.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { accepted.Close() })
-	return dialed, accepted
 }
 
 // bigWrite makes a one-piece WRITE of n bytes of buf to the fake target.
@@ -382,7 +362,7 @@ func TestTCPRoundTripAllocs(t *testing.T) {
 // progress loop reads through its own socket reader.
 func TestTCPKeepsBytesAfterHello(t *testing.T) {
 	a := newAgent(t, "a", Config{ListenAddr: "-"})
-	theirs, ours := loopbackPair(t)
+	theirs, ours := testutil.TCPPair(t)
 	ours.Write(append(frame(header{op: opPing, aux: 7}, nil), frame(header{op: opPing, aux: 8}, nil)...))
 	br := bufio.NewReader(theirs)
 	if _, err := br.Peek(2 * wireHeaderLen); err != nil { // both pings wait in the handshake's buffer
@@ -452,7 +432,7 @@ func TestTCPRepliesInOrderWhenSocketFull(t *testing.T) {
 // poll window, arrives whole and in order, and the end of the stream is
 // reported.
 func TestTCPPayloadSpinRead(t *testing.T) {
-	sender, conn := loopbackPair(t)
+	sender, conn := testutil.TCPPair(t)
 	defer sender.Close()
 	tc := newTCPConn(conn)
 	if tc.raw == nil {
