@@ -15,6 +15,7 @@ bench=$1
 dir=${2:-/tmp}
 rounds=${FILE_ROUNDS:-3}
 command -v fio >/dev/null || { echo "file_vs_fio.sh: fio is not installed (apt-get install fio)" >&2; exit 1; }
+mkdir -p "$dir" # gccl-p2pbench opens its file in DIR; fio would make DIR only after the first gccl run
 
 fiorun() { # engine op -> GB/s
 	fio --name=x --filename="$dir/fio-64kx16.dat" --size=1M --rw="$2" --bs=64K --direct=1 --ioengine="$1" \
