@@ -113,9 +113,9 @@ func TestCrowded(t *testing.T) {
 	}
 }
 
-// TestCPUListIsThisProcesssMask: the list a rank publishes names as many
+// TestCPUListIsThisProcessMask: the list a rank publishes names as many
 // CPUs as it may run on, where the platform says which.
-func TestCPUListIsThisProcesssMask(t *testing.T) {
+func TestCPUListIsThisProcessMask(t *testing.T) {
 	cpus, err := inheritedCPUs()
 	if err != nil {
 		if cpuList() != "" {
