@@ -189,10 +189,13 @@ func (x *exchange) record(e *Endpoint) bool {
 	return true
 }
 
-// settle waits until the peer recorded the failure too.
+// settle waits until the peer recorded the failure too. A pair that fails
+// for good fails with the recorded error even when the peer's word cannot be
+// read: the peer read this side's word, applied the failure and exited, and
+// took the rendezvous with it when it served it (rank 0).
 func (x *exchange) settle(e *Endpoint) bool {
 	c := x.c
-	if _, err := e.storeGet(recordedKey(e.job, c.peer, e.rank)); err != nil {
+	if _, err := e.storeGet(recordedKey(e.job, c.peer, e.rank)); err != nil && e.SetupFailure(c.peer) == nil {
 		x.r.err = fmt.Errorf("ibverbs: reading whether rank %d recorded the outcome: %w", c.peer, err)
 	}
 	return false

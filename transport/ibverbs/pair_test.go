@@ -91,6 +91,38 @@ func (s *recordingStore) Get(ctx context.Context, k string) ([]byte, error) {
 	return v, err
 }
 
+// A pair that fails for good fails with its recorded error when the peer's
+// word that it recorded the failure too cannot be read (the peer applied the
+// failure and exited, taking the rendezvous it served); a pair that may move
+// to TCP fails with the store's error.
+func TestSettleAfterThePeerLeft(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lost := errors.New("gccl bootstrap: rendezvous unreachable: EOF")
+	for _, strict := range []bool{true, false} {
+		e := &Endpoint{rank: 1, size: 2, store: &flakyStore{errs: []error{lost}}, job: "j", setupCtx: ctx,
+			o: options{strict: strict}, fallback: &tcp.Endpoint{}, setupFailures: make([]atomic.Pointer[error], 2)}
+		x := exchange{c: &conn{e: e, peer: 0}}
+		x.r.why = "on rank 0: modify to RTR: timed out"
+		for _, step := range steps[3:] { // record, settle
+			if !step(&x, e) {
+				break
+			}
+		}
+		require.Equal(t, "on rank 0: modify to RTR: timed out", x.r.why)
+		if strict {
+			require.NoError(t, x.r.err)
+			err := e.SetupFailure(0)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "GCCL_STRICT=1 forbids a downgrade: rank 1 -> 0 via TCP instead of IB (on rank 0: modify to RTR")
+			continue
+		}
+		require.ErrorIs(t, x.r.err, lost)
+		require.Contains(t, x.r.err.Error(), "reading whether rank 0 recorded the outcome")
+		require.Nil(t, e.SetupFailure(0))
+	}
+}
+
 // A pair whose RDMA failed on one side only, and that may not move to TCP
 // (GCCL_STRICT=1, or no fallback): both sides end with the failure recorded
 // for SetupFailure before either can apply it, whichever side failed and
