@@ -6,9 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gccl/gccl/algo"
 	"github.com/gccl/gccl/internal/clock"
+	"github.com/gccl/gccl/internal/memops"
 	"github.com/gccl/gccl/internal/records"
 	"github.com/gccl/gccl/internal/seqlock"
 )
@@ -468,6 +470,11 @@ func (c *Comm) Stats() Stats {
 }
 
 func (c *Comm) initTelemetry(cfg *Config) {
+	// Ready the ring's 14 pages now: else the first thousand operations
+	// take their first touches, a stall of 6-15 µs every 73 operations on
+	// a KVM guest ("First touches" in docs/PERFORMANCE.md).
+	ring := unsafe.Slice((*byte)(unsafe.Pointer(&c.tel.ring)), unsafe.Sizeof(c.tel.ring))
+	_ = memops.Prefault(ring, true)
 	c.tel.transport = c.ep.Name()
 	c.tel.file = cfg.TelemetryFile
 	if c.tel.file == "" {

@@ -4,7 +4,8 @@
 // and without evicting what the cache holds. A large copy into memory that
 // will not be read soon, such as a peer's output buffer in the
 // symmetric-memory all-reduce, then moves two bytes per byte copied instead
-// of three.
+// of three. Prefault readies memory a hot path will use, so that its first
+// access to each page costs nothing there.
 package memops
 
 // ntMinBytes is the smallest copy worth the non-temporal path: below it the
