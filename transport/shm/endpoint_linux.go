@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gccl/gccl/internal/memops"
 	"github.com/gccl/gccl/transport"
 )
 
@@ -188,7 +189,7 @@ func (e *Endpoint) connectSend(l *peerLink) (transport.Sender, error) {
 	l.sendSeg = seg
 	ctr, metas, small, slots := ringParts(seg, 0, e.mb.geo)
 	l.send = &sender{ctr: ctr, metas: metas, small: small, slots: slots, count: uint64(e.mb.geo.slotCount), slotSize: e.slotSize,
-		smallLimit: e.mb.geo.smallLimit(), linesReady: min(firstLines, len(metas)), peerHdr: l.hdr, link: l, ep: e, off: off,
+		smallLimit: e.mb.geo.smallLimit(), peerHdr: l.hdr, link: l, ep: e, off: off,
 		limit: make([]int, e.mb.geo.slotCount)}
 	// Publish the ring (its zeroed counters are in place), then ring the
 	// peer: it may sleep waiting for this ring's first message.
@@ -241,6 +242,9 @@ func (r *receiver) attach() error {
 		return &transport.PeerError{Peer: l.rank, Err: fmt.Errorf("shm: mapping the ring from rank %d: %w", l.rank, err)}
 	}
 	l.recvSeg = seg
+	// The sender reserved the lines: take their first touches here, not
+	// in the messages of the first lap.
+	_ = memops.Prefault(seg.bytes(0, g.smallOff), false)
 	r.ctr, r.metas, r.small, r.slots = ringParts(seg, 0, g)
 	r.count, r.smallLimit = uint64(g.slotCount), g.smallLimit()
 	return nil
@@ -405,7 +409,6 @@ type sender struct {
 	slotSize   int
 	smallLimit int    // the longest message that needs no data slot
 	smallReady bool   // the small data areas are reserved
-	linesReady int    // lines whose pages are reserved: a page ahead of line
 	tail       uint64 // messages committed
 	seenHead   uint64 // head as last read: a lower bound of the real one
 	line       int    // tail % len(metas)
@@ -498,14 +501,6 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 		}
 	}
 	s.full = false
-	// The receiver reads the line after this message's as soon as this
-	// one is committed: its page must be reserved by then, or that read
-	// would take an unreserved page of /dev/shm.
-	if s.line+1 >= s.linesReady && s.linesReady < len(s.metas) {
-		if err := s.reserveLines(); err != nil {
-			return nil, false, err
-		}
-	}
 	s.n = n
 	if n <= inlineMax {
 		return s.metas[s.line].inline[:n:n], true, nil
@@ -524,17 +519,6 @@ func (s *sender) TryReserve(n int) ([]byte, bool, error) {
 		}
 	}
 	return s.slots[s.idx][:n:n], true, nil
-}
-
-// reserveLines reserves the next page of slot lines.
-func (s *sender) reserveLines() error {
-	first := s.linesReady
-	err := s.reserve(func(mb *Mailbox) error { return mb.reserveLines(s.link.sendSeg, s.off, first, s.link.rank) })
-	if err != nil {
-		return err
-	}
-	s.linesReady = min(first+pageLines, len(s.metas))
-	return nil
 }
 
 // reserveSmall reserves the ring's small data areas, at the first message

@@ -72,8 +72,6 @@ const (
 	inlineMax    = metaStride - 24                             // data bytes carried in the slot's line: 104
 	linePages    = 16                                          // a ring's counters and slot lines
 	minLines     = (linePages*pageSize - metaOff) / metaStride // the lines those pages hold: 510
-	firstLines   = (pageSize - metaOff) / metaStride           // the lines of the first page: 30
-	pageLines    = pageSize / metaStride                       // the lines of each further page: 32
 	minSmall     = 32                                          // small data areas, where slots are larger
 	smallMax     = 1024                                        // each small data area's size
 	reasonMax    = 512

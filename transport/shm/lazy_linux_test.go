@@ -2,8 +2,11 @@ package shm
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gccl/gccl/transport"
 )
@@ -29,7 +32,7 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 			}
 		}
 	}
-	hdr, lines, page := int64(g.headerSize), int64(pageSize), int64(pageSize) // lines: the first page of them
+	hdr, lines, page := int64(g.headerSize), int64(g.smallOff), int64(pageSize) // lines: a ring's counters and slot lines
 	small := int64(g.dataOff - g.smallOff)
 	check("after Connect", []int64{hdr, hdr, hdr, hdr, hdr, hdr, hdr, hdr})
 	// Rank 0 sends small messages to 1 and 2; rank 1 answers 0; the others
@@ -73,36 +76,50 @@ func TestMemoryGrowsWithPeersUsed(t *testing.T) {
 	}
 }
 
-// TestLinePagesReservedAhead: a ring's pages of slot lines are reserved as
-// the sender reaches them, one page ahead of the line it writes: the
-// receiver reads the next message's line as soon as the current one is
-// committed, and must never touch a page of /dev/shm nobody reserved.
-func TestLinePagesReservedAhead(t *testing.T) {
-	cfg := Config{SlotSize: 256, SlotCount: 2}
+// TestLinesReadyAtTheStart: a ring's counters and slot lines are reserved
+// when it is made and mapped on both sides by the first message, so that no
+// message of the first lap takes a page fault on either side (one every 32
+// lines while the pages were reserved as the sender reached them); the
+// small data areas and slot data stay unreserved.
+func TestLinesReadyAtTheStart(t *testing.T) {
+	runtime.LockOSThread() // the faults counted are this thread's
+	defer runtime.UnlockOSThread()
+	cfg := Config{SlotSize: 4 * smallMax, SlotCount: 2}
 	eps := world(t, 2, cfg)
 	g, err := newGeometry(cfg.SlotSize, cfg.SlotCount, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := int64(g.headerSize)
 	buf := make([]byte, 8)
-	for k := 0; k < g.lineCount+40; k++ {
+	exchange := func(k int) {
 		if err := send(eps[0], 1, []byte{byte(k)}, transport.Tag(k)); err != nil {
 			t.Fatal(err)
-		}
-		// The pages up to the one with line k+1 (the whole ring of lines
-		// once k+1 wraps).
-		next := min(k+1, g.lineCount-1)
-		pages := int64((metaOff+next*metaStride)/pageSize + 1)
-		if want := hdr + pages*pageSize; eps[0].mb.Bytes() != want {
-			t.Fatalf("after message %d: %d bytes held, want %d (%d pages of lines)", k, eps[0].mb.Bytes(), want, pages)
 		}
 		if n, tag, err := recv(eps[1], 0, buf); err != nil || n != 1 || buf[0] != byte(k) || tag != transport.Tag(k) {
 			t.Fatalf("message %d: %d bytes %v tag %d: %v", k, n, buf[:n], tag, err)
 		}
 	}
-	if want := hdr + int64(g.smallOff); eps[0].mb.Bytes() != want {
-		t.Fatalf("after a lap: %d bytes held, want every line's page, %d", eps[0].mb.Bytes(), want)
+	exchange(0)
+	want := int64(g.headerSize + g.smallOff)
+	if got := eps[0].mb.Bytes(); got != want {
+		t.Fatalf("after the first message: %d bytes held, want %d (header, counters and lines)", got, want)
+	}
+	var ru unix.Rusage
+	faults := func() int64 {
+		if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return ru.Minflt
+	}
+	before := faults()
+	for k := 1; k < g.lineCount+40; k++ {
+		exchange(k)
+	}
+	if n := faults() - before; n != 0 {
+		t.Fatalf("a lap of messages took %d page faults, want 0", n)
+	}
+	if got := eps[0].mb.Bytes(); got != want {
+		t.Fatalf("after a lap: %d bytes held, want %d", got, want)
 	}
 }
 

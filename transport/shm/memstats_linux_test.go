@@ -26,7 +26,7 @@ func TestMemStatsMatchTheMailboxes(t *testing.T) {
 	if err := send(eps[0], 1, make([]byte, 2*pageSize), 1); err != nil {
 		t.Fatal(err)
 	}
-	check("after a message", hdr+pageSize+2*pageSize, hdr, hdr) // the first page of lines, two of the slot's
+	check("after a message", hdr+int64(g.smallOff)+2*pageSize, hdr, hdr) // counters and lines, two pages of the slot
 	if err := eps[0].Close(); err != nil {
 		t.Fatal(err)
 	}
