@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+
+	"github.com/gccl/gccl/internal/memops"
 )
 
 // Request is an operation in flight. Operations issued async on one Comm
@@ -200,6 +203,11 @@ func (a *asyncState) push(c *Comm, cl *call, r *Request) bool {
 	}
 	if a.ring == nil {
 		a.ring = new([asyncQueueLen]queued)
+		// Its 80 pages' first touches here, not one every 12 operations
+		// of the first lap ("First touches" in docs/PERFORMANCE.md). The
+		// ring is all zero and no one else sees it yet: the prefault's
+		// writes of zero bypass no write barrier that matters.
+		_ = memops.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(a.ring)), unsafe.Sizeof(*a.ring)), true)
 		a.space = make(chan struct{}, 1)
 		a.kick = make(chan struct{}, 1)
 		a.exited = make(chan struct{})
