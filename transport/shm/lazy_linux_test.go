@@ -115,7 +115,7 @@ func TestLinesReadyAtTheStart(t *testing.T) {
 	for k := 1; k < g.lineCount+40; k++ {
 		exchange(k)
 	}
-	if n := faults() - before; n != 0 {
+	if n := faults() - before; n != 0 && !raceEnabled {
 		t.Fatalf("a lap of messages took %d page faults, want 0", n)
 	}
 	if got := eps[0].mb.Bytes(); got != want {
